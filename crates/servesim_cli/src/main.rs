@@ -1,0 +1,192 @@
+//! `servesim`: the native command-line interface.
+//!
+//! Exit codes (REF §1.5): 0 success; 1 run failure; 2 usage, config or validation error;
+//! 3 resource refusal (the deployment does not fit its GPUs).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use servesim_scenario::catalog::Catalog;
+use servesim_scenario::report::{summary_table, to_jsonl, to_pretty_json};
+use servesim_scenario::scenario::{parse_with_overrides, prepare};
+use servesim_scenario::{Override, ScenarioError};
+
+#[derive(Parser)]
+#[command(
+    name = "servesim",
+    version,
+    about = "Predict how an LLM serving deployment behaves, request by request."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// A summary table on stdout.
+    Table,
+    /// prediction.json on stdout.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay traffic through a simulated deployment and report latency, throughput and more.
+    Predict {
+        /// Prediction config (AISimulate prediction.yaml schema; YAML or JSON).
+        #[arg(short = 'c', long = "config", value_name = "FILE")]
+        config: PathBuf,
+        /// Override a config value: dotted path = YAML value (repeatable, applied left to right).
+        #[arg(long = "set", value_name = "PATH=YAML")]
+        set: Vec<String>,
+        /// Where prediction.json (and requests.jsonl) are written.
+        #[arg(long, value_name = "DIR", default_value = "servesim-output")]
+        output_dir: PathBuf,
+        /// Replace an existing prediction in the output directory.
+        #[arg(long)]
+        overwrite: bool,
+        /// What to print on stdout.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// Also write requests.jsonl, one record per request.
+        #[arg(long)]
+        capture_per_request: bool,
+        /// Root seed of every random stream (default: traffic.load.seed, 42).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+}
+
+/// A failure with its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<ScenarioError> for Failure {
+    fn from(e: ScenarioError) -> Self {
+        Failure { code: u8::try_from(e.exit_code()).unwrap_or(1), message: e.to_string() }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Predict { config, set, output_dir, overwrite, format, capture_per_request, seed } => {
+            predict(&config, &set, &output_dir, overwrite, format, capture_per_request, seed)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            let msg = f.message.trim_end();
+            eprintln!("error: {msg}");
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text)
+        .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })
+}
+
+fn predict(
+    config: &Path,
+    set: &[String],
+    output_dir: &Path,
+    overwrite: bool,
+    format: Format,
+    capture: bool,
+    seed: Option<u64>,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let source = config.display().to_string();
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
+    let overrides = set
+        .iter()
+        .map(|s| Override::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| Failure { code: 2, message: m })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let root = parse_with_overrides(&text, &source, &overrides)?;
+    let prepared = prepare(&root, &source, &catalog, seed)?;
+
+    let prediction_path = output_dir.join("prediction.json");
+    if prediction_path.exists() && !overwrite {
+        return Err(Failure {
+            code: 2,
+            message: format!(
+                "{} exists; pass --overwrite or choose another --output-dir",
+                prediction_path.display()
+            ),
+        });
+    }
+
+    let mut sim = prepared.start();
+    let show_progress = std::io::stderr().is_terminal();
+    loop {
+        let p =
+            sim.run_slice(200_000).map_err(|e| Failure { code: 1, message: format!("run failed: {e}") })?;
+        if show_progress && p.total_requests > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            let frac = p.finished_requests as f64 / p.total_requests as f64;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let filled = (frac * 30.0) as usize;
+            eprint!(
+                "\r[{}{}] {:>3.0}% {}/{} requests, simulated {:.1} s",
+                "#".repeat(filled),
+                " ".repeat(30 - filled.min(30)),
+                frac * 100.0,
+                p.finished_requests,
+                p.total_requests,
+                p.now.as_ms_f64() / 1000.0
+            );
+            let _ = std::io::stderr().flush();
+        }
+        if p.stopped.is_some() {
+            break;
+        }
+    }
+    if show_progress {
+        eprintln!();
+    }
+    let prediction = prepared.finish(sim);
+    let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+
+    std::fs::create_dir_all(output_dir)
+        .map_err(|e| Failure { code: 1, message: format!("cannot create {}: {e}", output_dir.display()) })?;
+    let json = to_pretty_json(&prediction.json);
+    write_file(&prediction_path, &json)?;
+    if capture {
+        write_file(&output_dir.join("requests.jsonl"), &to_jsonl(&prediction.requests))?;
+    }
+    // Host-side figures live outside prediction.json so that file is identical run to run.
+    let s = &prediction.summary;
+    let runtime = serde_json::json!({
+        "wall_time_ms": wall_ms,
+        "processed_tokens_per_s": if wall_ms > 0.0 { s.processed_tokens as f64 / (wall_ms / 1000.0) } else { 0.0 },
+        "processed_output_tokens_per_s": if wall_ms > 0.0 { s.total_output_tokens as f64 / (wall_ms / 1000.0) } else { 0.0 },
+        "simulated_requests_per_s": if wall_ms > 0.0 { s.num_requests as f64 / (wall_ms / 1000.0) } else { 0.0 },
+    });
+    write_file(&output_dir.join("resource-runtime.json"), &to_pretty_json(&runtime))?;
+
+    match format {
+        Format::Table => {
+            print!("{}", summary_table(&prediction));
+            println!(
+                "\nwrote {}{}",
+                prediction_path.display(),
+                if capture { " and requests.jsonl" } else { "" }
+            );
+        }
+        Format::Json => print!("{json}"),
+    }
+    eprintln!("wall time {:.0} ms", wall_ms);
+    Ok(())
+}

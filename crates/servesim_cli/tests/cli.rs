@@ -1,0 +1,192 @@
+//! The `servesim` binary end to end: files, formats, overrides, exit codes.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn servesim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_servesim")).args(args).current_dir(repo()).output().unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("servesim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn predict_writes_prediction_and_requests_and_is_deterministic() {
+    let (a, b) = (tmp("a"), tmp("b"));
+    for dir in [&a, &b] {
+        let out = servesim(&[
+            "predict",
+            "-c",
+            "data/scenarios/default.yaml",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--capture-per-request",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("TTFT (ms)"));
+    }
+    let pa = std::fs::read(a.join("prediction.json")).unwrap();
+    assert_eq!(pa, std::fs::read(b.join("prediction.json")).unwrap(), "same seed, same bytes");
+    assert_eq!(
+        std::fs::read(a.join("requests.jsonl")).unwrap(),
+        std::fs::read(b.join("requests.jsonl")).unwrap()
+    );
+    let lines = std::fs::read_to_string(a.join("requests.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 100);
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    for key in [
+        "uuid",
+        "arrival_time_ms",
+        "ttft_ms",
+        "e2e_latency_ms",
+        "itl_ms",
+        "input_length",
+        "output_length",
+        "terminal_status",
+    ] {
+        assert!(first.get(key).is_some(), "requests.jsonl lacks {key}");
+    }
+    let runtime: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("resource-runtime.json")).unwrap()).unwrap();
+    assert!(runtime["wall_time_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn format_json_prints_prediction_json() {
+    let d = tmp("json");
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success());
+    assert_eq!(out.stdout, std::fs::read(d.join("prediction.json")).unwrap());
+}
+
+#[test]
+fn overrides_apply_left_to_right_and_seed_changes_random_streams() {
+    let d = tmp("set");
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--format",
+        "json",
+        "--set",
+        "traffic.load={type: poisson, requests_per_second: 3}",
+        "--set",
+        "traffic.load.requests_per_second=5",
+        "--seed",
+        "9",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["servesim"]["seed"], 9);
+    let d2 = tmp("set2");
+    let out2 = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d2.to_str().unwrap(),
+        "--format",
+        "json",
+        "--set",
+        "traffic.load={type: poisson, requests_per_second: 5}",
+        "--seed",
+        "10",
+    ]);
+    let v2: serde_json::Value = serde_json::from_slice(&out2.stdout).unwrap();
+    assert_ne!(v["duration_ms"], v2["duration_ms"], "a different seed gives different Poisson arrivals");
+}
+
+#[test]
+fn bad_config_exits_2_naming_every_field() {
+    let d = tmp("bad");
+    let cfg = d.with_extension("yaml");
+    std::fs::write(&cfg, "engine:\n  model: Qwen/Qwen3-32B-FP8\n  hardware: h200_sxm\n  workers: {aggregated: {parallelism: {tensr: 2}}}\ntraffic:\n  load: {type: poisson, requests_per_second: -4}\n").unwrap();
+    let out = servesim(&["predict", "-c", cfg.to_str().unwrap(), "--output-dir", d.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("engine.workers.aggregated.parallelism.tensr (line 4, column 40): unknown key (did you mean 'tensor'?)"), "{err}");
+    assert!(
+        err.contains("traffic.load.requests_per_second (line 6, column 46): must be greater than 0"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn malformed_yaml_and_bad_overrides_exit_2() {
+    let d = tmp("syntax");
+    let cfg = d.with_extension("yaml");
+    std::fs::write(&cfg, "engine: {model: x\n").unwrap();
+    let out = servesim(&["predict", "-c", cfg.to_str().unwrap(), "--output-dir", d.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("line"), "{}", text(&out.stderr));
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--set",
+        "traffic.stop.requests=-1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("traffic.stop.requests (--set #1)"), "{}", text(&out.stderr));
+    let out = servesim(&["predict", "-c", "data/scenarios/default.yaml", "--set", "no-equals-sign"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = servesim(&["predict", "-c", "does/not/exist.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("does/not/exist.yaml"));
+}
+
+#[test]
+fn model_that_does_not_fit_exits_3_with_the_numbers() {
+    let d = tmp("fit");
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--set",
+        "engine.model=meta-llama/Llama-3.1-70B-Instruct",
+        "--set",
+        "engine.hardware=h100_sxm",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    assert!(err.contains("does not fit") && err.contains("weights 131.41 GiB"), "{err}");
+}
+
+#[test]
+fn existing_output_needs_overwrite() {
+    let d = tmp("over");
+    let args = ["predict", "-c", "data/scenarios/default.yaml", "--output-dir", d.to_str().unwrap()];
+    assert!(servesim(&args).status.success());
+    assert_eq!(servesim(&args).status.code(), Some(2));
+    let mut with = args.to_vec();
+    with.push("--overwrite");
+    assert!(servesim(&with).status.success());
+}

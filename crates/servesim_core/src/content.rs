@@ -1,0 +1,152 @@
+//! Token content identity, so that prefix caches can tell which tokens two requests share.
+//!
+//! The simulator never sees real token ids. A request's tokens are described as a list of
+//! [`Segment`]s: `Segment { id, len }` stands for tokens `0..len` of a content stream `id`.
+//! Two token positions hold the same token exactly when every earlier position matches and
+//! both come from the same stream at the same offset. That is enough to express Mooncake
+//! `hash_ids`, shared system prompts, and multi-turn prompts that embed earlier outputs.
+
+use alloc::vec::Vec;
+
+use crate::rng::mix2;
+
+/// Tokens `0..len` of the content stream `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// Identity of the content stream.
+    pub id: u64,
+    /// Number of tokens taken from the start of the stream.
+    pub len: u32,
+}
+
+/// Seed of every block-hash chain (an arbitrary odd constant).
+const CHAIN_ROOT: u64 = 0x5EED_5EED_5EED_5EED;
+
+/// Walks a token sequence block by block and yields each full block's chained hash.
+///
+/// The hash of block `j` covers every token before the end of the block, as in vLLM's
+/// prefix cache, so equal hashes mean equal prefixes (up to 64-bit collisions).
+#[derive(Clone, Debug)]
+pub struct BlockHasher {
+    block_size: u32,
+    seg: usize,
+    offset: u32,
+    prev: u64,
+}
+
+impl BlockHasher {
+    /// Starts at token 0 with the given block size (tokens per block, at least 1).
+    #[must_use]
+    pub fn new(block_size: u32) -> Self {
+        BlockHasher { block_size: block_size.max(1), seg: 0, offset: 0, prev: CHAIN_ROOT }
+    }
+
+    /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
+    /// of tokens remain. `segments` may grow between calls (outputs are appended).
+    pub fn next_block(&mut self, segments: &[Segment]) -> Option<u64> {
+        // Check there is a full block left before consuming anything.
+        let mut available = 0u64;
+        let mut i = self.seg;
+        let mut off = self.offset;
+        while let Some(s) = segments.get(i) {
+            available += u64::from(s.len - off.min(s.len));
+            if available >= u64::from(self.block_size) {
+                break;
+            }
+            i += 1;
+            off = 0;
+        }
+        if available < u64::from(self.block_size) {
+            return None;
+        }
+        let mut need = self.block_size;
+        let mut h = self.prev;
+        while need > 0 {
+            let s = segments[self.seg];
+            let take = (s.len - self.offset).min(need);
+            if take > 0 {
+                h = mix2(h, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(take)));
+            }
+            need -= take;
+            self.offset += take;
+            if self.offset >= s.len {
+                self.seg += 1;
+                self.offset = 0;
+            }
+        }
+        self.prev = h;
+        Some(h)
+    }
+}
+
+/// Total number of tokens in `segments`.
+#[must_use]
+pub fn total_len(segments: &[Segment]) -> u64 {
+    segments.iter().map(|s| u64::from(s.len)).sum()
+}
+
+/// Hashes of all full blocks of `segments`.
+#[must_use]
+pub fn block_hashes(segments: &[Segment], block_size: u32) -> Vec<u64> {
+    let mut h = BlockHasher::new(block_size);
+    let mut out = Vec::new();
+    while let Some(x) = h.next_block(segments) {
+        out.push(x);
+    }
+    out
+}
+
+/// Number of leading tokens two segment lists share.
+#[must_use]
+pub fn common_prefix_tokens(a: &[Segment], b: &[Segment]) -> u64 {
+    let mut n = 0u64;
+    for (x, y) in a.iter().zip(b) {
+        if x.id != y.id {
+            break;
+        }
+        n += u64::from(x.len.min(y.len));
+        if x.len != y.len {
+            break;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn shared_prefix_gives_equal_block_hashes() {
+        let a = vec![Segment { id: 1, len: 100 }, Segment { id: 2, len: 50 }];
+        let b = vec![Segment { id: 1, len: 100 }, Segment { id: 3, len: 50 }];
+        let ha = block_hashes(&a, 32);
+        let hb = block_hashes(&b, 32);
+        assert_eq!(ha.len(), 4);
+        // Blocks 0..3 lie inside stream 1; block 3 (tokens 96..128) straddles the fork.
+        assert_eq!(ha[..3], hb[..3]);
+        assert_ne!(ha[3], hb[3]);
+        assert_eq!(common_prefix_tokens(&a, &b), 100);
+    }
+
+    #[test]
+    fn segmentation_does_not_matter_only_content() {
+        // The same tokens described as one stream or as a stream with an output appended.
+        let a = vec![Segment { id: 9, len: 64 }, Segment { id: 10, len: 64 }];
+        let mut b = vec![Segment { id: 9, len: 64 }];
+        let mut h = BlockHasher::new(64);
+        let first = h.next_block(&b);
+        assert!(h.next_block(&b).is_none());
+        b.push(Segment { id: 10, len: 64 });
+        let second = h.next_block(&b);
+        assert_eq!(vec![first.unwrap(), second.unwrap()], block_hashes(&a, 64));
+    }
+
+    #[test]
+    fn partial_tail_blocks_have_no_hash() {
+        assert_eq!(block_hashes(&[Segment { id: 1, len: 63 }], 64).len(), 0);
+        assert_eq!(block_hashes(&[Segment { id: 1, len: 129 }], 64).len(), 2);
+        assert_eq!(block_hashes(&[], 64).len(), 0);
+    }
+}

@@ -1,0 +1,82 @@
+//! The vLLM v1 scheduler (vllm/v1/core/sched/scheduler.py), one rank at a time.
+//!
+//! - One token budget per step (`max_num_batched_tokens`) shared by running and waiting work.
+//! - Running requests first, in order: each gets its remaining prefill (chunked to the budget)
+//!   or one decode token. If KV runs out, the lowest-priority running request (the last one)
+//!   is preempted: its blocks are freed and it goes back to the front of the waiting queue to
+//!   be recomputed later (cached full blocks may still serve it then).
+//! - Then waiting requests in FCFS order while `max_num_seqs` and the budget allow, each
+//!   starting from its longest cached prefix of full blocks. Admission is optimistic: only
+//!   the blocks needed now are allocated. No admissions in a step that preempted.
+
+use crate::engine::kvops;
+use crate::engine::{Planned, Rank, RankPlan, SchedulerConfig};
+use crate::request::{Request, Status};
+
+/// Fills `plan` for one rank.
+pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
+    let mut budget = cfg.max_batched_tokens;
+    let mut preempted = false;
+
+    let mut i = 0;
+    while i < rank.running.len() && budget > 0 {
+        let id = rank.running[i];
+        let r = &reqs[id as usize];
+        let n = r.pending_tokens().min(budget);
+        let target = r.computed + n;
+        let mut scheduled = false;
+        loop {
+            if kvops::try_grow(&mut rank.kv, &mut reqs[id as usize], target) {
+                scheduled = true;
+                break;
+            }
+            // Out of KV: preempt the lowest-priority running request and retry.
+            let Some(victim) = rank.running.pop() else { break };
+            let v = &mut reqs[victim as usize];
+            kvops::free_all(&mut rank.kv, v);
+            v.status = Status::Waiting;
+            v.preemptions += 1;
+            rank.waiting.push_front(victim);
+            plan.preemptions += 1;
+            preempted = true;
+            if victim == id {
+                break;
+            }
+        }
+        if !scheduled {
+            break;
+        }
+        let r = &reqs[id as usize];
+        plan.items.push(Planned {
+            req: id,
+            new_tokens: n,
+            context_tokens: r.computed,
+            decode: r.is_decoding(),
+        });
+        budget -= n;
+        i += 1;
+    }
+
+    if preempted {
+        return;
+    }
+    while budget > 0 && (rank.running.len() as u64) < u64::from(cfg.max_sequences) {
+        let Some(&id) = rank.waiting.front() else { break };
+        let r = &mut reqs[id as usize];
+        let probe = kvops::probe(&mut rank.kv, r, &mut rank.scratch);
+        let remaining = r.known_tokens() - probe.hit_tokens;
+        if !cfg.chunked_prefill && remaining > budget {
+            break;
+        }
+        let n = remaining.min(budget);
+        if kvops::admission_cost(&rank.kv, probe, n) > u64::from(rank.kv.num_free()) {
+            break;
+        }
+        kvops::admit(&mut rank.kv, r, probe, n, &rank.scratch);
+        r.status = Status::Running;
+        rank.waiting.pop_front();
+        rank.running.push(id);
+        plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
+        budget -= n;
+    }
+}

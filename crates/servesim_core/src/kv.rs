@@ -1,0 +1,457 @@
+//! A paged KV cache with block-granular prefix caching (the vLLM / TensorRT-LLM model).
+//!
+//! The pool owns `capacity` blocks of `block_size` tokens. A block is either held by one or
+//! more requests (`ref_count > 0`) or free. Free blocks sit in one eviction queue in LRU
+//! order; a free block that still holds a complete, hashed block of tokens remains findable
+//! through the prefix index until the queue's head is reused for a new allocation, which
+//! evicts it. This mirrors vLLM's `BlockPool` (free-block queue + hash map of cached blocks).
+//!
+//! Invariants (checked by the property tests against a naive model):
+//! - blocks in use never exceed capacity;
+//! - every block is either referenced or in the free queue, never both;
+//! - the prefix index only names blocks whose content is still resident.
+
+use alloc::vec::Vec;
+
+use hashbrown::HashMap;
+
+/// Index of a block within one pool.
+pub type BlockId = u32;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct Block {
+    ref_count: u32,
+    /// Hash of the content this block holds, when it is registered in the prefix index.
+    hash: Option<u64>,
+    prev: u32,
+    next: u32,
+    in_free_queue: bool,
+}
+
+/// Counters a pool keeps for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Cached blocks whose content was dropped to make room.
+    pub evictions: u64,
+    /// Blocks found in the prefix index at admission.
+    pub hit_blocks: u64,
+    /// Blocks looked up in the prefix index at admission.
+    pub lookup_blocks: u64,
+}
+
+/// A fixed-size pool of KV blocks with an LRU prefix cache.
+#[derive(Clone, Debug)]
+pub struct BlockPool {
+    block_size: u32,
+    blocks: Vec<Block>,
+    free_head: u32,
+    free_tail: u32,
+    free_len: u32,
+    index: HashMap<u64, BlockId>,
+    prefix_caching: bool,
+    stats: PoolStats,
+}
+
+impl BlockPool {
+    /// A pool of `capacity` blocks of `block_size` tokens.
+    #[must_use]
+    pub fn new(capacity: u32, block_size: u32, prefix_caching: bool) -> Self {
+        let capacity = capacity.min(NIL - 1);
+        let blocks = (0..capacity)
+            .map(|i| Block {
+                ref_count: 0,
+                hash: None,
+                prev: if i == 0 { NIL } else { i - 1 },
+                next: if i + 1 == capacity { NIL } else { i + 1 },
+                in_free_queue: true,
+            })
+            .collect();
+        BlockPool {
+            block_size: block_size.max(1),
+            blocks,
+            free_head: if capacity == 0 { NIL } else { 0 },
+            free_tail: if capacity == 0 { NIL } else { capacity - 1 },
+            free_len: capacity,
+            index: HashMap::new(),
+            prefix_caching,
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// Tokens per block.
+    #[must_use]
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Total blocks.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Capacity is clamped to u32 in `new`.
+    pub fn capacity(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    /// Blocks that can be handed out now (free, including evictable cached blocks).
+    #[must_use]
+    pub fn num_free(&self) -> u32 {
+        self.free_len
+    }
+
+    /// Blocks referenced by at least one request.
+    #[must_use]
+    pub fn num_used(&self) -> u32 {
+        self.capacity() - self.free_len
+    }
+
+    /// Whether freed blocks keep their content for reuse.
+    #[must_use]
+    pub fn prefix_caching(&self) -> bool {
+        self.prefix_caching
+    }
+
+    /// Counters since the pool was created.
+    #[must_use]
+    pub fn stats(&self) -> PoolStats {
+        self.stats
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    #[must_use]
+    pub fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size))
+    }
+
+    /// Looks up the longest run of leading `hashes` that are resident. Returns the blocks
+    /// (not yet referenced) and how many of them are currently free (so would leave the
+    /// free queue when referenced).
+    pub fn find_prefix(&mut self, hashes: &[u64], out: &mut Vec<BlockId>) -> u32 {
+        out.clear();
+        if !self.prefix_caching {
+            return 0;
+        }
+        let mut free_hits = 0;
+        for h in hashes {
+            match self.index.get(h) {
+                Some(&b) => {
+                    out.push(b);
+                    if self.blocks[b as usize].in_free_queue {
+                        free_hits += 1;
+                    }
+                }
+                None => break,
+            }
+        }
+        self.stats.lookup_blocks += hashes.len() as u64;
+        self.stats.hit_blocks += out.len() as u64;
+        free_hits
+    }
+
+    /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].
+    pub fn touch(&mut self, b: BlockId) {
+        let blk = &mut self.blocks[b as usize];
+        if blk.in_free_queue {
+            self.unlink(b);
+        }
+        self.blocks[b as usize].ref_count += 1;
+    }
+
+    /// Hands out a block, evicting the least recently freed cached block if needed.
+    pub fn allocate(&mut self) -> Option<BlockId> {
+        let b = self.free_head;
+        if b == NIL {
+            return None;
+        }
+        self.unlink(b);
+        let blk = &mut self.blocks[b as usize];
+        if let Some(h) = blk.hash.take() {
+            self.index.remove(&h);
+            self.stats.evictions += 1;
+        }
+        blk.ref_count = 1;
+        Some(b)
+    }
+
+    /// Drops one reference; a block nobody references joins the tail of the eviction queue
+    /// (keeping its content if it is registered in the prefix index).
+    pub fn release(&mut self, b: BlockId) {
+        let blk = &mut self.blocks[b as usize];
+        debug_assert!(blk.ref_count > 0, "double free of block {b}");
+        blk.ref_count = blk.ref_count.saturating_sub(1);
+        if blk.ref_count == 0 {
+            if !self.prefix_caching {
+                blk.hash = None;
+            }
+            self.push_tail(b);
+        }
+    }
+
+    /// Records that block `b` now holds the complete block of tokens hashed `hash`.
+    /// If the same content is already resident elsewhere, the index keeps the older copy.
+    pub fn register(&mut self, b: BlockId, hash: u64) {
+        if !self.prefix_caching || self.blocks[b as usize].hash.is_some() {
+            return;
+        }
+        if let hashbrown::hash_map::Entry::Vacant(e) = self.index.entry(hash) {
+            e.insert(b);
+            self.blocks[b as usize].hash = Some(hash);
+        }
+    }
+
+    /// Whether `hash` is resident (for routers that score cache overlap).
+    #[must_use]
+    pub fn contains(&self, hash: u64) -> bool {
+        self.index.contains_key(&hash)
+    }
+
+    /// Reference count of a block (for tests and invariant checks).
+    #[must_use]
+    pub fn ref_count(&self, b: BlockId) -> u32 {
+        self.blocks[b as usize].ref_count
+    }
+
+    fn unlink(&mut self, b: BlockId) {
+        let (prev, next) = {
+            let blk = &self.blocks[b as usize];
+            (blk.prev, blk.next)
+        };
+        if prev == NIL {
+            self.free_head = next;
+        } else {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.free_tail = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        let blk = &mut self.blocks[b as usize];
+        blk.prev = NIL;
+        blk.next = NIL;
+        blk.in_free_queue = false;
+        self.free_len -= 1;
+    }
+
+    fn push_tail(&mut self, b: BlockId) {
+        let tail = self.free_tail;
+        {
+            let blk = &mut self.blocks[b as usize];
+            blk.prev = tail;
+            blk.next = NIL;
+            blk.in_free_queue = true;
+        }
+        if tail == NIL {
+            self.free_head = b;
+        } else {
+            self.blocks[tail as usize].next = b;
+        }
+        self.free_tail = b;
+        self.free_len += 1;
+    }
+
+    /// Checks every structural invariant; used by tests and debug builds.
+    ///
+    /// # Panics
+    /// When an invariant is broken.
+    pub fn check_invariants(&self) {
+        let mut seen = 0u32;
+        let mut cur = self.free_head;
+        let mut prev = NIL;
+        while cur != NIL {
+            let blk = &self.blocks[cur as usize];
+            assert!(blk.in_free_queue && blk.ref_count == 0, "block {cur} in free queue but referenced");
+            assert_eq!(blk.prev, prev, "broken back link at block {cur}");
+            prev = cur;
+            cur = blk.next;
+            seen += 1;
+        }
+        assert_eq!(prev, self.free_tail);
+        assert_eq!(seen, self.free_len);
+        for (i, blk) in self.blocks.iter().enumerate() {
+            assert_eq!(blk.in_free_queue, blk.ref_count == 0, "block {i} free-queue membership");
+        }
+        for (h, b) in &self.index {
+            assert_eq!(self.blocks[*b as usize].hash, Some(*h), "index names a block that lost its content");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    #[test]
+    fn lru_eviction_order() {
+        let mut p = BlockPool::new(3, 16, true);
+        let a = p.allocate().unwrap();
+        let b = p.allocate().unwrap();
+        p.register(a, 100);
+        p.register(b, 200);
+        p.release(a);
+        p.release(b);
+        let mut found = Vec::new();
+        assert_eq!(p.find_prefix(&[100, 200], &mut found), 2);
+        // The never-used block 2 goes first, then a (freed first), then b.
+        assert_eq!(p.allocate(), Some(2));
+        assert_eq!(p.allocate(), Some(a));
+        assert!(!p.contains(100));
+        assert!(p.contains(200));
+        assert_eq!(p.stats().evictions, 1);
+        p.check_invariants();
+    }
+
+    #[test]
+    fn touching_a_cached_block_removes_it_from_the_free_queue() {
+        let mut p = BlockPool::new(2, 16, true);
+        let a = p.allocate().unwrap();
+        p.register(a, 7);
+        p.release(a);
+        assert_eq!(p.num_free(), 2);
+        let mut found = vec![];
+        p.find_prefix(&[7, 8], &mut found);
+        assert_eq!(found, vec![a]);
+        p.touch(a);
+        assert_eq!(p.num_free(), 1);
+        assert_eq!(p.ref_count(a), 1);
+        p.check_invariants();
+    }
+
+    #[test]
+    fn without_prefix_caching_nothing_is_found() {
+        let mut p = BlockPool::new(2, 16, false);
+        let a = p.allocate().unwrap();
+        p.register(a, 7);
+        p.release(a);
+        let mut found = vec![];
+        assert_eq!(p.find_prefix(&[7], &mut found), 0);
+        assert!(found.is_empty());
+    }
+
+    /// Operations a random test applies to both the pool and the naive model.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Admit a request whose prompt is `blocks` blocks of content family `family`,
+        /// skipping block `gap` so later blocks may be resident while an earlier one is not.
+        Admit { family: u8, blocks: u8, gap: u8 },
+        /// Finish the live request at this position (modulo the live count).
+        Finish(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..4, 1u8..6, 0u8..8).prop_map(|(family, blocks, gap)| Op::Admit { family, blocks, gap }),
+            any::<u8>().prop_map(Op::Finish),
+        ]
+    }
+
+    /// Naive model: slots with optional content, reference counts and a "freed at" clock.
+    /// Lookup is a linear scan and eviction picks the free slot freed longest ago.
+    struct Naive {
+        slots: Vec<(Option<u64>, u32, u64)>,
+        clock: u64,
+    }
+
+    impl Naive {
+        fn new(capacity: usize) -> Self {
+            Naive { slots: (0..capacity as u64).map(|i| (None, 0, i)).collect(), clock: capacity as u64 }
+        }
+        fn find(&self, h: u64) -> Option<usize> {
+            self.slots.iter().position(|s| s.0 == Some(h))
+        }
+        fn free(&self) -> usize {
+            self.slots.iter().filter(|s| s.1 == 0).count()
+        }
+        fn used(&self) -> usize {
+            self.slots.len() - self.free()
+        }
+        fn allocate(&mut self) -> usize {
+            let (i, _) =
+                self.slots.iter().enumerate().filter(|(_, s)| s.1 == 0).min_by_key(|(_, s)| s.2).unwrap();
+            self.slots[i] = (None, 1, 0);
+            i
+        }
+        fn register(&mut self, i: usize, h: u64) {
+            if self.slots[i].0.is_none() && self.find(h).is_none() {
+                self.slots[i].0 = Some(h);
+            }
+        }
+        fn release(&mut self, i: usize) {
+            self.slots[i].1 -= 1;
+            if self.slots[i].1 == 0 {
+                self.slots[i].2 = self.clock;
+                self.clock += 1;
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn pool_matches_naive_model(ops in proptest::collection::vec(op(), 1..150), capacity in 1u32..24) {
+            let mut pool = BlockPool::new(capacity, 16, true);
+            let mut naive = Naive::new(capacity as usize);
+            let mut live: Vec<Vec<(BlockId, usize)>> = Vec::new();
+            let universe: Vec<u64> = (0..4u64).flat_map(|f| (0..8u64).map(move |i| f * 1000 + i)).collect();
+            for op in ops {
+                match op {
+                    Op::Admit { family, blocks, gap } => {
+                        let hashes: Vec<u64> = (0..u64::from(blocks) + 1)
+                            .filter(|i| *i != u64::from(gap))
+                            .take(usize::from(blocks))
+                            .map(|i| u64::from(family) * 1000 + i)
+                            .collect();
+                        let mut found = Vec::new();
+                        let free_hits = pool.find_prefix(&hashes, &mut found);
+                        let naive_hits: Vec<usize> = hashes.iter().map_while(|h| naive.find(*h)).collect();
+                        prop_assert_eq!(found.len(), naive_hits.len(), "hit length");
+                        let naive_free_hits = naive_hits.iter().filter(|i| naive.slots[**i].1 == 0).count();
+                        prop_assert_eq!(free_hits as usize, naive_free_hits);
+                        let new_blocks = hashes.len() - found.len();
+                        let fits = new_blocks <= (pool.num_free() - free_hits) as usize;
+                        prop_assert_eq!(fits, new_blocks + naive_free_hits <= naive.free());
+                        if !fits {
+                            continue; // Admission refused: nothing changes.
+                        }
+                        let mut held = Vec::new();
+                        for (b, i) in found.iter().zip(&naive_hits) {
+                            pool.touch(*b);
+                            naive.slots[*i].1 += 1;
+                            held.push((*b, *i));
+                        }
+                        for h in &hashes[found.len()..] {
+                            let b = pool.allocate().expect("capacity was checked");
+                            let i = naive.allocate();
+                            pool.register(b, *h);
+                            naive.register(i, *h);
+                            held.push((b, i));
+                        }
+                        live.push(held);
+                    }
+                    Op::Finish(k) => {
+                        if live.is_empty() { continue; }
+                        let held = live.remove(k as usize % live.len());
+                        for (b, i) in held.into_iter().rev() {
+                            pool.release(b);
+                            naive.release(i);
+                        }
+                    }
+                }
+                pool.check_invariants();
+                prop_assert!(pool.num_used() <= pool.capacity(), "in use exceeds capacity");
+                prop_assert_eq!(pool.num_used() as usize, naive.used(), "blocks in use");
+                for h in &universe {
+                    // Reuse never claims evicted content, and nothing resident is forgotten.
+                    prop_assert_eq!(pool.contains(*h), naive.find(*h).is_some(), "residency of {}", h);
+                }
+            }
+            // Every allocated block is freed.
+            for held in live.drain(..) {
+                for (b, _) in held.into_iter().rev() { pool.release(b); }
+            }
+            prop_assert_eq!(pool.num_used(), 0);
+            pool.check_invariants();
+        }
+    }
+}

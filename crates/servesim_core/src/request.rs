@@ -1,0 +1,187 @@
+//! Requests: what arrives (a [`RequestSpec`]) and what the simulator tracks while serving it.
+
+use alloc::vec::Vec;
+
+use crate::content::{BlockHasher, Segment};
+use crate::kv::BlockId;
+use crate::units::SimTime;
+
+/// Index of a request in the simulation's arena, in order of arrival.
+pub type ReqId = u32;
+
+/// A request as the traffic source produces it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    /// When the client sends it.
+    pub arrival: SimTime,
+    /// Prompt content (its total length is the input length).
+    pub prompt: Vec<Segment>,
+    /// Output tokens the request will generate before it stops.
+    pub output_tokens: u32,
+    /// Content stream of the generated tokens (so a later turn that embeds them can reuse them).
+    pub output_stream: u64,
+    /// Session this request belongs to, if any, and its turn index within the session.
+    pub session: Option<(u32, u32)>,
+}
+
+impl RequestSpec {
+    /// Prompt length in tokens.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Prompt lengths are validated to fit u32.
+    pub fn input_tokens(&self) -> u32 {
+        crate::content::total_len(&self.prompt).min(u64::from(u32::MAX)) as u32
+    }
+}
+
+/// Where a request is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Queued at a worker, not holding KV.
+    Waiting,
+    /// Admitted: holds KV and is scheduled each step.
+    Running,
+    /// All output tokens generated.
+    Completed,
+    /// Refused without being served (e.g. it can never fit in KV cache).
+    Rejected,
+}
+
+/// Sentinel for "has not happened".
+pub const NEVER: SimTime = SimTime::MAX;
+
+/// Timestamps of a request's milestones ([`NEVER`] until they happen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamps {
+    /// First time a scheduler admitted it.
+    pub first_admit: SimTime,
+    /// First output token.
+    pub first_token: SimTime,
+    /// Second output token.
+    pub second_token: SimTime,
+    /// Latest output token.
+    pub last_token: SimTime,
+}
+
+impl Default for Stamps {
+    fn default() -> Self {
+        Stamps { first_admit: NEVER, first_token: NEVER, second_token: NEVER, last_token: NEVER }
+    }
+}
+
+/// A request being served, and afterwards its record.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// What arrived.
+    pub spec: RequestSpec,
+    /// Prompt length (cached from the spec).
+    pub input_tokens: u32,
+    /// Lifecycle state.
+    pub status: Status,
+    /// Worker it was routed to.
+    pub worker: u32,
+    /// Attention-DP rank within that worker.
+    pub rank: u32,
+    /// Tokens whose KV is computed and resident.
+    pub computed: u32,
+    /// Output tokens generated so far.
+    pub emitted: u32,
+    /// KV blocks held, in token order.
+    pub blocks: Vec<BlockId>,
+    /// Prompt plus generated tokens, for prefix hashing.
+    pub content: Vec<Segment>,
+    /// Hashes of the full blocks of `content` computed so far.
+    pub hashes: Vec<u64>,
+    hasher: BlockHasher,
+    /// Leading full blocks already registered in the prefix index.
+    pub registered_blocks: u32,
+    /// Milestones.
+    pub stamps: Stamps,
+    /// Prompt tokens served from the prefix cache at the first admission.
+    pub first_admission_reused: Option<u32>,
+    /// Largest prefix-cache reuse over all admissions (preemption re-admits).
+    pub reused_max: u32,
+    /// Times the request lost its KV and had to be recomputed.
+    pub preemptions: u32,
+}
+
+impl Request {
+    /// A request that has just arrived; `block_size` is its worker's KV block size.
+    #[must_use]
+    pub fn new(spec: RequestSpec, block_size: u32) -> Self {
+        let input_tokens = spec.input_tokens();
+        let content = spec.prompt.clone();
+        Request {
+            spec,
+            input_tokens,
+            status: Status::Waiting,
+            worker: 0,
+            rank: 0,
+            computed: 0,
+            emitted: 0,
+            blocks: Vec::new(),
+            content,
+            hashes: Vec::new(),
+            hasher: BlockHasher::new(block_size),
+            registered_blocks: 0,
+            stamps: Stamps::default(),
+            first_admission_reused: None,
+            reused_max: 0,
+            preemptions: 0,
+        }
+    }
+
+    /// Tokens whose identity is known: the prompt plus outputs generated so far.
+    #[must_use]
+    pub fn known_tokens(&self) -> u32 {
+        self.input_tokens + self.emitted
+    }
+
+    /// Tokens still to compute before the next output token can be sampled.
+    #[must_use]
+    pub fn pending_tokens(&self) -> u32 {
+        self.known_tokens() - self.computed
+    }
+
+    /// Tokens the request holds in KV when it finishes (for admission that reserves to completion).
+    #[must_use]
+    pub fn max_tokens(&self) -> u32 {
+        self.input_tokens.saturating_add(self.spec.output_tokens)
+    }
+
+    /// Extends `hashes` to cover every full block of known content.
+    pub fn hash_known_blocks(&mut self) {
+        while let Some(h) = self.hasher.next_block(&self.content) {
+            self.hashes.push(h);
+        }
+    }
+
+    /// Records one generated token. Returns true when it was the last one.
+    pub fn emit_token(&mut self, now: SimTime) -> bool {
+        if self.emitted == 0 {
+            self.content.push(Segment { id: self.spec.output_stream, len: 0 });
+            self.stamps.first_token = now;
+        } else if self.emitted == 1 {
+            self.stamps.second_token = now;
+        }
+        if let Some(last) = self.content.last_mut() {
+            last.len += 1;
+        }
+        self.emitted += 1;
+        self.stamps.last_token = now;
+        self.emitted >= self.spec.output_tokens
+    }
+
+    /// Drops the content descriptions of a finished request, keeping its record small.
+    pub fn release_content(&mut self) {
+        self.spec.prompt = Vec::new();
+        self.content = Vec::new();
+        self.hashes = Vec::new();
+        self.blocks = Vec::new();
+    }
+
+    /// True when the request is in the decode phase: one new token on top of its context.
+    #[must_use]
+    pub fn is_decoding(&self) -> bool {
+        self.emitted > 0 && self.pending_tokens() == 1
+    }
+}

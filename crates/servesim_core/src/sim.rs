@@ -1,0 +1,372 @@
+//! The event loop.
+//!
+//! A [`Simulation`] owns all state of one run and advances it in bounded slices
+//! ([`Simulation::run_slice`]) so a Web Worker can report progress and be cancelled between
+//! slices. Events are ordered by `(time, insertion seq)`. After the last event at a given
+//! instant has been handled, every worker whose state changed gets a chance to start a step
+//! ("settle"), so requests arriving together are batched together.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::engine::Rank;
+use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
+use crate::queue::EventQueue;
+use crate::request::{ReqId, Request, Status};
+use crate::router::Router;
+use crate::timing::StepTimer;
+use crate::traffic::{Traffic, TrafficSpec};
+use crate::units::{SimDur, SimTime};
+use crate::worker::{StepOutcome, Worker, WorkerStats};
+
+/// Hard limits on a run. Hitting one ends the run early and is reported, never hidden.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Events to process at most.
+    pub max_events: u64,
+    /// Simulated time not to go beyond (events after it are not processed).
+    pub max_sim_time: SimTime,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // 2^32 events is hours of host time even at tens of millions of events per second.
+        Limits { max_events: 1 << 32, max_sim_time: SimTime::MAX }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// Every request reached a terminal state.
+    Drained,
+    /// [`Limits::max_events`] was reached.
+    EventLimit,
+    /// [`Limits::max_sim_time`] was reached.
+    TimeLimit,
+}
+
+/// A run that cannot continue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimError {
+    /// A performance model could not time a step. Fatal.
+    Timing {
+        /// Worker whose step failed.
+        worker: u32,
+        /// The model's explanation.
+        message: String,
+    },
+    /// Nothing is scheduled but requests are unfinished: they can never be served. Fatal.
+    Stalled {
+        /// Requests left waiting.
+        unfinished: u64,
+    },
+}
+
+impl core::fmt::Display for SimError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SimError::Timing { worker, message } => {
+                write!(f, "worker {worker}: cannot time a step: {message}")
+            }
+            SimError::Stalled { unfinished } => {
+                write!(f, "{unfinished} requests can never be scheduled (simulation stalled)")
+            }
+        }
+    }
+}
+
+/// Where a run stands after a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Simulated clock.
+    pub now: SimTime,
+    /// Events processed so far.
+    pub events: u64,
+    /// Requests in a terminal state.
+    pub finished_requests: u64,
+    /// Requests the traffic will send in total.
+    pub total_requests: u64,
+    /// Set once the run is over.
+    pub stopped: Option<StopReason>,
+}
+
+/// Everything a run needs besides its timers.
+pub struct SimSetup {
+    /// Root seed of every random stream.
+    pub seed: u64,
+    /// Arrivals.
+    pub traffic: TrafficSpec,
+    /// Workers, each with its ranks and timer index.
+    pub workers: Vec<Worker>,
+    /// Request placement.
+    pub router: Router,
+    /// KV block size shared by all workers (tokens).
+    pub block_size: u32,
+    /// Limits.
+    pub limits: Limits,
+    /// Time-series sampling interval.
+    pub sample_interval: SimDur,
+    /// Service-level bounds for goodput.
+    pub sla: Sla,
+    /// GPU accounting.
+    pub fleet: Fleet,
+    /// Longest request (prompt + output tokens) the engine accepts; longer ones are rejected
+    /// on arrival, as vLLM refuses requests beyond `max_model_len`.
+    pub context_limit: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    Arrival,
+    StepDone(u32),
+}
+
+/// The results of a finished run.
+pub struct RunResult {
+    /// prediction.json figures.
+    pub summary: Summary,
+    /// Every request that arrived, in arrival order.
+    pub requests: Vec<Request>,
+    /// Sampled worker state.
+    pub series: TimeSeries,
+    /// Per-worker counters.
+    pub worker_stats: Vec<WorkerStats>,
+    /// Why the run ended.
+    pub stop: StopReason,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// One simulation run.
+pub struct Simulation {
+    now: SimTime,
+    queue: EventQueue<Event>,
+    requests: Vec<Request>,
+    workers: Vec<Worker>,
+    timers: Vec<Box<dyn StepTimer>>,
+    traffic: Traffic,
+    router: Router,
+    itl: ItlSamples,
+    series: TimeSeries,
+    dirty: Vec<bool>,
+    block_size: u32,
+    limits: Limits,
+    sla: Sla,
+    fleet: Fleet,
+    context_limit: Option<u32>,
+    events: u64,
+    finished: u64,
+    next_arrival_event: SimTime,
+    stopped: Option<StopReason>,
+    outcome: StepOutcome,
+}
+
+/// At most this many time-series points are kept (the interval doubles beyond it).
+const MAX_SERIES_POINTS: usize = 2048;
+
+impl Simulation {
+    /// Prepares a run. `timers[w.timer]` times worker `w`'s steps.
+    #[must_use]
+    pub fn new(setup: SimSetup, timers: Vec<Box<dyn StepTimer>>) -> Self {
+        let n = setup.workers.len();
+        let mut sim = Simulation {
+            now: SimTime::ZERO,
+            queue: EventQueue::new(),
+            requests: Vec::new(),
+            traffic: Traffic::new(setup.traffic, setup.seed),
+            workers: setup.workers,
+            timers,
+            router: setup.router,
+            itl: ItlSamples::default(),
+            series: TimeSeries::new(setup.sample_interval, MAX_SERIES_POINTS),
+            dirty: alloc::vec![false; n],
+            block_size: setup.block_size,
+            limits: setup.limits,
+            sla: setup.sla,
+            fleet: setup.fleet,
+            context_limit: setup.context_limit,
+            events: 0,
+            finished: 0,
+            next_arrival_event: SimTime::MAX,
+            stopped: None,
+            outcome: StepOutcome::default(),
+        };
+        sim.schedule_next_arrival();
+        sim
+    }
+
+    /// The current state of the run.
+    #[must_use]
+    pub fn progress(&self) -> Progress {
+        Progress {
+            now: self.now,
+            events: self.events,
+            finished_requests: self.finished,
+            total_requests: u64::from(self.traffic.total()),
+            stopped: self.stopped,
+        }
+    }
+
+    /// Processes at most `max_events` events.
+    ///
+    /// # Errors
+    /// A fatal [`SimError`]; the run cannot continue.
+    pub fn run_slice(&mut self, max_events: u64) -> Result<Progress, SimError> {
+        let mut budget = max_events;
+        while self.stopped.is_none() && budget > 0 {
+            let Some(t) = self.queue.peek_time() else {
+                let unfinished = self.requests.len() as u64 - self.finished;
+                if unfinished > 0 || self.traffic.next_arrival().is_some() {
+                    return Err(SimError::Stalled { unfinished });
+                }
+                self.stopped = Some(StopReason::Drained);
+                break;
+            };
+            if t > self.limits.max_sim_time {
+                self.stopped = Some(StopReason::TimeLimit);
+                break;
+            }
+            if self.events >= self.limits.max_events {
+                self.stopped = Some(StopReason::EventLimit);
+                break;
+            }
+            while self.series.due() <= t {
+                let sample = self.workers.iter().map(sample_of).collect();
+                self.series.record(sample);
+            }
+            let Some((t, ev)) = self.queue.pop() else { break };
+            self.now = t;
+            self.events += 1;
+            budget -= 1;
+            match ev {
+                Event::Arrival => self.on_arrival(),
+                Event::StepDone(w) => self.on_step_done(w),
+            }
+            if self.queue.peek_time() != Some(self.now) {
+                self.settle()?;
+            }
+        }
+        Ok(self.progress())
+    }
+
+    /// Runs to the end.
+    ///
+    /// # Errors
+    /// A fatal [`SimError`].
+    pub fn run(&mut self) -> Result<Progress, SimError> {
+        loop {
+            let p = self.run_slice(1 << 20)?;
+            if p.stopped.is_some() {
+                return Ok(p);
+            }
+        }
+    }
+
+    /// Consumes a stopped run into its results.
+    #[must_use]
+    pub fn into_result(mut self) -> RunResult {
+        let summary = metrics::summarize(&self.requests, &mut self.itl, self.sla, self.fleet);
+        RunResult {
+            summary,
+            worker_stats: self.workers.iter().map(|w| w.stats).collect(),
+            requests: self.requests,
+            series: self.series,
+            stop: self.stopped.unwrap_or(StopReason::EventLimit),
+            events: self.events,
+        }
+    }
+
+    fn schedule_next_arrival(&mut self) {
+        if let Some(t) = self.traffic.next_arrival() {
+            if t < self.next_arrival_event {
+                self.queue.push(t, Event::Arrival);
+                self.next_arrival_event = t;
+            }
+        }
+    }
+
+    fn on_arrival(&mut self) {
+        if self.next_arrival_event <= self.now {
+            self.next_arrival_event = SimTime::MAX;
+        }
+        while let Some(spec) = self.traffic.pop_due(self.now) {
+            #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
+            let id = self.requests.len() as ReqId;
+            let mut req = Request::new(spec, self.block_size);
+            let w = self.router.route(&req, &self.workers);
+            let worker = &mut self.workers[w];
+            // A request larger than a rank's whole KV pool could never run: refuse it now
+            // (vLLM refuses prompts beyond max_model_len the same way).
+            let cap_tokens = u64::from(worker.ranks[0].kv.capacity()) * u64::from(self.block_size);
+            let too_long = self.context_limit.is_some_and(|l| req.max_tokens() > l);
+            if too_long || u64::from(req.max_tokens()) > cap_tokens {
+                req.status = Status::Rejected;
+                req.worker = worker.id;
+                req.release_content();
+                self.requests.push(req);
+                self.finished += 1;
+                self.traffic.on_request_done(self.now);
+                continue;
+            }
+            worker.enqueue(id, &mut req);
+            self.requests.push(req);
+            self.dirty[w] = true;
+        }
+        self.schedule_next_arrival();
+    }
+
+    fn on_step_done(&mut self, w: u32) {
+        let wi = w as usize;
+        self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
+        for &id in &self.outcome.finished {
+            self.requests[id as usize].release_content();
+            self.finished += 1;
+            self.traffic.on_request_done(self.now);
+        }
+        self.dirty[wi] = true;
+        self.schedule_next_arrival();
+    }
+
+    fn settle(&mut self) -> Result<(), SimError> {
+        for w in 0..self.workers.len() {
+            if !self.dirty[w] {
+                continue;
+            }
+            self.dirty[w] = false;
+            let worker = &mut self.workers[w];
+            if worker.busy {
+                continue;
+            }
+            let timer = &mut self.timers[worker.timer];
+            match worker.start_step(self.now, &mut self.requests, timer.as_mut()) {
+                Ok(Some(d)) => {
+                    #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                    self.queue.push(self.now + d, Event::StepDone(w as u32));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(SimError::Timing { worker: worker.id, message: e.message }),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sample_of(w: &Worker) -> WorkerSample {
+    #[allow(clippy::cast_possible_truncation)] // Queue lengths fit u32.
+    WorkerSample {
+        waiting: w.waiting() as u32,
+        running: w.running() as u32,
+        kv_blocks_used: w.kv_blocks_used(),
+        tokens_cumulative: w.stats.prefill_tokens + w.stats.decode_tokens,
+    }
+}
+
+/// Builds the ranks of one worker: `dp` ranks, each with its own KV pool.
+#[must_use]
+pub fn make_ranks(dp: u32, blocks_per_rank: u32, block_size: u32, prefix_caching: bool) -> Vec<Rank> {
+    (0..dp.max(1))
+        .map(|_| Rank::new(crate::kv::BlockPool::new(blocks_per_rank, block_size, prefix_caching)))
+        .collect()
+}

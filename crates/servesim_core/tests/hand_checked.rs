@@ -1,0 +1,168 @@
+//! Cases small enough to check by hand, with a fixed-cost step timer:
+//! 1 ms per step + 0.01 ms per prefill token + 0.1 ms per decode request.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use servesim_core::engine::{Backend, SchedulerConfig};
+use servesim_core::metrics::{Fleet, Sla};
+use servesim_core::request::Status;
+use servesim_core::router::Router;
+use servesim_core::sim::{make_ranks, Limits, RunResult, SimSetup, Simulation, StopReason};
+use servesim_core::timing::{FixedTimer, StepTimer};
+use servesim_core::traffic::{LengthDist, Load, Source, TrafficSpec};
+use servesim_core::units::SimDur;
+use servesim_core::worker::Worker;
+
+struct Case {
+    input: u32,
+    output: u32,
+    load: Load,
+    requests: u32,
+    blocks: u32,
+    block_size: u32,
+    budget: u32,
+    dp: u32,
+}
+
+impl Default for Case {
+    fn default() -> Self {
+        Case {
+            input: 100,
+            output: 5,
+            load: Load::Concurrency(1),
+            requests: 1,
+            blocks: 10_000,
+            block_size: 16,
+            budget: 8192,
+            dp: 1,
+        }
+    }
+}
+
+fn timer() -> Box<dyn StepTimer> {
+    Box::new(FixedTimer {
+        step_overhead: SimDur::from_ms(1),
+        per_prefill_token: SimDur::from_ns(10_000),
+        per_decode_request: SimDur::from_ns(100_000),
+    })
+}
+
+fn run(c: Case) -> RunResult {
+    let cfg = SchedulerConfig {
+        backend: Backend::Vllm,
+        max_batched_tokens: c.budget,
+        max_sequences: 256,
+        chunked_prefill: true,
+    };
+    let workers = vec![Worker::new(0, cfg, make_ranks(c.dp, c.blocks, c.block_size, true), 0)];
+    let setup = SimSetup {
+        seed: 1,
+        traffic: TrafficSpec {
+            source: Source::Synthetic {
+                input_tokens: LengthDist::Fixed(c.input),
+                output_tokens: LengthDist::Fixed(c.output),
+            },
+            load: c.load,
+            stop_requests: c.requests,
+        },
+        workers,
+        router: Router::round_robin(),
+        block_size: c.block_size,
+        limits: Limits::default(),
+        sample_interval: SimDur::from_ms(1),
+        sla: Sla::default(),
+        fleet: Fleet {
+            prefill_workers: 0,
+            prefill_gpus_per_worker: 0,
+            decode_workers: 1,
+            decode_gpus_per_worker: 1,
+        },
+        context_limit: None,
+    };
+    let mut sim = Simulation::new(setup, vec![timer()]);
+    let p = sim.run().unwrap();
+    assert_eq!(p.stopped, Some(StopReason::Drained));
+    sim.into_result()
+}
+
+#[test]
+fn one_request_alone() {
+    let r = run(Case::default());
+    let s = &r.summary;
+    // Prefill: 1 ms + 100 x 0.01 ms = 2 ms; each of the 4 decode steps: 1 ms + 0.1 ms.
+    assert_eq!(s.ttft.mean, 2.0);
+    assert_eq!(s.tpot.mean, 1.1);
+    assert_eq!(s.e2e_latency.mean, 2.0 + 4.0 * 1.1);
+    assert_eq!(s.itl.count, 4);
+    assert_eq!(s.ttst.mean, 1.1);
+    assert_eq!(s.duration_ms, 6.4);
+}
+
+#[test]
+fn long_prompt_is_chunked_to_the_token_budget() {
+    let r = run(Case { input: 20_000, output: 1, ..Case::default() });
+    // Chunks of 8192, 8192, 3616 tokens: 3 steps of 1 ms + 20,000 x 0.01 ms.
+    assert_eq!(r.summary.ttft.mean, 203.0);
+    assert_eq!(r.worker_stats[0].steps, 3);
+}
+
+#[test]
+fn concurrency_one_never_queues() {
+    let r = run(Case { requests: 5, ..Case::default() });
+    assert_eq!(r.summary.ttft.min, 2.0);
+    assert_eq!(r.summary.ttft.max, 2.0);
+    assert_eq!(r.summary.completed_requests, 5);
+    // Back-to-back: each request starts when the previous one ends.
+    assert_eq!(r.summary.duration_ms, 5.0 * 6.4);
+}
+
+#[test]
+fn simultaneous_arrivals_are_batched_together() {
+    let r = run(Case { requests: 4, load: Load::Concurrency(4), ..Case::default() });
+    // One prefill step for all four: 1 ms + 400 x 0.01 ms = 5 ms.
+    assert_eq!(r.summary.ttft.min, 5.0);
+    assert_eq!(r.summary.ttft.max, 5.0);
+    // Then four decode steps of 1 ms + 4 x 0.1 ms.
+    assert_eq!(r.summary.tpot.mean, 1.4);
+}
+
+#[test]
+fn kv_pressure_preempts_and_everything_still_completes() {
+    // 8 requests of 100 + 60 tokens need 10 blocks of 16 each at the end; 40 blocks hold 4.
+    let r = run(Case {
+        input: 100,
+        output: 60,
+        requests: 8,
+        load: Load::Concurrency(8),
+        blocks: 40,
+        ..Case::default()
+    });
+    assert_eq!(r.summary.completed_requests, 8);
+    assert!(r.summary.num_preemptions > 0, "expected preemptions");
+    assert!(r.requests.iter().all(|q| q.status == Status::Completed && q.blocks.is_empty()));
+}
+
+#[test]
+fn request_larger_than_the_cache_is_rejected_not_hung() {
+    let r = run(Case { input: 1000, output: 10, blocks: 10, ..Case::default() });
+    assert_eq!(r.summary.completed_requests, 0);
+    assert_eq!(r.requests[0].status, Status::Rejected);
+}
+
+#[test]
+fn attention_dp_ranks_share_the_load_and_step_in_lockstep() {
+    let r1 = run(Case { requests: 4, load: Load::Concurrency(4), ..Case::default() });
+    let r2 = run(Case { requests: 4, load: Load::Concurrency(4), dp: 2, ..Case::default() });
+    // Two ranks of two requests each: the prefill step is 1 ms + 200 x 0.01 ms.
+    assert_eq!(r2.summary.ttft.max, 3.0);
+    assert!(r2.summary.ttft.max < r1.summary.ttft.max);
+}
+
+#[test]
+fn open_loop_poisson_is_reproducible() {
+    let case = || Case { requests: 300, load: Load::Poisson(50.0), ..Case::default() };
+    let a = run(case());
+    let b = run(case());
+    assert_eq!(a.summary, b.summary);
+    assert_eq!(a.summary.completed_requests, 300);
+}

@@ -1,0 +1,169 @@
+//! servesim's performance models: how long a forward step takes and how much memory a
+//! deployment has for KV cache.
+//!
+//! - [`spec`]: hardware and model-architecture descriptions (filled from catalog data).
+//! - [`memory`]: per-GPU memory plan and KV capacity, matching AISimulate's published figures.
+//! - [`roofline`]: a first-principles [`StepTimer`](servesim_core::timing::StepTimer), the
+//!   fallback wherever no measured kernel table applies.
+//!
+//! `#![no_std]` + `alloc`, like the core: no IO and no serialisation here.
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod memory;
+pub mod roofline;
+pub mod spec;
+
+#[cfg(test)]
+mod tests {
+    use super::memory::{plan, MemoryInputs, Parallelism, GIB};
+    use super::roofline::RooflineTimer;
+    use super::spec::{Dtype, Hardware, ModelArch};
+    use alloc::string::String;
+    use alloc::vec;
+    use servesim_core::timing::{PrefillChunk, RankLoad, StepTimer};
+
+    fn qwen3_32b_fp8() -> ModelArch {
+        ModelArch {
+            id: String::from("Qwen/Qwen3-32B-FP8"),
+            hidden_size: 5120,
+            num_layers: 64,
+            num_heads: 64,
+            num_kv_heads: 8,
+            head_dim: 128,
+            intermediate_size: 25600,
+            vocab_size: 151_936,
+            tie_word_embeddings: false,
+            max_position_embeddings: 40960,
+            moe: None,
+            weight_dtype: Dtype::Fp8,
+            default_kv_dtype: Dtype::Fp8,
+        }
+    }
+
+    fn h200() -> Hardware {
+        Hardware {
+            id: String::from("h200_sxm"),
+            hbm_bytes: 141 * GIB,
+            hbm_bytes_per_s: 4.8e12,
+            bf16_flops: 989e12,
+            fp8_flops: Some(1978e12),
+            fp4_flops: None,
+            gpus_per_node: 8,
+            scale_up_bytes_per_s: 450e9,
+            scale_out_bytes_per_s: 50e9,
+            tdp_w: 700.0,
+        }
+    }
+
+    /// AISimulate 0.12.0's captured memory detail (REF §2.1): Qwen3-32B-FP8 on one H200,
+    /// vLLM, block 64. Every published figure is reproduced exactly.
+    #[test]
+    fn memory_plan_matches_aisimulate_published_example() {
+        let p = plan(
+            &qwen3_32b_fp8(),
+            &h200(),
+            &MemoryInputs {
+                parallelism: Parallelism::SINGLE,
+                weight_dtype: Dtype::Fp8,
+                kv_dtype: Dtype::Fp8,
+                memory_fraction: 0.9,
+                max_batched_tokens: 8192,
+                block_size: 64,
+                cuda_graph_reserved_bytes: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(p.total_gpu_capacity_bytes, 151_397_597_184);
+        assert_eq!(p.weights_bytes, 34_317_271_040);
+        assert_eq!(p.activations_bytes, 1_476_395_008);
+        assert_eq!(p.runtime_overhead_bytes, 3_758_096_384);
+        assert_eq!(p.kv_cache_bytes, 96_706_075_033);
+        assert_eq!(p.kv_bytes_per_token, 131_072);
+        assert_eq!(p.kv_tokens, 737_808);
+        assert_eq!(p.kv_blocks, 11_528);
+    }
+
+    #[test]
+    fn larger_tp_never_needs_more_memory_per_gpu() {
+        let mut last = u64::MAX;
+        for tp in [1, 2, 4, 8] {
+            let p = plan(
+                &qwen3_32b_fp8(),
+                &h200(),
+                &MemoryInputs {
+                    parallelism: Parallelism { tensor: tp, ..Parallelism::SINGLE },
+                    weight_dtype: Dtype::Fp8,
+                    kv_dtype: Dtype::Fp8,
+                    memory_fraction: 0.9,
+                    max_batched_tokens: 8192,
+                    block_size: 64,
+                    cuda_graph_reserved_bytes: 0,
+                },
+            )
+            .unwrap();
+            let used = p.weights_bytes + p.activations_bytes + p.kv_bytes_per_token * 1000;
+            assert!(used <= last);
+            last = used;
+        }
+    }
+
+    #[test]
+    fn model_that_does_not_fit_explains_why() {
+        let mut small = h200();
+        small.hbm_bytes = 24 * GIB;
+        let e = plan(
+            &qwen3_32b_fp8(),
+            &small,
+            &MemoryInputs {
+                parallelism: Parallelism::SINGLE,
+                weight_dtype: Dtype::Fp8,
+                kv_dtype: Dtype::Fp8,
+                memory_fraction: 0.9,
+                max_batched_tokens: 8192,
+                block_size: 64,
+                cuda_graph_reserved_bytes: 0,
+            },
+        )
+        .unwrap_err();
+        assert!(e.message.contains("weights 31.96 GiB"), "{}", e.message);
+    }
+
+    #[test]
+    fn more_tokens_never_faster() {
+        let mut t = RooflineTimer::new(qwen3_32b_fp8(), h200(), Parallelism::SINGLE, Dtype::Fp8, Dtype::Fp8);
+        let mut last = 0;
+        for n in [1u32, 16, 128, 1024, 4096, 8192] {
+            let load = RankLoad {
+                prefill: vec![PrefillChunk { new_tokens: n, context_tokens: 0 }],
+                ..RankLoad::default()
+            };
+            let d = t.step_time(&[load]).unwrap().as_ns();
+            assert!(d >= last, "{n} tokens took {d} ns < {last}");
+            last = d;
+        }
+        let mut last = 0;
+        for b in [1u32, 8, 64, 256] {
+            let load =
+                RankLoad { decode_requests: b, decode_kv_tokens: u64::from(b) * 2048, ..RankLoad::default() };
+            let d = t.step_time(&[load]).unwrap().as_ns();
+            assert!(d >= last);
+            last = d;
+        }
+    }
+
+    #[test]
+    fn slowest_rank_sets_the_step() {
+        let mut t = RooflineTimer::new(qwen3_32b_fp8(), h200(), Parallelism::SINGLE, Dtype::Fp8, Dtype::Fp8);
+        let light = RankLoad { decode_requests: 1, decode_kv_tokens: 100, ..RankLoad::default() };
+        let heavy = RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: 4096, context_tokens: 0 }],
+            ..RankLoad::default()
+        };
+        let both = t.step_time(&[light.clone(), heavy.clone()]).unwrap();
+        assert_eq!(both, t.step_time(&[heavy]).unwrap());
+        assert!(both > t.step_time(&[light]).unwrap());
+    }
+}

@@ -1,0 +1,183 @@
+//! GPU memory: weights, activations, overheads, and the KV-cache capacity left over.
+//!
+//! The budget follows AISimulate's captured memory detail (REF §2.1, Qwen3-32B-FP8 on one
+//! H200): KV bytes = `memory_fraction × HBM − weights − activations − runtime overhead`,
+//! tokens = ⌊KV bytes / bytes per token⌋, blocks = ⌊tokens / block size⌋. The unit test
+//! reproduces those published figures to the byte.
+
+use alloc::format;
+use alloc::string::String;
+
+use crate::spec::{Dtype, Hardware, ModelArch};
+
+/// Bytes per GiB.
+pub const GIB: u64 = 1 << 30;
+
+/// Non-torch runtime memory per GPU (CUDA context, allocator slack, engine buffers): 3.5 GiB,
+/// AIConfigurator's `other_mem` (AICDB §3.1) and AISimulate's `runtime_overhead_bytes`.
+pub const RUNTIME_OVERHEAD_BYTES: u64 = 3 * GIB + GIB / 2;
+
+/// Parallel layout of one worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parallelism {
+    /// Tensor parallel degree.
+    pub tensor: u32,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// Attention data-parallel ranks.
+    pub attention_data: u32,
+    /// Expert parallel degree of MoE layers.
+    pub moe_expert: u32,
+    /// Tensor parallel degree of MoE layers.
+    pub moe_tensor: u32,
+}
+
+impl Parallelism {
+    /// One GPU, no parallelism.
+    pub const SINGLE: Parallelism =
+        Parallelism { tensor: 1, pipeline: 1, attention_data: 1, moe_expert: 1, moe_tensor: 1 };
+
+    /// GPUs one worker occupies.
+    #[must_use]
+    pub fn gpus(&self) -> u32 {
+        self.tensor * self.pipeline * self.attention_data
+    }
+}
+
+/// Inputs of the memory plan beyond model and hardware.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryInputs {
+    /// Layout of the worker.
+    pub parallelism: Parallelism,
+    /// Linear-layer weight format.
+    pub weight_dtype: Dtype,
+    /// KV-cache format.
+    pub kv_dtype: Dtype,
+    /// Fraction of HBM the engine may use (`gpu_memory_utilization` and friends).
+    pub memory_fraction: f64,
+    /// Largest token count of one step (sizes activations).
+    pub max_batched_tokens: u32,
+    /// KV block size in tokens.
+    pub block_size: u32,
+    /// Memory held back for CUDA graphs.
+    pub cuda_graph_reserved_bytes: u64,
+}
+
+/// Where each GPU's memory goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryPlan {
+    /// HBM of one GPU.
+    pub total_gpu_capacity_bytes: u64,
+    /// Weights resident on one GPU.
+    pub weights_bytes: u64,
+    /// Peak activation memory.
+    pub activations_bytes: u64,
+    /// Runtime overhead.
+    pub runtime_overhead_bytes: u64,
+    /// Communication buffers (NCCL).
+    pub comm_overhead_bytes: u64,
+    /// CUDA-graph reserve.
+    pub cuda_graph_reserved_bytes: u64,
+    /// Bytes left for KV cache on one GPU.
+    pub kv_cache_bytes: u64,
+    /// KV bytes one token takes on one GPU.
+    pub kv_bytes_per_token: u64,
+    /// Tokens of KV one GPU (one attention-DP rank) holds.
+    pub kv_tokens: u64,
+    /// KV blocks per rank.
+    pub kv_blocks: u64,
+}
+
+/// The configuration does not fit in GPU memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DoesNotFit {
+    /// The numbers that show why.
+    pub message: String,
+}
+
+/// Activation coefficient by tensor-parallel degree for dense (Llama-family) models:
+/// AIConfigurator's `_get_memory_usage` table LLAMA {1: 11, 2: 6.5, 4: 5, 8: 5} (AICDB §5.6).
+fn activation_coeff(tp: u32) -> f64 {
+    match tp {
+        1 => 11.0,
+        2 => 6.5,
+        _ => 5.0,
+    }
+}
+
+/// KV bytes per token on one GPU: K and V for every layer of this pipeline stage, for the
+/// KV heads this GPU holds (KV heads are replicated when TP exceeds their count).
+#[must_use]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Small positive products.
+pub fn kv_bytes_per_token(model: &ModelArch, p: Parallelism, kv_dtype: Dtype) -> u64 {
+    let heads_per_gpu = model.num_kv_heads.div_ceil(p.tensor.max(1)).max(1);
+    let layers = model.num_layers.div_ceil(p.pipeline.max(1));
+    let elems = 2 * u64::from(layers) * u64::from(heads_per_gpu) * model.head_dim;
+    libm::ceil(elems as f64 * kv_dtype.bytes()) as u64
+}
+
+/// Plans one GPU's memory.
+///
+/// # Errors
+/// [`DoesNotFit`] when weights and fixed costs leave no room for even one KV block.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<MemoryPlan, DoesNotFit> {
+    let p = m.parallelism;
+    let shards = u64::from(p.tensor.max(1)) * u64::from(p.pipeline.max(1));
+    // Linear layers in the checkpoint's format; embeddings and LM head stay bf16.
+    let linear = model.layer_linear_params() * u64::from(model.num_layers);
+    let weights_total =
+        linear as f64 * m.weight_dtype.bytes() + model.embedding_params() as f64 * Dtype::Bf16.bytes();
+    let weights_bytes = libm::ceil(weights_total / shards as f64) as u64;
+    let activations_bytes = libm::round(
+        2.0 * f64::from(m.max_batched_tokens)
+            * f64::from(model.num_heads)
+            * model.head_dim as f64
+            * activation_coeff(p.tensor),
+    ) as u64;
+    let comm_overhead_bytes = 0;
+    let fixed = weights_bytes
+        + activations_bytes
+        + RUNTIME_OVERHEAD_BYTES
+        + comm_overhead_bytes
+        + m.cuda_graph_reserved_bytes;
+    let usable = m.memory_fraction * hw.hbm_bytes as f64;
+    let kv_bytes_per_token = kv_bytes_per_token(model, p, m.kv_dtype);
+    let kv_cache = usable - fixed as f64;
+    let kv_cache_bytes = if kv_cache > 0.0 { kv_cache as u64 } else { 0 };
+    let kv_tokens = kv_cache_bytes / kv_bytes_per_token.max(1);
+    let kv_blocks = kv_tokens / u64::from(m.block_size.max(1));
+    if kv_blocks == 0 {
+        return Err(DoesNotFit {
+            message: format!(
+                "{} on {} x{} does not fit: usable {:.2} GiB ({} x {:.1} GiB HBM) but weights {:.2} GiB + activations \
+                 {:.2} GiB + runtime {:.2} GiB + CUDA graphs {:.2} GiB leave no room for one KV block of {} tokens \
+                 ({} bytes/token)",
+                model.id,
+                hw.id,
+                p.gpus(),
+                usable / GIB as f64,
+                m.memory_fraction,
+                hw.hbm_bytes as f64 / GIB as f64,
+                weights_bytes as f64 / GIB as f64,
+                activations_bytes as f64 / GIB as f64,
+                RUNTIME_OVERHEAD_BYTES as f64 / GIB as f64,
+                m.cuda_graph_reserved_bytes as f64 / GIB as f64,
+                m.block_size,
+                kv_bytes_per_token
+            ),
+        });
+    }
+    Ok(MemoryPlan {
+        total_gpu_capacity_bytes: hw.hbm_bytes,
+        weights_bytes,
+        activations_bytes,
+        runtime_overhead_bytes: RUNTIME_OVERHEAD_BYTES,
+        comm_overhead_bytes,
+        cuda_graph_reserved_bytes: m.cuda_graph_reserved_bytes,
+        kv_cache_bytes,
+        kv_bytes_per_token,
+        kv_tokens,
+        kv_blocks,
+    })
+}

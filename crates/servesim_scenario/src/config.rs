@@ -1,0 +1,231 @@
+//! The prediction config: AISimulate's `prediction.yaml` schema (REF §1) with its defaults,
+//! plus servesim's documented extensions. [`crate::decode`] builds it from a [`crate::node::Node`].
+
+use servesim_core::engine::Backend;
+use servesim_core::metrics::Sla;
+use servesim_core::traffic::LengthDist;
+use servesim_perf::spec::Dtype;
+
+/// A whole validated config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// What arrives and when.
+    pub traffic: TrafficConfig,
+    /// The deployment.
+    pub engine: EngineConfig,
+    /// Request placement.
+    pub router: RouterConfig,
+    /// Service-level evaluation.
+    pub evaluation: EvaluationConfig,
+}
+
+/// `traffic`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrafficConfig {
+    /// `traffic.source`.
+    pub source: SourceConfig,
+    /// `traffic.load`.
+    pub load: LoadConfig,
+    /// `traffic.stop`.
+    pub stop: StopConfig,
+}
+
+/// `traffic.source`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceConfig {
+    /// `type: synthetic` — independent requests.
+    Synthetic {
+        /// `input_tokens` (a fixed count, or a distribution: servesim extension).
+        input_tokens: LengthDist,
+        /// `output_tokens`.
+        output_tokens: LengthDist,
+    },
+}
+
+/// `traffic.load`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadConfig {
+    /// The pacing.
+    pub kind: LoadKind,
+    /// `seed`: root seed of the run (AISimulate uses it for `poisson`; servesim for every
+    /// random stream). Default 42.
+    pub seed: u64,
+}
+
+/// `traffic.load.type` and its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoadKind {
+    /// `concurrency`: closed loop.
+    Concurrency(u32),
+    /// `poisson` at `requests_per_second`.
+    Poisson(f64),
+    /// `constant_rate` at `requests_per_second`.
+    ConstantRate(f64),
+    /// `gamma` at `requests_per_second` with gap coefficient of variation `cv` (extension).
+    Gamma {
+        /// Mean rate.
+        rate: f64,
+        /// Coefficient of variation.
+        cv: f64,
+    },
+    /// `kv_capacity_fraction`: concurrency whose KV working set is `fraction` of usable KV.
+    KvCapacityFraction(f64),
+}
+
+impl LoadKind {
+    /// AISimulate's "load unit" (concurrency or rate) for `*_per_load_unit` stop rules.
+    #[must_use]
+    pub fn load_unit(&self) -> Option<f64> {
+        match *self {
+            LoadKind::Concurrency(c) => Some(f64::from(c)),
+            LoadKind::Poisson(r) | LoadKind::ConstantRate(r) | LoadKind::Gamma { rate: r, .. } => Some(r),
+            LoadKind::KvCapacityFraction(_) => None,
+        }
+    }
+}
+
+/// `traffic.stop`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StopConfig {
+    /// `requests`.
+    Requests(u32),
+    /// `requests_per_load_unit`: `max(1, round(k × load unit))` requests.
+    RequestsPerLoadUnit(f64),
+}
+
+/// `engine.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One pool of workers doing prefill and decode.
+    Aggregated,
+    /// Separate prefill and decode pools.
+    Disaggregated,
+}
+
+/// `engine.context_length`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextLength {
+    /// `max`: the model's limit on vLLM; unlimited on SGLang and TensorRT-LLM.
+    Max,
+    /// Prompts at or above this many tokens are rejected.
+    Tokens(u32),
+}
+
+/// `engine.quantization` (servesim extension): serve a checkpoint in another format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quantization {
+    /// GEMM weight/activation format; default: the checkpoint's.
+    pub gemm: Option<Dtype>,
+    /// KV-cache format; default: the engine's choice for the checkpoint.
+    pub kv_cache: Option<Dtype>,
+}
+
+/// `engine`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// `mode`.
+    pub mode: Mode,
+    /// `model`: a catalog id (Hugging Face id).
+    pub model: String,
+    /// `hardware`: a catalog id such as `h200_sxm`.
+    pub hardware: String,
+    /// `backend`.
+    pub backend: Backend,
+    /// `backend_version` (selects performance data only).
+    pub backend_version: Option<String>,
+    /// `context_length`.
+    pub context_length: ContextLength,
+    /// `enable_chunked_prefill` (default on).
+    pub enable_chunked_prefill: bool,
+    /// `quantization`.
+    pub quantization: Quantization,
+    /// `workers.aggregated` (aggregated mode).
+    pub aggregated: RoleConfig,
+}
+
+/// `engine.workers.<role>.parallelism`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParallelismConfig {
+    /// `replicas`.
+    pub replicas: u32,
+    /// `tensor`.
+    pub tensor: u32,
+    /// `pipeline`.
+    pub pipeline: u32,
+    /// `attention_data`.
+    pub attention_data: u32,
+    /// `moe_tensor`.
+    pub moe_tensor: u32,
+    /// `moe_expert`.
+    pub moe_expert: u32,
+}
+
+/// `engine.workers.<role>.scheduler`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerKnobs {
+    /// `max_batched_tokens` (8192; per attention-DP rank).
+    pub max_batched_tokens: u32,
+    /// `max_sequences` (256).
+    pub max_sequences: u32,
+}
+
+/// `engine.workers.<role>.kv_cache.capacity`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Capacity {
+    /// `type: default` — from the memory model.
+    Default {
+        /// `memory_fraction` (vLLM/TRT-LLM 0.9, SGLang 0.88).
+        memory_fraction: f64,
+        /// `cuda_graph_reserved_bytes` (0).
+        cuda_graph_reserved_bytes: u64,
+    },
+    /// `type: fixed` — this many blocks per rank.
+    FixedBlocks(u64),
+    /// `type: fixed` — `floor(bytes / (block_size × bytes_per_token))` blocks per rank.
+    FixedBytes(u64),
+}
+
+/// `engine.workers.<role>.kv_cache`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvCacheConfig {
+    /// `block_size` (vLLM 64, SGLang 1, TRT-LLM 32).
+    pub block_size: u32,
+    /// `prefix_caching` (true).
+    pub prefix_caching: bool,
+    /// `bytes_per_token` (`auto` = one TP shard from the model).
+    pub bytes_per_token: Option<u64>,
+    /// `capacity`.
+    pub capacity: Capacity,
+}
+
+/// `engine.workers.<role>`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoleConfig {
+    /// `parallelism`.
+    pub parallelism: ParallelismConfig,
+    /// `scheduler`.
+    pub scheduler: SchedulerKnobs,
+    /// `kv_cache`.
+    pub kv_cache: KvCacheConfig,
+}
+
+/// `router.policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterPolicy {
+    /// `round_robin` (default).
+    RoundRobin,
+}
+
+/// `router`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// `policy`.
+    pub policy: RouterPolicy,
+}
+
+/// `evaluation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EvaluationConfig {
+    /// `sla`.
+    pub sla: Sla,
+}

@@ -1,0 +1,893 @@
+//! Node tree → [`Config`]: applies AISimulate's defaults, checks every field, and collects
+//! every problem instead of stopping at the first.
+
+use servesim_core::engine::Backend;
+use servesim_core::metrics::Sla;
+use servesim_core::traffic::LengthDist;
+use servesim_perf::spec::Dtype;
+
+use crate::config::{
+    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, LoadConfig, LoadKind,
+    Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy, SchedulerKnobs,
+    SourceConfig, StopConfig, TrafficConfig,
+};
+use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
+use crate::node::{Node, Value};
+
+/// Largest token count accepted anywhere (2^24 = 16.7M tokens): far beyond any model's context.
+const MAX_TOKENS: u32 = 1 << 24;
+/// Largest request count of one run (keeps runs bounded; TigerBeetle's "limit everything").
+const MAX_REQUESTS: u32 = 10_000_000;
+/// Largest closed-loop concurrency.
+const MAX_CONCURRENCY: u32 = 1_000_000;
+/// Largest GPU count of one parallel dimension.
+const MAX_PARALLEL: u32 = 1024;
+
+/// Decodes a whole config. `None` means at least one diagnostic was recorded.
+pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
+    let before = cx.diags.len();
+    let mut f = Fields::of(root, "", cx)?;
+    let engine = match f.take("engine") {
+        Some((n, p)) => decode_engine(n, &p, cx),
+        None => {
+            cx.schema("engine", root, "required section is missing (model, hardware and workers live here)");
+            None
+        }
+    };
+    let traffic = match f.take("traffic") {
+        Some((n, p)) => decode_traffic(n, &p, cx),
+        None => Some(default_traffic()),
+    };
+    let router = match f.take("router") {
+        Some((n, p)) => decode_router(n, &p, cx),
+        None => Some(RouterConfig { policy: RouterPolicy::RoundRobin }),
+    };
+    if let Some((n, p)) = f.take("planner") {
+        decode_planner(n, &p, cx);
+    }
+    let evaluation = match f.take("evaluation") {
+        Some((n, p)) => decode_evaluation(n, &p, cx),
+        None => Some(EvaluationConfig::default()),
+    };
+    if let Some((n, p)) = f.take("execution") {
+        decode_execution(n, &p, cx);
+    }
+    for (key, what) in [("optimization", "recommend"), ("optimizer", "recommend")] {
+        if let Some((n, p)) = f.take(key) {
+            cx.schema(&p, n, format!("belongs to a {what} config; predict does not accept it"));
+        }
+    }
+    f.finish(
+        cx,
+        &["traffic", "engine", "router", "planner", "evaluation", "execution", "optimization", "optimizer"],
+        "",
+    );
+    let (engine, traffic, router, evaluation) = (engine?, traffic?, router?, evaluation?);
+    if cx.diags.len() > before {
+        return None;
+    }
+    let config = Config { traffic, engine, router, evaluation };
+    Some(config)
+}
+
+fn default_traffic() -> TrafficConfig {
+    TrafficConfig {
+        source: SourceConfig::Synthetic {
+            input_tokens: LengthDist::Fixed(1024),
+            output_tokens: LengthDist::Fixed(128),
+        },
+        load: LoadConfig { kind: LoadKind::Concurrency(10), seed: 42 },
+        stop: StopConfig::Requests(100),
+    }
+}
+
+fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<TrafficConfig> {
+    let d = default_traffic();
+    let mut f = Fields::of(node, path, cx)?;
+    let source = match f.take("source") {
+        Some((n, p)) => decode_source(n, &p, cx),
+        None => Some(d.source),
+    };
+    let load = match f.take("load") {
+        Some((n, p)) => decode_load(n, &p, cx),
+        None => Some(d.load),
+    };
+    let stop = match f.take("stop") {
+        Some((n, p)) => decode_stop(n, &p, cx),
+        None => Some(d.stop),
+    };
+    f.finish(cx, &["source", "load", "stop"], "");
+    Some(TrafficConfig { source: source?, load: load?, stop: stop? })
+}
+
+const SOURCE_KEYS: &[&str] = &[
+    "type",
+    "input_tokens",
+    "output_tokens",
+    "images",
+    "new_input_tokens_per_turn",
+    "output_tokens_per_turn",
+    "session",
+    "paths",
+    "format",
+    "block_size",
+    "nested_timestamp_basis",
+];
+
+fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let kind = match f.take("type") {
+        Some((n, p)) => choice(n, &p, cx, &["synthetic", "synthetic-session", "trace"])?,
+        None => "synthetic",
+    };
+    let out = match kind {
+        "synthetic" => {
+            if let Some((n, p)) = f.take("images") {
+                cx.unsupported(&p, n, "image inputs (EPD/vision-language) are not simulated by servesim yet");
+            }
+            let input =
+                f.take("input_tokens").map_or(Some(LengthDist::Fixed(1024)), |(n, p)| lengths(n, &p, cx));
+            let output =
+                f.take("output_tokens").map_or(Some(LengthDist::Fixed(128)), |(n, p)| lengths(n, &p, cx));
+            Some(SourceConfig::Synthetic { input_tokens: input?, output_tokens: output? })
+        }
+        other => {
+            let n = node.get("type").unwrap_or(node);
+            cx.unsupported(
+                &crate::diag::join(path, "type"),
+                n,
+                format!("source type '{other}' is not simulated by servesim yet"),
+            );
+            for k in SOURCE_KEYS {
+                f.take(k);
+            }
+            None
+        }
+    };
+    f.finish(cx, SOURCE_KEYS, &format!("to source type '{kind}'"));
+    out
+}
+
+/// A token count, or a distribution `{dist: fixed|uniform|normal|lognormal|exponential, ...}`
+/// (servesim extension of `input_tokens` / `output_tokens`).
+fn lengths(node: &Node, path: &str, cx: &mut Cx) -> Option<LengthDist> {
+    if !matches!(node.value, Value::Map(_)) {
+        return u32_in(node, path, cx, 1, MAX_TOKENS).map(LengthDist::Fixed);
+    }
+    let mut f = Fields::of(node, path, cx)?;
+    let Some((dn, dp)) = f.take("dist") else {
+        cx.schema(
+            path,
+            node,
+            "a length distribution needs 'dist' (fixed, uniform, normal, lognormal, exponential)",
+        );
+        return None;
+    };
+    let dist = choice(dn, &dp, cx, &["fixed", "uniform", "normal", "lognormal", "exponential"])?;
+    let get_u32 = |f: &mut Fields, key: &str, default: Option<u32>, cx: &mut Cx| -> Option<u32> {
+        match f.take(key) {
+            Some((n, p)) => u32_in(n, &p, cx, 1, MAX_TOKENS),
+            None => {
+                if default.is_none() {
+                    cx.schema(
+                        &crate::diag::join(path, key),
+                        node,
+                        format!("'{key}' is required for dist '{dist}'"),
+                    );
+                }
+                default
+            }
+        }
+    };
+    let get_pos = |f: &mut Fields, key: &str, cx: &mut Cx| -> Option<f64> {
+        match f.take(key) {
+            Some((n, p)) => positive(n, &p, cx),
+            None => {
+                cx.schema(
+                    &crate::diag::join(path, key),
+                    node,
+                    format!("'{key}' is required for dist '{dist}'"),
+                );
+                None
+            }
+        }
+    };
+    let out = match dist {
+        "fixed" => get_u32(&mut f, "value", None, cx).map(LengthDist::Fixed),
+        "uniform" => {
+            let (min, max) = (get_u32(&mut f, "min", None, cx), get_u32(&mut f, "max", None, cx));
+            match (min, max) {
+                (Some(min), Some(max)) if min <= max => Some(LengthDist::Uniform { min, max }),
+                (Some(min), Some(max)) => {
+                    cx.domain(path, node, format!("min ({min}) must not exceed max ({max})"));
+                    None
+                }
+                _ => None,
+            }
+        }
+        _ => {
+            let mean = get_pos(&mut f, "mean", cx);
+            let std = if dist == "exponential" {
+                Some(0.0)
+            } else {
+                match f.take("std") {
+                    Some((n, p)) => number_in(n, &p, cx, 0.0, f64::MAX),
+                    None => {
+                        cx.schema(
+                            &crate::diag::join(path, "std"),
+                            node,
+                            format!("'std' is required for dist '{dist}'"),
+                        );
+                        None
+                    }
+                }
+            };
+            let min = get_u32(&mut f, "min", Some(1), cx);
+            let max = get_u32(&mut f, "max", Some(MAX_TOKENS), cx);
+            match (mean, std, min, max) {
+                (Some(mean), Some(std), Some(min), Some(max)) if min <= max => Some(match dist {
+                    "normal" => LengthDist::Normal { mean, std, min, max },
+                    "lognormal" => LengthDist::LogNormal { mean, std, min, max },
+                    _ => LengthDist::Exponential { mean, min, max },
+                }),
+                (_, _, Some(min), Some(max)) if min > max => {
+                    cx.domain(path, node, format!("min ({min}) must not exceed max ({max})"));
+                    None
+                }
+                _ => None,
+            }
+        }
+    };
+    let keys: &[&str] = match dist {
+        "fixed" => &["dist", "value"],
+        "uniform" => &["dist", "min", "max"],
+        "exponential" => &["dist", "mean", "min", "max"],
+        _ => &["dist", "mean", "std", "min", "max"],
+    };
+    f.finish(cx, keys, &format!("to dist '{dist}'"));
+    out
+}
+
+const LOAD_KEYS: &[&str] = &[
+    "type",
+    "concurrency",
+    "requests_per_second",
+    "sessions_per_second",
+    "seed",
+    "fraction",
+    "speedup",
+    "cv",
+    "agentic_lanes",
+    "agentic_snapshot",
+    "agentic_warmup",
+    "agentic_profile",
+];
+
+fn decode_load(node: &Node, path: &str, cx: &mut Cx) -> Option<LoadConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let kind = match f.take("type") {
+        Some((n, p)) => choice(
+            n,
+            &p,
+            cx,
+            &["concurrency", "poisson", "constant_rate", "gamma", "kv_capacity_fraction", "trace_timestamps"],
+        )?,
+        None => "concurrency",
+    };
+    let seed = match f.take("seed") {
+        Some((n, p)) => u64_min(n, &p, cx, 0),
+        None => Some(42),
+    };
+    let rate = |f: &mut Fields, cx: &mut Cx| match f.take("requests_per_second") {
+        Some((n, p)) => positive(n, &p, cx),
+        None => {
+            cx.schema(
+                &crate::diag::join(path, "requests_per_second"),
+                node,
+                format!("required for load type '{kind}'"),
+            );
+            None
+        }
+    };
+    let out = match kind {
+        "concurrency" => match f.take("concurrency") {
+            Some((n, p)) => u32_in(n, &p, cx, 1, MAX_CONCURRENCY).map(LoadKind::Concurrency),
+            None => Some(LoadKind::Concurrency(10)),
+        },
+        "poisson" => rate(&mut f, cx).map(LoadKind::Poisson),
+        "constant_rate" => rate(&mut f, cx).map(LoadKind::ConstantRate),
+        "gamma" => {
+            let r = rate(&mut f, cx);
+            let cv = match f.take("cv") {
+                Some((n, p)) => number_in(n, &p, cx, 0.01, 100.0),
+                None => {
+                    cx.schema(
+                        &crate::diag::join(path, "cv"),
+                        node,
+                        "required for load type 'gamma' (1 = Poisson, >1 bursty)",
+                    );
+                    None
+                }
+            };
+            Some(LoadKind::Gamma { rate: r?, cv: cv? })
+        }
+        "kv_capacity_fraction" => match f.take("fraction") {
+            Some((n, p)) => number_in(n, &p, cx, 1e-6, 100.0).map(LoadKind::KvCapacityFraction),
+            None => {
+                cx.schema(
+                    &crate::diag::join(path, "fraction"),
+                    node,
+                    "required for load type 'kv_capacity_fraction'",
+                );
+                None
+            }
+        },
+        _ => {
+            let n = node.get("type").unwrap_or(node);
+            cx.unsupported(
+                &crate::diag::join(path, "type"),
+                n,
+                "trace_timestamps needs a trace source, which servesim does not replay yet",
+            );
+            None
+        }
+    };
+    for k in ["agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_profile", "sessions_per_second"]
+    {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(&p, n, "agentic and session pacing are not simulated by servesim yet");
+        }
+    }
+    f.finish(cx, LOAD_KEYS, &format!("to load type '{kind}'"));
+    Some(LoadConfig { kind: out?, seed: seed? })
+}
+
+fn decode_stop(node: &Node, path: &str, cx: &mut Cx) -> Option<StopConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let requests = f.take("requests").map(|(n, p)| u32_in(n, &p, cx, 1, MAX_REQUESTS));
+    let per_unit = f.take("requests_per_load_unit").map(|(n, p)| positive(n, &p, cx));
+    for k in ["sessions", "sessions_per_load_unit", "max_virtual_time_seconds"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(
+                &p,
+                n,
+                "session and trace stop rules apply to sources servesim does not replay yet",
+            );
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "requests",
+            "requests_per_load_unit",
+            "sessions",
+            "sessions_per_load_unit",
+            "max_virtual_time_seconds",
+        ],
+        "",
+    );
+    match (requests, per_unit) {
+        (Some(_), Some(_)) => {
+            cx.domain(path, node, "set either 'requests' or 'requests_per_load_unit', not both");
+            None
+        }
+        (Some(r), None) => r.map(StopConfig::Requests),
+        (None, Some(k)) => k.map(StopConfig::RequestsPerLoadUnit),
+        (None, None) => Some(StopConfig::Requests(100)),
+    }
+}
+
+fn dtype(node: &Node, path: &str, cx: &mut Cx) -> Option<Dtype> {
+    match choice(node, path, cx, &["bf16", "bfloat16", "fp16", "float16", "fp8", "fp4", "nvfp4", "mxfp4"])? {
+        "bf16" | "bfloat16" | "fp16" | "float16" => Some(Dtype::Bf16),
+        "fp8" => Some(Dtype::Fp8),
+        _ => Some(Dtype::Fp4),
+    }
+}
+
+const ENGINE_KEYS: &[&str] = &[
+    "mode",
+    "model",
+    "hardware",
+    "backend",
+    "backend_version",
+    "context_length",
+    "enable_chunked_prefill",
+    "speculation",
+    "nextn",
+    "nextn_accepted",
+    "kv_transfer",
+    "workers",
+    "afd",
+    "quantization",
+    "kv_eviction_policy",
+];
+
+fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mode = match f.take("mode") {
+        Some((n, p)) => match choice(n, &p, cx, &["aggregated", "disaggregated", "afd"])? {
+            "aggregated" => Some(Mode::Aggregated),
+            "disaggregated" => {
+                cx.unsupported(&p, n, "disaggregated prefill/decode is not simulated by servesim yet");
+                Some(Mode::Disaggregated)
+            }
+            _ => {
+                cx.unsupported(&p, n, "attention-FFN disaggregation (afd) is not estimated by servesim yet");
+                None
+            }
+        },
+        None => Some(Mode::Aggregated),
+    };
+    let required = |f: &mut Fields, key: &str, what: &str, cx: &mut Cx| match f.take(key) {
+        Some((n, p)) => string(n, &p, cx),
+        None => {
+            cx.schema(&crate::diag::join(path, key), node, format!("required: {what}"));
+            None
+        }
+    };
+    let model = required(&mut f, "model", "a model id such as Qwen/Qwen3-32B-FP8", cx);
+    let hardware = required(&mut f, "hardware", "a GPU id such as h200_sxm", cx);
+    let backend = match f.take("backend") {
+        Some((n, p)) => match choice(n, &p, cx, &["vllm", "sglang", "trtllm"])? {
+            "vllm" => Some(Backend::Vllm),
+            b => {
+                cx.unsupported(
+                    &p,
+                    n,
+                    format!("the {b} scheduler is not simulated by servesim yet (vllm is)"),
+                );
+                None
+            }
+        },
+        None => Some(Backend::Vllm),
+    };
+    let backend_version = f.take("backend_version").and_then(|(n, p)| string(n, &p, cx));
+    let context_length = match f.take("context_length") {
+        Some((n, p)) => match &n.value {
+            Value::Str(s) if s == "max" => Some(ContextLength::Max),
+            _ => u32_in(n, &p, cx, 1, MAX_TOKENS).map(ContextLength::Tokens),
+        },
+        None => Some(ContextLength::Max),
+    };
+    let chunked = match f.take("enable_chunked_prefill") {
+        Some((n, p)) => boolean(n, &p, cx),
+        None => Some(true),
+    };
+    for k in ["speculation", "nextn", "nextn_accepted", "kv_transfer", "afd", "kv_eviction_policy"] {
+        if let Some((n, p)) = f.take(k) {
+            let zero = matches!(n.value, Value::Int(0)) && k == "nextn";
+            if !zero {
+                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
+            }
+        }
+    }
+    let quantization = match f.take("quantization") {
+        Some((n, p)) => decode_quantization(n, &p, cx),
+        None => Some(Quantization::default()),
+    };
+    let backend_for_defaults = backend.unwrap_or(Backend::Vllm);
+    let aggregated = match f.take("workers") {
+        Some((n, p)) => decode_workers(n, &p, cx, backend_for_defaults, mode.unwrap_or(Mode::Aggregated)),
+        None => {
+            cx.schema(&crate::diag::join(path, "workers"), node, "required: e.g. workers: {aggregated: {}}");
+            None
+        }
+    };
+    f.finish(cx, ENGINE_KEYS, "");
+    Some(EngineConfig {
+        mode: mode?,
+        model: model?,
+        hardware: hardware?,
+        backend: backend?,
+        backend_version,
+        context_length: context_length?,
+        enable_chunked_prefill: chunked?,
+        quantization: quantization?,
+        aggregated: aggregated?,
+    })
+}
+
+fn decode_quantization(node: &Node, path: &str, cx: &mut Cx) -> Option<Quantization> {
+    let mut f = Fields::of(node, path, cx)?;
+    let gemm = f.take("gemm").map(|(n, p)| dtype(n, &p, cx));
+    let kv = f.take("kv_cache").map(|(n, p)| dtype(n, &p, cx));
+    f.finish(cx, &["gemm", "kv_cache"], "");
+    Some(Quantization {
+        gemm: match gemm {
+            Some(g) => Some(g?),
+            None => None,
+        },
+        kv_cache: match kv {
+            Some(k) => Some(k?),
+            None => None,
+        },
+    })
+}
+
+fn decode_workers(node: &Node, path: &str, cx: &mut Cx, backend: Backend, mode: Mode) -> Option<RoleConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let out = match mode {
+        Mode::Aggregated => match f.take("aggregated") {
+            Some((n, p)) => decode_role(n, &p, cx, backend),
+            None => {
+                if matches!(node.value, Value::Map(_)) || matches!(node.value, Value::Null) {
+                    // `aggregated: {}` is the usual spelling; a bare `aggregated:` is null.
+                    if node.get("aggregated").is_some() {
+                        decode_role(
+                            &Node::builtin(Value::Null),
+                            &crate::diag::join(path, "aggregated"),
+                            cx,
+                            backend,
+                        )
+                    } else {
+                        cx.schema(
+                            &crate::diag::join(path, "aggregated"),
+                            node,
+                            "required in aggregated mode",
+                        );
+                        None
+                    }
+                } else {
+                    None
+                }
+            }
+        },
+        Mode::Disaggregated => {
+            for k in ["prefill", "decode"] {
+                f.take(k);
+            }
+            None
+        }
+    };
+    for k in ["prefill", "decode", "encoder"] {
+        if mode == Mode::Aggregated {
+            if let Some((n, p)) = f.take(k) {
+                cx.schema(&p, n, "only 'aggregated' workers exist in aggregated mode");
+            }
+        }
+    }
+    f.finish(cx, &["aggregated", "prefill", "decode", "encoder"], "");
+    out
+}
+
+fn decode_role(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<RoleConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let parallelism = match f.take("parallelism") {
+        Some((n, p)) => decode_parallelism(n, &p, cx),
+        None => Some(ParallelismConfig {
+            replicas: 1,
+            tensor: 1,
+            pipeline: 1,
+            attention_data: 1,
+            moe_tensor: 1,
+            moe_expert: 1,
+        }),
+    };
+    let scheduler = decode_scheduler(f.take("scheduler"), &crate::diag::join(path, "scheduler"), cx);
+    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
+    if let Some((n, p)) = f.take("timing") {
+        decode_timing(n, &p, cx);
+    }
+    for k in ["hardware", "startup_seconds"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(&p, n, format!("'{k}' applies to disaggregated or autoscaled pools, which servesim does not simulate yet"));
+        }
+    }
+    f.finish(cx, &["parallelism", "scheduler", "kv_cache", "timing", "hardware", "startup_seconds"], "");
+    Some(RoleConfig { parallelism: parallelism?, scheduler: scheduler?, kv_cache: kv_cache? })
+}
+
+fn decode_parallelism(node: &Node, path: &str, cx: &mut Cx) -> Option<ParallelismConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mut get = |key: &str, cx: &mut Cx| match f.take(key) {
+        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_PARALLEL),
+        None => Some(1),
+    };
+    let replicas = get("replicas", cx);
+    let tensor = get("tensor", cx);
+    let pipeline = get("pipeline", cx);
+    let attention_data = get("attention_data", cx);
+    let moe_tensor = get("moe_tensor", cx);
+    let moe_expert = get("moe_expert", cx);
+    if pipeline.is_some_and(|p| p > 1) {
+        if let Some(n) = node.get("pipeline") {
+            cx.unsupported(
+                &crate::diag::join(path, "pipeline"),
+                n,
+                "pipeline parallelism is not simulated by servesim yet",
+            );
+        }
+    }
+    for k in ["prefill_context", "decode_context", "preset"] {
+        if let Some((n, p)) = f.take(k) {
+            let one = matches!(n.value, Value::Int(1));
+            if !one {
+                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
+            }
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "replicas",
+            "tensor",
+            "pipeline",
+            "attention_data",
+            "moe_tensor",
+            "moe_expert",
+            "prefill_context",
+            "decode_context",
+            "preset",
+        ],
+        "",
+    );
+    Some(ParallelismConfig {
+        replicas: replicas?,
+        tensor: tensor?,
+        pipeline: pipeline?,
+        attention_data: attention_data?,
+        moe_tensor: moe_tensor?,
+        moe_expert: moe_expert?,
+    })
+}
+
+fn decode_scheduler(entry: Option<(&Node, String)>, path: &str, cx: &mut Cx) -> Option<SchedulerKnobs> {
+    let defaults = SchedulerKnobs { max_batched_tokens: 8192, max_sequences: 256 };
+    let Some((node, _)) = entry else { return Some(defaults) };
+    let mut f = Fields::of(node, path, cx)?;
+    let mbt = match f.take("max_batched_tokens") {
+        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_TOKENS),
+        None => Some(defaults.max_batched_tokens),
+    };
+    let ms = match f.take("max_sequences") {
+        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_CONCURRENCY),
+        None => Some(defaults.max_sequences),
+    };
+    for k in ["prefill_schedule_interval", "prefill_decode_interval"] {
+        if let Some((n, p)) = f.take(k) {
+            let default = matches!(n.value, Value::Int(0 | 1));
+            if !default {
+                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
+            }
+        }
+    }
+    f.finish(
+        cx,
+        &["max_batched_tokens", "max_sequences", "prefill_schedule_interval", "prefill_decode_interval"],
+        "",
+    );
+    Some(SchedulerKnobs { max_batched_tokens: mbt?, max_sequences: ms? })
+}
+
+fn decode_kv_cache(
+    entry: Option<(&Node, String)>,
+    path: &str,
+    cx: &mut Cx,
+    backend: Backend,
+) -> Option<KvCacheConfig> {
+    let default_block = match backend {
+        Backend::Vllm => 64,
+        Backend::Sglang => 1,
+        Backend::TrtLlm => 32,
+    };
+    let default_fraction = if backend == Backend::Sglang { 0.88 } else { 0.9 };
+    let defaults = KvCacheConfig {
+        block_size: default_block,
+        prefix_caching: true,
+        bytes_per_token: None,
+        capacity: Capacity::Default { memory_fraction: default_fraction, cuda_graph_reserved_bytes: 0 },
+    };
+    let Some((node, _)) = entry else { return Some(defaults) };
+    let mut f = Fields::of(node, path, cx)?;
+    let block_size = match f.take("block_size") {
+        Some((n, p)) => {
+            let min = if backend == Backend::Sglang { 1 } else { 2 };
+            u32_in(n, &p, cx, min, 4096)
+        }
+        None => Some(default_block),
+    };
+    let prefix_caching = match f.take("prefix_caching") {
+        Some((n, p)) => boolean(n, &p, cx),
+        None => Some(true),
+    };
+    let bytes_per_token = match f.take("bytes_per_token") {
+        Some((n, _)) if matches!(&n.value, Value::Str(s) if s == "auto") => Some(None),
+        Some((n, p)) => u64_min(n, &p, cx, 1).map(Some),
+        None => Some(None),
+    };
+    let capacity = match f.take("capacity") {
+        Some((n, p)) => decode_capacity(n, &p, cx, default_fraction),
+        None => Some(defaults.capacity),
+    };
+    for k in ["host_offload", "g3_offload", "state_cache", "prefix_match_unit"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(
+                &p,
+                n,
+                format!("'{k}' (KV tiers beyond GPU memory) is not simulated by servesim yet"),
+            );
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "block_size",
+            "prefix_caching",
+            "bytes_per_token",
+            "capacity",
+            "host_offload",
+            "g3_offload",
+            "state_cache",
+            "prefix_match_unit",
+        ],
+        "",
+    );
+    Some(KvCacheConfig {
+        block_size: block_size?,
+        prefix_caching: prefix_caching?,
+        bytes_per_token: bytes_per_token?,
+        capacity: capacity?,
+    })
+}
+
+fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: f64) -> Option<Capacity> {
+    let mut f = Fields::of(node, path, cx)?;
+    let kind = match f.take("type") {
+        Some((n, p)) => choice(n, &p, cx, &["default", "fixed"])?,
+        None => "default",
+    };
+    let out = if kind == "default" {
+        let fraction = match f.take("memory_fraction") {
+            Some((n, p)) => number_in(n, &p, cx, 0.01, 1.0),
+            None => Some(default_fraction),
+        };
+        let graphs = match f.take("cuda_graph_reserved_bytes") {
+            Some((n, p)) => u64_min(n, &p, cx, 0),
+            None => Some(0),
+        };
+        Some(Capacity::Default { memory_fraction: fraction?, cuda_graph_reserved_bytes: graphs? })
+    } else {
+        let blocks = f.take("blocks").map(|(n, p)| u64_min(n, &p, cx, 1));
+        let bytes = f.take("bytes").map(|(n, p)| u64_min(n, &p, cx, 1));
+        match (blocks, bytes) {
+            (Some(b), None) => b.map(Capacity::FixedBlocks),
+            (None, Some(b)) => b.map(Capacity::FixedBytes),
+            _ => {
+                cx.schema(path, node, "type 'fixed' needs exactly one of 'blocks' or 'bytes'");
+                None
+            }
+        }
+    };
+    f.finish(
+        cx,
+        &["type", "memory_fraction", "cuda_graph_reserved_bytes", "blocks", "bytes"],
+        &format!("to capacity type '{kind}'"),
+    );
+    out
+}
+
+fn decode_timing(node: &Node, path: &str, cx: &mut Cx) {
+    let Some(mut f) = Fields::of(node, path, cx) else { return };
+    if let Some((n, p)) = f.take("type") {
+        if choice(n, &p, cx, &["default", "fixed", "polynomial"]).is_some_and(|t| t != "default") {
+            cx.unsupported(&p, n, "only the default timing model is available in servesim yet");
+        }
+    }
+    if let Some((n, p)) = f.take("forward_model") {
+        if choice(n, &p, cx, &["op_level", "fpm"]) == Some("fpm") {
+            cx.unsupported(&p, n, "FPM tables are not read by servesim yet");
+        }
+    }
+    for k in ["prefill_ms", "decode_ms", "fpm_parquet_path"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(&p, n, format!("'{k}' is not used by servesim's timing model yet"));
+        }
+    }
+    f.finish(cx, &["type", "prefill_ms", "decode_ms", "forward_model", "fpm_parquet_path"], "");
+}
+
+fn decode_router(node: &Node, path: &str, cx: &mut Cx) -> Option<RouterConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let policy = match f.take("policy") {
+        Some((n, p)) => match choice(
+            n,
+            &p,
+            cx,
+            &["round_robin", "kv_router", "kv_aware", "least_loaded", "session_affinity"],
+        )? {
+            "round_robin" => Some(RouterPolicy::RoundRobin),
+            other => {
+                cx.unsupported(&p, n, format!("router policy '{other}' is not simulated by servesim yet"));
+                None
+            }
+        },
+        None => Some(RouterPolicy::RoundRobin),
+    };
+    for k in ["prefill_load_model", "overlap_score_credit", "prefill_load_scale", "temperature"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(
+                &p,
+                n,
+                format!("'{k}' applies to KV-aware routing, which servesim does not simulate yet"),
+            );
+        }
+    }
+    f.finish(
+        cx,
+        &["policy", "prefill_load_model", "overlap_score_credit", "prefill_load_scale", "temperature"],
+        "",
+    );
+    Some(RouterConfig { policy: policy? })
+}
+
+fn decode_planner(node: &Node, path: &str, cx: &mut Cx) {
+    let Some(mut f) = Fields::of(node, path, cx) else { return };
+    if let Some((n, p)) = f.take("policy") {
+        if choice(n, &p, cx, &["disabled", "enabled"]) == Some("enabled") {
+            cx.unsupported(&p, n, "the autoscaling planner is not simulated by servesim yet");
+        }
+    }
+    // Every other planner knob only matters when the planner is enabled.
+    if let Value::Map(items) = &node.value {
+        for (k, _, _) in items {
+            f.take(k);
+        }
+    }
+    f.finish(cx, &[], "");
+}
+
+fn decode_evaluation(node: &Node, path: &str, cx: &mut Cx) -> Option<EvaluationConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let sla = match f.take("sla") {
+        Some((n, p)) => decode_sla(n, &p, cx),
+        None => Some(Sla::default()),
+    };
+    f.finish(cx, &["sla"], "");
+    Some(EvaluationConfig { sla: sla? })
+}
+
+fn decode_sla(node: &Node, path: &str, cx: &mut Cx) -> Option<Sla> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mut get = |k: &str, cx: &mut Cx| f.take(k).map(|(n, p)| positive(n, &p, cx));
+    let ttft = get("ttft_ms", cx);
+    let itl = get("itl_ms", cx);
+    let e2e = get("e2e_ms", cx);
+    f.finish(cx, &["ttft_ms", "itl_ms", "e2e_ms"], "");
+    if e2e.is_some() && (ttft.is_some() || itl.is_some()) {
+        cx.domain(path, node, "e2e_ms cannot be combined with ttft_ms or itl_ms");
+        return None;
+    }
+    let flat = |o: Option<Option<f64>>| -> Result<Option<f64>, ()> {
+        match o {
+            None => Ok(None),
+            Some(Some(v)) => Ok(Some(v)),
+            Some(None) => Err(()),
+        }
+    };
+    Some(Sla { ttft_ms: flat(ttft).ok()?, itl_ms: flat(itl).ok()?, e2e_ms: flat(e2e).ok()? })
+}
+
+fn decode_execution(node: &Node, path: &str, cx: &mut Cx) {
+    // Host-side resource limits of the simulator process: accepted for compatibility; they
+    // never change modelled results (REF §1.4).
+    let Some(mut f) = Fields::of(node, path, cx) else { return };
+    if let Some((n, p)) = f.take("resources") {
+        if let Some(mut r) = Fields::of(n, &p, cx) {
+            let keys = [
+                "memory_limit_gb",
+                "cpu_limit",
+                "reserve_memory_gb",
+                "reserve_memory_fraction",
+                "available_memory_fraction",
+                "initialization_timeout_seconds",
+                "shutdown_timeout_seconds",
+            ];
+            for k in keys {
+                r.take(k);
+            }
+            r.finish(cx, &keys, "");
+        }
+    }
+    f.finish(cx, &["resources"], "");
+}

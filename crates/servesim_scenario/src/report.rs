@@ -1,0 +1,365 @@
+//! prediction.json (REF §2.1 keys and definitions), requests.jsonl records (REF §2.2), and
+//! the human-readable summary table.
+//!
+//! Host wall-clock figures (`wall_time_ms`, `processed_tokens_per_s`,
+//! `processed_output_tokens_per_s`) are written as `null`: they would make prediction.json
+//! differ between two runs of the same seed. The CLI reports wall time separately.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use servesim_core::metrics::{Dist, Summary};
+use servesim_core::request::{Request, Status, NEVER};
+use servesim_core::sim::{RunResult, StopReason};
+use servesim_core::units::SimTime;
+
+use crate::scenario::Prepared;
+
+/// Version of servesim's own `servesim` section in prediction.json.
+pub const SERVESIM_SECTION_VERSION: u32 = 1;
+
+/// A finished prediction: the JSON report and the per-request records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// prediction.json, keys in the reference order.
+    pub json: Value,
+    /// One record per terminal request, sorted by arrival then uuid.
+    pub requests: Vec<RequestRecord>,
+    /// The summary figures.
+    pub summary: Summary,
+}
+
+/// One line of requests.jsonl.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RequestRecord {
+    /// Session, when the request is a turn of one.
+    pub session_id: Option<String>,
+    /// Turn within the session.
+    pub turn_index: Option<u32>,
+    /// Request id.
+    pub uuid: String,
+    /// Arrival time (ms from the start).
+    pub arrival_time_ms: f64,
+    /// First admission by a scheduler.
+    pub first_admit_ms: Option<f64>,
+    /// First output token.
+    pub first_token_ms: Option<f64>,
+    /// Last output token.
+    pub last_token_ms: Option<f64>,
+    /// Time to first token.
+    pub ttft_ms: Option<f64>,
+    /// Time from first to second token.
+    pub ttst_ms: Option<f64>,
+    /// End-to-end latency.
+    pub e2e_latency_ms: Option<f64>,
+    /// This request's mean time per output token (AIPerf's `inter_token_latency`).
+    pub itl_ms: Option<f64>,
+    /// Prompt tokens.
+    pub input_length: u32,
+    /// Output tokens asked for.
+    pub requested_output_length: u32,
+    /// Output tokens generated.
+    pub output_length: u32,
+    /// Prompt tokens served from prefix cache (max over admissions).
+    pub reused_input_tokens: u32,
+    /// Prefill worker (null when aggregated).
+    pub prefill_worker_idx: Option<u32>,
+    /// Decode or aggregated worker.
+    pub decode_worker_idx: Option<u32>,
+    /// Times the request was preempted (servesim extension).
+    pub num_preemptions: u32,
+    /// `completed | rejected`.
+    pub terminal_status: &'static str,
+}
+
+fn ms(t: SimTime) -> Option<f64> {
+    (t != NEVER).then(|| t.as_ms_f64())
+}
+
+fn record(i: usize, r: &Request) -> RequestRecord {
+    let a = r.spec.arrival;
+    let first = ms(r.stamps.first_token);
+    let last = ms(r.stamps.last_token);
+    let since = |t: SimTime| (t != NEVER).then(|| (t - a).as_ms_f64());
+    RequestRecord {
+        session_id: r.spec.session.map(|(s, _)| format!("session_{s}")),
+        turn_index: r.spec.session.map(|(_, t)| t),
+        uuid: format!("request_{i}"),
+        arrival_time_ms: a.as_ms_f64(),
+        first_admit_ms: ms(r.stamps.first_admit),
+        first_token_ms: first,
+        last_token_ms: last,
+        ttft_ms: since(r.stamps.first_token),
+        ttst_ms: (r.stamps.second_token != NEVER)
+            .then(|| (r.stamps.second_token - r.stamps.first_token).as_ms_f64()),
+        e2e_latency_ms: since(r.stamps.last_token),
+        itl_ms: (r.emitted >= 2)
+            .then(|| (r.stamps.last_token - r.stamps.first_token).as_ms_f64() / f64::from(r.emitted - 1)),
+        input_length: r.input_tokens,
+        requested_output_length: r.spec.output_tokens,
+        output_length: r.emitted,
+        reused_input_tokens: r.reused_max,
+        prefill_worker_idx: None,
+        decode_worker_idx: Some(r.worker),
+        num_preemptions: r.preemptions,
+        terminal_status: match r.status {
+            Status::Completed => "completed",
+            Status::Rejected => "rejected",
+            Status::Waiting | Status::Running => "canceled",
+        },
+    }
+}
+
+fn put_dist(m: &mut Map<String, Value>, name: &str, d: &Dist, suffix: &str) {
+    for (stat, v) in [
+        ("mean", d.mean),
+        ("min", d.min),
+        ("max", d.max),
+        ("median", d.median),
+        ("p75", d.p75),
+        ("p90", d.p90),
+        ("p95", d.p95),
+        ("p99", d.p99),
+        ("std", d.std),
+    ] {
+        m.insert(format!("{stat}_{name}{suffix}"), json!(v));
+    }
+}
+
+fn stop_name(s: StopReason) -> &'static str {
+    match s {
+        StopReason::Drained => "drained",
+        StopReason::EventLimit => "event_limit",
+        StopReason::TimeLimit => "time_limit",
+    }
+}
+
+/// Builds the prediction from a finished run.
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn build(p: &Prepared, result: RunResult) -> Prediction {
+    let s = &result.summary;
+    let mut m = Map::new();
+    m.insert("num_requests".into(), json!(s.num_requests));
+    m.insert("completed_requests".into(), json!(s.completed_requests));
+    m.insert("total_input_tokens".into(), json!(s.total_input_tokens));
+    m.insert("total_output_tokens".into(), json!(s.total_output_tokens));
+    m.insert("duration_ms".into(), json!(s.duration_ms));
+    m.insert("wall_time_ms".into(), Value::Null);
+    m.insert("request_throughput_rps".into(), json!(s.request_throughput_rps));
+    m.insert("input_throughput_tok_s".into(), json!(s.input_throughput_tok_s));
+    m.insert("output_throughput_tok_s".into(), json!(s.output_throughput_tok_s));
+    m.insert("total_throughput_tok_s".into(), json!(s.total_throughput_tok_s));
+    m.insert("prefill_worker_seconds".into(), json!(s.prefill_worker_seconds));
+    m.insert("decode_worker_seconds".into(), json!(s.decode_worker_seconds));
+    m.insert("prefill_gpus_per_worker".into(), json!(s.prefill_gpus_per_worker));
+    m.insert("decode_gpus_per_worker".into(), json!(s.decode_gpus_per_worker));
+    m.insert("gpu_hours".into(), json!(s.gpu_hours));
+    if let Some(g) = s.goodput {
+        m.insert("goodput_completed_requests".into(), json!(g.completed_requests));
+        m.insert("goodput_request_throughput_rps".into(), json!(g.request_throughput_rps));
+        m.insert("goodput_output_throughput_tok_s".into(), json!(g.output_throughput_tok_s));
+    }
+    m.insert("processed_tokens".into(), json!(s.processed_tokens));
+    m.insert("processed_tokens_per_s".into(), Value::Null);
+    m.insert("processed_output_tokens_per_s".into(), Value::Null);
+    m.insert("prefix_cache_reused_ratio".into(), json!(s.prefix_cache_reused_ratio));
+    m.insert(
+        "first_admission_prefix_cache_reused_ratio".into(),
+        json!(s.first_admission_prefix_cache_reused_ratio),
+    );
+    put_dist(&mut m, "ttft", &s.ttft, "_ms");
+    put_dist(&mut m, "ttst", &s.ttst, "_ms");
+    put_dist(&mut m, "tpot", &s.tpot, "_ms");
+    put_dist(&mut m, "itl", &s.itl, "_ms");
+    put_dist(&mut m, "e2e_latency", &s.e2e_latency, "_ms");
+    put_dist(&mut m, "output_token_throughput_per_user", &s.output_token_throughput_per_user, "");
+    // Power needs per-op energy data (REF §2.4); the roofline model has none.
+    m.insert("power_w".into(), Value::Null);
+    m.insert("power_coverage".into(), Value::Null);
+    m.insert("servesim".into(), servesim_section(p, &result));
+
+    let mut requests: Vec<RequestRecord> = result
+        .requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r.status, Status::Completed | Status::Rejected))
+        .map(|(i, r)| record(i, r))
+        .collect();
+    // Sorted by arrival then uuid; ids are zero-padded-free integers, so compare their index.
+    requests.sort_by(|a, b| {
+        a.arrival_time_ms
+            .total_cmp(&b.arrival_time_ms)
+            .then_with(|| uuid_index(&a.uuid).cmp(&uuid_index(&b.uuid)))
+    });
+    Prediction { json: Value::Object(m), requests, summary: result.summary }
+}
+
+fn uuid_index(u: &str) -> u64 {
+    u.rsplit('_').next().and_then(|x| x.parse().ok()).unwrap_or(0)
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
+    let e = &p.config.engine;
+    let role = &e.aggregated;
+    let mem = &p.memory;
+    let series = &r.series;
+    let interval_s = series.interval.as_secs_f64();
+    let workers: Vec<Value> = (0..r.worker_stats.len())
+        .map(|w| {
+            let col = |f: &dyn Fn(&servesim_core::metrics::WorkerSample) -> f64| -> Vec<f64> {
+                series.samples.iter().map(|s| s.get(w).map_or(0.0, f)).collect()
+            };
+            let cumulative: Vec<u64> =
+                series.samples.iter().map(|s| s.get(w).map_or(0, |x| x.tokens_cumulative)).collect();
+            let mut rate = vec![0.0];
+            for k in 1..cumulative.len() {
+                let dt = (series.times[k] - series.times[k - 1]).as_secs_f64();
+                rate.push(if dt > 0.0 { (cumulative[k] - cumulative[k - 1]) as f64 / dt } else { 0.0 });
+            }
+            let st = &r.worker_stats[w];
+            json!({
+                "worker": w,
+                "waiting": col(&|x| f64::from(x.waiting)),
+                "running": col(&|x| f64::from(x.running)),
+                "kv_blocks_used": col(&|x| f64::from(x.kv_blocks_used)),
+                "tokens_per_s": rate,
+                "steps": st.steps,
+                "busy_ms": st.busy_ns as f64 / 1e6,
+                "prefill_tokens": st.prefill_tokens,
+                "decode_tokens": st.decode_tokens,
+                "preemptions": st.preemptions,
+            })
+        })
+        .collect();
+    let rejected = r.requests.iter().filter(|q| q.status == Status::Rejected).count();
+    json!({
+        "schema_version": SERVESIM_SECTION_VERSION,
+        "version": env!("CARGO_PKG_VERSION"),
+        "seed": p.seed,
+        "stop_reason": stop_name(r.stop),
+        "events": r.events,
+        "rejected_requests": rejected,
+        "num_preemptions": r.summary.num_preemptions,
+        "num_samples": {
+            "ttft": r.summary.ttft.count,
+            "tpot": r.summary.tpot.count,
+            "itl": r.summary.itl.count,
+        },
+        "deployment": {
+            "mode": "aggregated",
+            "model": p.model.id,
+            "hardware": p.hardware.id,
+            "backend": match e.backend {
+                servesim_core::engine::Backend::Vllm => "vllm",
+                servesim_core::engine::Backend::Sglang => "sglang",
+                servesim_core::engine::Backend::TrtLlm => "trtllm",
+            },
+            "backend_version": e.backend_version,
+            "replicas": role.parallelism.replicas,
+            "tensor": role.parallelism.tensor,
+            "attention_data": role.parallelism.attention_data,
+            "gpus": p.gpus(),
+            "gemm_dtype": p.gemm_dtype.name(),
+            "kv_cache_dtype": p.kv_dtype.name(),
+            "block_size": role.kv_cache.block_size,
+            "prefix_caching": role.kv_cache.prefix_caching,
+            "max_batched_tokens": role.scheduler.max_batched_tokens,
+            "max_sequences": role.scheduler.max_sequences,
+        },
+        "memory": {
+            "total_gpu_capacity_bytes": mem.total_gpu_capacity_bytes,
+            "weights_bytes": mem.weights_bytes,
+            "activations_bytes": mem.activations_bytes,
+            "runtime_overhead_bytes": mem.runtime_overhead_bytes,
+            "comm_overhead_bytes": mem.comm_overhead_bytes,
+            "cuda_graph_reserved_bytes": mem.cuda_graph_reserved_bytes,
+            "kv_cache_bytes": mem.kv_cache_bytes,
+            "kv_size_per_token_bytes": mem.kv_bytes_per_token,
+            "total_kv_size_tokens": mem.kv_tokens,
+            "kv_blocks_per_rank": p.blocks_per_rank,
+        },
+        "timing": {
+            "model": "roofline",
+            "source": "servesim_perf::roofline (peak x efficiency; constants in crates/servesim_perf/src/roofline.rs)",
+            "lookups": {"measured": 0, "interpolated": 0, "roofline": r.worker_stats.iter().map(|w| w.steps).sum::<u64>()},
+        },
+        "time_series": {
+            "interval_ms": interval_s * 1000.0,
+            "time_ms": series.times.iter().map(|t| t.as_ms_f64()).collect::<Vec<_>>(),
+            "workers": workers,
+        },
+    })
+}
+
+/// Pretty JSON text of prediction.json (two-space indent, trailing newline).
+#[must_use]
+pub fn to_pretty_json(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+/// requests.jsonl text.
+#[must_use]
+pub fn to_jsonl(records: &[RequestRecord]) -> String {
+    let mut out = String::new();
+    for r in records {
+        out.push_str(&serde_json::to_string(r).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// The summary table printed by `servesim predict`.
+#[must_use]
+pub fn summary_table(p: &Prediction) -> String {
+    let s = &p.summary;
+    let dep = &p.json["servesim"]["deployment"];
+    let mut out = String::new();
+    out.push_str(&format!(
+        "servesim predict: {} on {} x{} ({}, {} replica(s), TP{})\n",
+        dep["model"].as_str().unwrap_or("?"),
+        dep["hardware"].as_str().unwrap_or("?"),
+        dep["gpus"],
+        dep["backend"].as_str().unwrap_or("?"),
+        dep["replicas"],
+        dep["tensor"],
+    ));
+    out.push_str(&format!(
+        "requests: {} completed of {}, duration {:.1} s, {:.3} req/s, {:.1} output tok/s, {:.4} GPU-hours\n\n",
+        s.completed_requests,
+        s.num_requests,
+        s.duration_ms / 1000.0,
+        s.request_throughput_rps,
+        s.output_throughput_tok_s,
+        s.gpu_hours
+    ));
+    out.push_str(&format!(
+        "{:<22}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
+        "metric", "mean", "p50", "p90", "p99", "max"
+    ));
+    for (name, d) in [
+        ("TTFT (ms)", &s.ttft),
+        ("TPOT (ms)", &s.tpot),
+        ("ITL (ms)", &s.itl),
+        ("E2E latency (ms)", &s.e2e_latency),
+    ] {
+        out.push_str(&format!(
+            "{name:<22}{:>11.2}{:>11.2}{:>11.2}{:>11.2}{:>11.2}\n",
+            d.mean, d.median, d.p90, d.p99, d.max
+        ));
+    }
+    if let Some(g) = s.goodput {
+        out.push_str(&format!(
+            "\ngoodput: {} of {} requests met the SLA ({:.3} req/s, {:.1} output tok/s)\n",
+            g.completed_requests, s.completed_requests, g.request_throughput_rps, g.output_throughput_tok_s
+        ));
+    }
+    out.push_str(&format!(
+        "prefix cache reuse: {:.1}%   preemptions: {}\n",
+        s.prefix_cache_reused_ratio * 100.0,
+        s.num_preemptions
+    ));
+    out
+}

@@ -1,0 +1,457 @@
+//! From config text to a runnable simulation and back to a report: the one pipeline the CLI,
+//! the browser worker and the tests all share, so they give the same numbers.
+
+use std::fmt;
+
+use servesim_core::engine::SchedulerConfig;
+use servesim_core::metrics::Fleet;
+use servesim_core::router::Router;
+use servesim_core::sim::{make_ranks, Limits, SimSetup, Simulation};
+use servesim_core::timing::StepTimer;
+use servesim_core::traffic::{Load, Source, TrafficSpec};
+use servesim_core::units::SimDur;
+use servesim_core::worker::Worker;
+use servesim_perf::memory::{self, MemoryInputs, MemoryPlan, Parallelism};
+use servesim_perf::roofline::RooflineTimer;
+use servesim_perf::spec::{Dtype, Hardware, ModelArch};
+
+use crate::catalog::Catalog;
+use crate::config::{Capacity, Config, ContextLength, LoadKind, RouterPolicy, SourceConfig, StopConfig};
+use crate::diag::{Cx, DiagKind, Diagnostic};
+use crate::node::{self, Node, Origin};
+use crate::report::{self, Prediction};
+
+/// Why a scenario could not produce a prediction. Each kind maps to a CLI exit code.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScenarioError {
+    /// The config is invalid (exit 2). Lists every problem found.
+    Config {
+        /// Name of the config source (file path, "page", ...).
+        source: String,
+        /// The problems.
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The deployment does not fit its hardware (exit 3).
+    Resource {
+        /// The numbers that show why.
+        message: String,
+    },
+    /// The simulation failed while running (exit 1).
+    Run {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl ScenarioError {
+    /// The CLI exit code for this error (REF §1.5).
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ScenarioError::Config { .. } => 2,
+            ScenarioError::Resource { .. } => 3,
+            ScenarioError::Run { .. } => 1,
+        }
+    }
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScenarioError::Config { source, diagnostics } => {
+                let n = diagnostics.len();
+                writeln!(f, "{source}: {n} problem{} in the config:", if n == 1 { "" } else { "s" })?;
+                for d in diagnostics {
+                    writeln!(f, "  - {d}")?;
+                }
+                Ok(())
+            }
+            ScenarioError::Resource { message } => write!(f, "resource refusal: {message}"),
+            ScenarioError::Run { message } => write!(f, "run failed: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// A `--set PATH=YAML` override.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Override {
+    /// Dotted path.
+    pub path: String,
+    /// YAML value text.
+    pub value: String,
+}
+
+impl Override {
+    /// Parses `PATH=YAML`.
+    ///
+    /// # Errors
+    /// When there is no `=` or the path is empty.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once('=') {
+            Some((p, v)) if !p.trim().is_empty() => {
+                Ok(Override { path: p.trim().to_string(), value: v.to_string() })
+            }
+            _ => Err(format!("--set expects PATH=YAML, got '{s}'")),
+        }
+    }
+}
+
+fn config_error(source: &str, diagnostics: Vec<Diagnostic>) -> ScenarioError {
+    ScenarioError::Config { source: source.to_string(), diagnostics }
+}
+
+/// Parses config text and applies overrides left to right (validation comes after all of them).
+///
+/// # Errors
+/// A syntax error in the text or an override.
+pub fn parse_with_overrides(text: &str, source: &str, overrides: &[Override]) -> Result<Node, ScenarioError> {
+    let syntax = |e: node::SyntaxError, origin: Origin, path: &str| {
+        config_error(
+            source,
+            vec![Diagnostic {
+                path: path.to_string(),
+                origin,
+                message: e.message.clone(),
+                kind: DiagKind::Syntax,
+            }],
+        )
+    };
+    let mut root = node::parse(text, None)
+        .map_err(|e| syntax(e.clone(), Origin::File { line: e.line, col: e.col }, ""))?;
+    for (i, o) in overrides.iter().enumerate() {
+        let value =
+            node::parse(&o.value, Some(i + 1)).map_err(|e| syntax(e, Origin::Override(i + 1), &o.path))?;
+        root.set_path(&o.path, value).map_err(|m| {
+            config_error(
+                source,
+                vec![Diagnostic {
+                    path: o.path.clone(),
+                    origin: Origin::Override(i + 1),
+                    message: m,
+                    kind: DiagKind::Schema,
+                }],
+            )
+        })?;
+    }
+    Ok(root)
+}
+
+/// Everything resolved about a scenario before it runs.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The validated config.
+    pub config: Config,
+    /// Root seed.
+    pub seed: u64,
+    /// The model.
+    pub model: ModelArch,
+    /// The GPU.
+    pub hardware: Hardware,
+    /// Worker layout.
+    pub parallelism: Parallelism,
+    /// GEMM format.
+    pub gemm_dtype: Dtype,
+    /// KV-cache format.
+    pub kv_dtype: Dtype,
+    /// Memory of one GPU.
+    pub memory: MemoryPlan,
+    /// KV blocks per attention-DP rank.
+    pub blocks_per_rank: u32,
+    /// The arrival process.
+    pub traffic: TrafficSpec,
+    /// Longest request the engine accepts (prompt + output), if limited.
+    pub context_limit: Option<u32>,
+}
+
+/// Validates a parsed config against the catalog and resolves everything the run needs.
+///
+/// # Errors
+/// [`ScenarioError::Config`] for invalid or unknown values, [`ScenarioError::Resource`] when
+/// the deployment does not fit in GPU memory.
+pub fn prepare(
+    root: &Node,
+    source: &str,
+    catalog: &Catalog,
+    seed: Option<u64>,
+) -> Result<Prepared, ScenarioError> {
+    let mut cx = Cx::default();
+    let config = crate::decode::decode(root, &mut cx);
+    // Catalog lookups read the raw values, so an unknown model is reported together with
+    // every other problem rather than after they are fixed.
+    let raw = |key: &str| root.get("engine").and_then(|e| e.get(key));
+    let model = match raw("model") {
+        Some(Node { value: node::Value::Str(id), origin }) => {
+            let m = catalog.model(id);
+            if m.is_none() {
+                let hint =
+                    catalog.suggest_model(id).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
+                let known: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
+                cx.report(
+                    DiagKind::Domain,
+                    "engine.model",
+                    origin,
+                    format!("unknown model '{id}'{hint}; known: {}", known.join(", ")),
+                );
+            }
+            m
+        }
+        _ => None,
+    };
+    let hardware = match raw("hardware") {
+        Some(Node { value: node::Value::Str(id), origin }) => {
+            let h = catalog.gpu(id);
+            if h.is_none() {
+                let known: Vec<&str> = catalog.hardware.iter().map(|h| h.id.as_str()).collect();
+                let hint = crate::diag::suggest(id, &known)
+                    .map(|s| format!(" (did you mean '{s}'?)"))
+                    .unwrap_or_default();
+                cx.report(
+                    DiagKind::Domain,
+                    "engine.hardware",
+                    origin,
+                    format!("unknown hardware '{id}'{hint}; known: {}", known.join(", ")),
+                );
+            }
+            h
+        }
+        _ => None,
+    };
+    let (Some(config), Some(model), Some(hardware)) = (config, model, hardware) else {
+        return Err(config_error(source, cx.diags));
+    };
+    let engine = &config.engine;
+    let at = |path: &str| {
+        let mut n = root;
+        for part in path.split('.') {
+            match n.get(part) {
+                Some(c) => n = c,
+                None => break,
+            }
+        }
+        n.origin.clone()
+    };
+    let role = &engine.aggregated;
+    let par = role.parallelism;
+    let parallelism = Parallelism {
+        tensor: par.tensor,
+        pipeline: par.pipeline,
+        attention_data: par.attention_data,
+        moe_expert: par.moe_expert,
+        moe_tensor: par.moe_tensor,
+    };
+    if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
+        cx.report(
+            DiagKind::Domain,
+            "engine.workers.aggregated.parallelism",
+            &at("engine.workers.aggregated.parallelism"),
+            format!("{} is a dense model: moe_expert and moe_tensor must be 1", model.id),
+        );
+    }
+    if model.num_heads % par.tensor != 0 {
+        cx.report(
+            DiagKind::Domain,
+            "engine.workers.aggregated.parallelism.tensor",
+            &at("engine.workers.aggregated.parallelism.tensor"),
+            format!(
+                "{} attention heads are not divisible by tensor parallelism {}",
+                model.num_heads, par.tensor
+            ),
+        );
+    }
+    if par.tensor > hardware.gpus_per_node {
+        cx.report(
+            DiagKind::Domain,
+            "engine.workers.aggregated.parallelism.tensor",
+            &at("engine.workers.aggregated.parallelism.tensor"),
+            format!(
+                "tensor parallelism {} exceeds the {} GPUs of one {} node",
+                par.tensor, hardware.gpus_per_node, hardware.id
+            ),
+        );
+    }
+    if !cx.diags.is_empty() {
+        return Err(config_error(source, cx.diags));
+    }
+    let gemm_dtype = engine.quantization.gemm.unwrap_or(model.weight_dtype);
+    let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
+    let (memory_fraction, graphs) = match role.kv_cache.capacity {
+        Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
+            (memory_fraction, cuda_graph_reserved_bytes)
+        }
+        Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (0.9, 0),
+    };
+    let mut memory = memory::plan(
+        model,
+        hardware,
+        &MemoryInputs {
+            parallelism,
+            weight_dtype: gemm_dtype,
+            kv_dtype,
+            memory_fraction,
+            max_batched_tokens: role.scheduler.max_batched_tokens,
+            block_size: role.kv_cache.block_size,
+            cuda_graph_reserved_bytes: graphs,
+        },
+    )
+    .map_err(|e| ScenarioError::Resource { message: e.message })?;
+    if let Some(b) = role.kv_cache.bytes_per_token {
+        memory.kv_bytes_per_token = b;
+        memory.kv_tokens = memory.kv_cache_bytes / b;
+        memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
+    }
+    let block = u64::from(role.kv_cache.block_size);
+    let blocks = match role.kv_cache.capacity {
+        Capacity::Default { .. } => memory.kv_blocks,
+        Capacity::FixedBlocks(b) => b,
+        Capacity::FixedBytes(bytes) => bytes / (block * memory.kv_bytes_per_token.max(1)),
+    };
+    if blocks == 0 {
+        return Err(ScenarioError::Resource { message: "the KV cache holds no block".into() });
+    }
+    let blocks_per_rank = u32::try_from(blocks).unwrap_or(u32::MAX);
+
+    let (input, output) = match &config.traffic.source {
+        SourceConfig::Synthetic { input_tokens, output_tokens } => {
+            (input_tokens.clone(), output_tokens.clone())
+        }
+    };
+    let load = match config.traffic.load.kind {
+        LoadKind::Concurrency(c) => Load::Concurrency(c),
+        LoadKind::Poisson(r) => Load::Poisson(r),
+        LoadKind::ConstantRate(r) => Load::ConstantRate(r),
+        LoadKind::Gamma { rate, cv } => Load::Gamma { rate, cv },
+        LoadKind::KvCapacityFraction(fraction) => {
+            // 1.0 = concurrency whose KV working set (prompt + output per request) fills the
+            // usable KV capacity of every rank of every replica (REF §1.1).
+            let per_request = input.nominal_mean() + output.nominal_mean();
+            let total = (blocks * block) as f64 * f64::from(par.attention_data) * f64::from(par.replicas);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let c = libm::round(fraction * total / per_request).max(1.0) as u32;
+            Load::Concurrency(c)
+        }
+    };
+    let load_unit = match load {
+        Load::Concurrency(c) => f64::from(c),
+        Load::Poisson(r) | Load::ConstantRate(r) | Load::Gamma { rate: r, .. } => r,
+    };
+    let stop_requests = match config.traffic.stop {
+        StopConfig::Requests(n) => n,
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        StopConfig::RequestsPerLoadUnit(k) => libm::round(k * load_unit).clamp(1.0, 1e7) as u32,
+    };
+    let traffic = TrafficSpec {
+        source: Source::Synthetic { input_tokens: input, output_tokens: output },
+        load,
+        stop_requests,
+    };
+    let context_limit = match engine.context_length {
+        ContextLength::Tokens(n) => Some(n),
+        ContextLength::Max => u32::try_from(model.max_position_embeddings).ok(),
+    };
+    Ok(Prepared {
+        seed: seed.unwrap_or(config.traffic.load.seed),
+        model: model.clone(),
+        hardware: hardware.clone(),
+        parallelism,
+        gemm_dtype,
+        kv_dtype,
+        memory,
+        blocks_per_rank,
+        traffic,
+        context_limit,
+        config,
+    })
+}
+
+impl Prepared {
+    /// GPUs the deployment uses.
+    #[must_use]
+    pub fn gpus(&self) -> u32 {
+        self.parallelism.gpus() * self.config.engine.aggregated.parallelism.replicas
+    }
+
+    /// Builds the simulation, ready to run.
+    #[must_use]
+    pub fn start(&self) -> Simulation {
+        let role = &self.config.engine.aggregated;
+        let cfg = SchedulerConfig {
+            backend: self.config.engine.backend,
+            max_batched_tokens: role.scheduler.max_batched_tokens,
+            max_sequences: role.scheduler.max_sequences,
+            chunked_prefill: self.config.engine.enable_chunked_prefill,
+        };
+        let replicas = role.parallelism.replicas;
+        let workers: Vec<Worker> = (0..replicas)
+            .map(|w| {
+                let ranks = make_ranks(
+                    self.parallelism.attention_data,
+                    self.blocks_per_rank,
+                    role.kv_cache.block_size,
+                    role.kv_cache.prefix_caching,
+                );
+                Worker::new(w, cfg.clone(), ranks, 0)
+            })
+            .collect();
+        let timer: Box<dyn StepTimer> = Box::new(RooflineTimer::new(
+            self.model.clone(),
+            self.hardware.clone(),
+            self.parallelism,
+            self.gemm_dtype,
+            self.kv_dtype,
+        ));
+        let setup = SimSetup {
+            seed: self.seed,
+            traffic: self.traffic.clone(),
+            workers,
+            router: match self.config.router.policy {
+                RouterPolicy::RoundRobin => Router::round_robin(),
+            },
+            block_size: role.kv_cache.block_size,
+            limits: Limits::default(),
+            // 100 ms to start; the series halves its resolution as the run grows.
+            sample_interval: SimDur::from_ms(100),
+            sla: self.config.evaluation.sla,
+            fleet: Fleet {
+                prefill_workers: 0,
+                prefill_gpus_per_worker: 0,
+                decode_workers: replicas,
+                decode_gpus_per_worker: self.parallelism.gpus(),
+            },
+            context_limit: self.context_limit,
+        };
+        Simulation::new(setup, vec![timer])
+    }
+
+    /// Runs a stopped simulation's results into a prediction.
+    #[must_use]
+    pub fn finish(&self, sim: Simulation) -> Prediction {
+        report::build(self, sim.into_result())
+    }
+
+    /// Runs the scenario to completion.
+    ///
+    /// # Errors
+    /// [`ScenarioError::Run`] when the simulation fails.
+    pub fn run(&self) -> Result<Prediction, ScenarioError> {
+        let mut sim = self.start();
+        sim.run().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
+        Ok(self.finish(sim))
+    }
+}
+
+/// Parses, validates, prepares and runs config text in one call.
+///
+/// # Errors
+/// Any [`ScenarioError`].
+pub fn predict(
+    text: &str,
+    source: &str,
+    overrides: &[Override],
+    seed: Option<u64>,
+) -> Result<Prediction, ScenarioError> {
+    let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
+    let root = parse_with_overrides(text, source, overrides)?;
+    prepare(&root, source, &catalog, seed)?.run()
+}

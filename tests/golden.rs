@@ -1,0 +1,96 @@
+//! Golden scenarios: each YAML under `tests/scenarios/` (and the shipped `data/scenarios/`)
+//! is run and summarised as rounded, human-readable text compared with
+//! `tests/snapshots/<name>.snap`. Rewrite snapshots with `SERVESIM_BLESS=1 cargo test -p
+//! servesim_tests --test golden` and review the diff.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::Path;
+
+use servesim_scenario::report::to_pretty_json;
+use servesim_scenario::{predict, Prediction};
+use servesim_tests::repo_root;
+
+fn summary_text(path: &str, p: &Prediction) -> String {
+    let s = &p.summary;
+    let d = |name: &str, x: &servesim_core::metrics::Dist| {
+        format!(
+            "{name}: mean {:.3} p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} (n={})\n",
+            x.mean, x.median, x.p90, x.p99, x.max, x.count
+        )
+    };
+    let extra = &p.json["servesim"];
+    let mut out = format!(
+        "scenario: {path}\nrequests: {} completed of {} ({} rejected)\nduration_ms: {:.3}\nthroughput: {:.4} req/s, {:.2} output tok/s\n",
+        s.completed_requests, s.num_requests, extra["rejected_requests"], s.duration_ms, s.request_throughput_rps, s.output_throughput_tok_s
+    );
+    out += &d("ttft_ms", &s.ttft);
+    out += &d("tpot_ms", &s.tpot);
+    out += &d("itl_ms", &s.itl);
+    out += &d("e2e_ms", &s.e2e_latency);
+    out += &format!(
+        "prefix_cache_reused_ratio: {:.4}\npreemptions: {}\ngpu_hours: {:.6}\nkv_blocks_per_rank: {}\n",
+        s.prefix_cache_reused_ratio, s.num_preemptions, s.gpu_hours, extra["memory"]["kv_blocks_per_rank"]
+    );
+    if let Some(g) = s.goodput {
+        out += &format!(
+            "goodput: {} requests, {:.4} req/s, {:.2} output tok/s\n",
+            g.completed_requests, g.request_throughput_rps, g.output_throughput_tok_s
+        );
+    }
+    out
+}
+
+fn check(rel: &str) {
+    let root = repo_root();
+    let text = fs::read_to_string(root.join(rel)).unwrap();
+    let p = predict(&text, rel, &[], None).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let got = summary_text(rel, &p);
+    let name = Path::new(rel).file_stem().unwrap().to_string_lossy().to_string();
+    let snap = root.join("tests/snapshots").join(format!("{name}.snap"));
+    if std::env::var_os("SERVESIM_BLESS").is_some() {
+        fs::write(&snap, &got).unwrap();
+        return;
+    }
+    let want = fs::read_to_string(&snap)
+        .unwrap_or_else(|_| panic!("missing snapshot {}; run with SERVESIM_BLESS=1", snap.display()));
+    assert_eq!(got, want, "{rel} changed; review and re-bless with SERVESIM_BLESS=1");
+}
+
+#[test]
+fn every_scenario_matches_its_snapshot() {
+    let root = repo_root();
+    let mut files = Vec::new();
+    for dir in ["tests/scenarios", "data/scenarios"] {
+        for e in fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    for f in files {
+        check(&f);
+    }
+}
+
+/// The default scenario's full prediction.json, byte for byte. The browser test compares the
+/// wasm build against this same file, so native and WebAssembly agree exactly.
+#[test]
+fn default_prediction_json_is_byte_identical() {
+    let root = repo_root();
+    let p = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None).unwrap();
+    let got = to_pretty_json(&p.json);
+    let path = root.join("tests/golden/default.prediction.json");
+    if std::env::var_os("SERVESIM_BLESS").is_some() {
+        fs::write(&path, &got).unwrap();
+        return;
+    }
+    assert_eq!(got, fs::read_to_string(path).unwrap());
+    // And a second run in the same process gives the same bytes.
+    let again = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None).unwrap();
+    assert_eq!(got, to_pretty_json(&again.json));
+}

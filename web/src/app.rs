@@ -1,0 +1,256 @@
+//! The page: a scenario editor, Run/Cancel, result cards and charts. State is plain signals;
+//! numbers come from the worker's prediction.json, never recomputed here.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::charts;
+use crate::client::{SimWorker, WORKER_URL};
+use crate::protocol::{FromWorker, ToWorker};
+
+/// Where a run stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunState {
+    /// Nothing run yet.
+    Idle,
+    /// A run is in progress.
+    Running {
+        /// Requests finished.
+        finished: u64,
+        /// Requests in total.
+        total: u64,
+    },
+    /// The last run finished.
+    Done(Arc<Outcome>),
+    /// The last run failed (message lists every problem).
+    Failed(String),
+    /// The user cancelled the last run.
+    Cancelled,
+}
+
+/// A finished run.
+#[derive(Debug, PartialEq)]
+pub struct Outcome {
+    /// prediction.json as parsed.
+    pub prediction: Value,
+    /// prediction.json text.
+    pub prediction_text: String,
+    /// requests.jsonl text.
+    pub requests: String,
+    /// Host time of the run (ms).
+    pub wall_ms: f64,
+}
+
+/// Formats a prediction figure with `digits` decimals (`–` when absent).
+#[must_use]
+pub fn fmt_num(v: &Value, digits: usize) -> String {
+    v.as_f64().map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
+}
+
+#[component]
+fn Card(label: &'static str, id: &'static str, value: Signal<String>, unit: &'static str) -> impl IntoView {
+    view! {
+        <div class="card">
+            <div class="card-label">{label}</div>
+            <div class="card-value"><span id=id>{value}</span>" "<span class="unit">{unit}</span></div>
+        </div>
+    }
+}
+
+/// The application root.
+#[component]
+pub fn App() -> impl IntoView {
+    let config = RwSignal::new(servesim_scenario::DEFAULT_SCENARIO.to_string());
+    let state = RwSignal::new(RunState::Idle);
+    let worker: StoredValue<Option<SimWorker>, LocalStorage> = StoredValue::new_local(None);
+    let run_id = StoredValue::new(0u32);
+
+    let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg: FromWorker| {
+        let current = run_id.get_value();
+        match msg {
+            FromWorker::Ready => {}
+            FromWorker::Progress { id, finished, total, .. } if id == current => {
+                state.set(RunState::Running { finished, total });
+            }
+            FromWorker::Done { id, prediction, requests, wall_ms } if id == current => {
+                let parsed = serde_json::from_str(&prediction).unwrap_or(Value::Null);
+                state.set(RunState::Done(Arc::new(Outcome {
+                    prediction: parsed,
+                    prediction_text: prediction,
+                    requests,
+                    wall_ms,
+                })));
+            }
+            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
+                // A crashed worker is discarded; the next run starts a fresh one.
+                worker.update_value(|w| {
+                    if let Some(w) = w.take() {
+                        w.terminate();
+                    }
+                });
+                state.set(RunState::Failed(message));
+            }
+            _ => {}
+        }
+    });
+
+    let run = {
+        let on_event = on_event.clone();
+        move || {
+            let id = run_id.get_value() + 1;
+            run_id.set_value(id);
+            let mut failed = None;
+            worker.update_value(|w| {
+                if w.is_none() {
+                    match SimWorker::spawn(WORKER_URL, on_event.clone()) {
+                        Ok(new) => *w = Some(new),
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                if let Some(w) = w {
+                    w.send(&ToWorker::Run { id, config: config.get_untracked(), source: "scenario".into() });
+                }
+            });
+            match failed {
+                Some(e) => state.set(RunState::Failed(e)),
+                None => state.set(RunState::Running { finished: 0, total: 0 }),
+            }
+        }
+    };
+    let cancel = move || {
+        worker.update_value(|w| {
+            if let Some(w) = w.take() {
+                w.terminate();
+            }
+        });
+        run_id.set_value(run_id.get_value() + 1);
+        state.set(RunState::Cancelled);
+    };
+
+    // The default scenario runs as soon as the page loads.
+    run();
+
+    let field = move |key: &'static str, digits: usize| {
+        Signal::derive(move || {
+            state.with(|s| match s {
+                RunState::Done(o) => fmt_num(&o.prediction[key], digits),
+                _ => "–".to_string(),
+            })
+        })
+    };
+    let running = move || state.with(|s| matches!(s, RunState::Running { .. }));
+    let status = move || {
+        state.with(|s| match s {
+            RunState::Idle => "Ready.".to_string(),
+            RunState::Running { finished, total } if *total > 0 => {
+                format!("Simulating… {finished}/{total} requests")
+            }
+            RunState::Running { .. } => "Starting the simulation worker…".to_string(),
+            RunState::Done(o) => {
+                format!("Done: {} requests simulated in {:.0} ms.", o.prediction["num_requests"], o.wall_ms)
+            }
+            RunState::Failed(_) => "The run failed.".to_string(),
+            RunState::Cancelled => "Cancelled.".to_string(),
+        })
+    };
+    let progress = move || {
+        state.with(|s| match s {
+            RunState::Running { finished, total } if *total > 0 => {
+                #[allow(clippy::cast_precision_loss)]
+                let pct = 100.0 * *finished as f64 / *total as f64;
+                pct
+            }
+            RunState::Done(_) => 100.0,
+            _ => 0.0,
+        })
+    };
+    let error = move || state.with(|s| if let RunState::Failed(m) = s { Some(m.clone()) } else { None });
+    let prediction_text = move || {
+        state.with(|s| if let RunState::Done(o) = s { o.prediction_text.clone() } else { String::new() })
+    };
+    let download = move || {
+        state.with(|s| match s {
+            RunState::Done(o) => format!(
+                "data:application/json;charset=utf-8,{}",
+                js_sys::encode_uri_component(&o.prediction_text)
+            ),
+            _ => String::new(),
+        })
+    };
+
+    Effect::new(move |_| {
+        let fig = state.with(|s| match s {
+            RunState::Done(o) => Some(charts::ttft_by_arrival(&o.requests)),
+            _ => None,
+        });
+        if let Some(fig) = fig {
+            request_animation_frame(move || {
+                let status = match crate::plotly::draw("ttft-chart", &fig) {
+                    Ok(()) => "rendered",
+                    Err(e) => {
+                        leptos::logging::warn!("{e}");
+                        "failed"
+                    }
+                };
+                if let Some(el) = document().get_element_by_id("ttft-chart") {
+                    let _ = el.set_attribute("data-status", status);
+                }
+            });
+        }
+    });
+
+    let run_click = run.clone();
+    view! {
+        <header class="top">
+            <h1>"servesim"</h1>
+            <p class="tagline">"Predict how an LLM serving deployment behaves — simulated request by request, entirely in your browser."</p>
+        </header>
+        <main class="layout">
+            <section class="panel editor">
+                <h2>"Scenario"</h2>
+                <p class="hint">"AISimulate prediction.yaml schema. Edit and press Run; nothing leaves this tab."</p>
+                <textarea
+                    id="scenario-yaml"
+                    aria-label="Scenario YAML"
+                    spellcheck="false"
+                    prop:value=move || config.get()
+                    on:input=move |ev| config.set(event_target_value(&ev))
+                ></textarea>
+                <div class="actions">
+                    <button id="run" on:click=move |_| run_click() disabled=running>"Run"</button>
+                    <button id="cancel" class="secondary" on:click=move |_| cancel() disabled=move || !running()>"Cancel"</button>
+                </div>
+                <div class="progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow=move || format!("{:.0}", progress())>
+                    <div class="bar" style:width=move || format!("{:.1}%", progress())></div>
+                </div>
+                <p id="status" class="status" aria-live="polite">{status}</p>
+                <Show when=move || error().is_some()>
+                    <pre id="run-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
+                </Show>
+            </section>
+            <section class="panel results">
+                <h2>"Results"</h2>
+                <div class="cards">
+                    <Card label="Mean TTFT" id="mean-ttft" value=field("mean_ttft_ms", 2) unit="ms" />
+                    <Card label="Mean TPOT" id="mean-tpot" value=field("mean_tpot_ms", 2) unit="ms" />
+                    <Card label="p99 TTFT" id="p99-ttft" value=field("p99_ttft_ms", 2) unit="ms" />
+                    <Card label="Output throughput" id="output-throughput" value=field("output_throughput_tok_s", 1) unit="tok/s" />
+                    <Card label="Requests/s" id="request-throughput" value=field("request_throughput_rps", 3) unit="req/s" />
+                    <Card label="GPU-hours" id="gpu-hours" value=field("gpu_hours", 4) unit="h" />
+                </div>
+                <div id="ttft-chart" class="chart" data-status="empty"></div>
+                <details>
+                    <summary>"prediction.json"</summary>
+                    <a id="download-prediction" download="prediction.json" href=download>"Download prediction.json"</a>
+                    <pre id="prediction-json">{prediction_text}</pre>
+                </details>
+            </section>
+        </main>
+        <footer class="foot">
+            "servesim — Apache-2.0. Runs offline; no request leaves this page's origin."
+        </footer>
+    }
+}

@@ -1,0 +1,139 @@
+//! The page's handle on the simulation Web Worker: spawn, send, cancel, and never hang.
+//!
+//! The worker announces `Ready` once its wasm is loaded; messages sent earlier are queued
+//! (a message posted before the worker installs its handler would be lost). A crash in the
+//! worker (script error, wasm trap) is turned into a `Failed` event, so the page never waits
+//! forever.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{ErrorEvent, MessageEvent, Worker};
+
+use crate::protocol::{encode, FromWorker, ToWorker};
+
+/// Where Trunk puts the worker's loader shim, relative to the page.
+pub const WORKER_URL: &str = "./worker_loader.js";
+
+struct Shared {
+    ready: bool,
+    queue: Vec<String>,
+    current_id: u32,
+}
+
+/// A running simulation worker.
+pub struct SimWorker {
+    worker: Worker,
+    shared: Rc<RefCell<Shared>>,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_error: Closure<dyn FnMut(ErrorEvent)>,
+}
+
+impl SimWorker {
+    /// Starts a worker; `on_event` receives every message from it.
+    ///
+    /// # Errors
+    /// When the browser refuses to create the worker.
+    pub fn spawn(url: &str, on_event: Rc<dyn Fn(FromWorker)>) -> Result<Self, String> {
+        let worker = Worker::new(url).map_err(|e| format!("cannot start the simulation worker: {e:?}"))?;
+        let shared = Rc::new(RefCell::new(Shared { ready: false, queue: Vec::new(), current_id: 0 }));
+
+        let (w, s, cb) = (worker.clone(), shared.clone(), on_event.clone());
+        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            let Some(text) = e.data().as_string() else {
+                cb(FromWorker::Failed {
+                    id: s.borrow().current_id,
+                    message: "worker sent a non-text message".into(),
+                    exit_code: 1,
+                });
+                return;
+            };
+            let msg: FromWorker = match serde_json::from_str(&text) {
+                Ok(m) => m,
+                Err(err) => FromWorker::Failed {
+                    id: s.borrow().current_id,
+                    message: format!("unreadable message from the worker: {err}"),
+                    exit_code: 1,
+                },
+            };
+            if msg == FromWorker::Ready {
+                let queued: Vec<String> = {
+                    let mut sh = s.borrow_mut();
+                    sh.ready = true;
+                    std::mem::take(&mut sh.queue)
+                };
+                for q in queued {
+                    let _ = w.post_message(&JsValue::from_str(&q));
+                }
+            }
+            cb(msg);
+        });
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+
+        let (s, cb) = (shared.clone(), on_event);
+        let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
+            e.prevent_default();
+            let what = if e.message().is_empty() {
+                "the worker script failed to load".to_string()
+            } else {
+                e.message()
+            };
+            cb(FromWorker::Failed {
+                id: s.borrow().current_id,
+                message: format!("the simulation worker stopped: {what}"),
+                exit_code: 1,
+            });
+        });
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+
+        Ok(SimWorker { worker, shared, _on_message: on_message, _on_error: on_error })
+    }
+
+    /// Sends a request (queued until the worker is ready).
+    pub fn send(&self, msg: &ToWorker) {
+        let text = encode(msg);
+        let mut sh = self.shared.borrow_mut();
+        let ToWorker::Run { id, .. } = msg;
+        sh.current_id = *id;
+        if sh.ready {
+            let _ = self.worker.post_message(&JsValue::from_str(&text));
+        } else {
+            sh.queue.push(text);
+        }
+    }
+
+    /// Stops the worker at once, whatever it is doing.
+    pub fn terminate(&self) {
+        self.worker.set_onmessage(None);
+        self.worker.set_onerror(None);
+        self.worker.terminate();
+    }
+}
+
+/// The worker side: installs the message handler and announces readiness.
+pub fn worker_main() {
+    console_error_panic_hook::set_once();
+    let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+    let reply_scope = scope.clone();
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        let perf = reply_scope.performance();
+        let now = move || perf.as_ref().map_or(0.0, web_sys::Performance::now);
+        let mut post = |m: FromWorker| {
+            let _ = reply_scope.post_message(&JsValue::from_str(&encode(&m)));
+        };
+        match e.data().as_string().map(|t| crate::protocol::decode_to_worker(&t)) {
+            Some(Ok(msg)) => crate::protocol::handle(msg, &now, &mut post),
+            Some(Err(reply)) => post(reply),
+            None => post(FromWorker::Failed {
+                id: 0,
+                message: "worker received a non-text message".into(),
+                exit_code: 2,
+            }),
+        }
+    });
+    scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    on_message.forget();
+    let _ = scope.post_message(&JsValue::from_str(&encode(&FromWorker::Ready)));
+}

@@ -1,0 +1,71 @@
+//! Browser tests (`cargo test -p servesim_web --target wasm32-unknown-unknown`, run by
+//! wasm-bindgen-test-runner in headless Chromium).
+#![cfg(target_arch = "wasm32")]
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use servesim_web::protocol::{handle, FromWorker, ToWorker};
+use wasm_bindgen::JsCast;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+async fn sleep_ms(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let _ =
+            web_sys::window().unwrap().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+}
+
+/// The same seed gives the same bytes natively and in WebAssembly: the native golden test
+/// checks this very file.
+#[wasm_bindgen_test]
+fn default_prediction_is_byte_identical_to_native() {
+    let mut out = Vec::new();
+    handle(
+        ToWorker::Run { id: 1, config: servesim_scenario::DEFAULT_SCENARIO.into(), source: "default".into() },
+        &|| 0.0,
+        &mut |m| out.push(m),
+    );
+    let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("run failed: {out:?}") };
+    assert_eq!(prediction, include_str!("../../tests/golden/default.prediction.json"));
+}
+
+#[wasm_bindgen_test]
+fn worker_protocol_reports_config_errors() {
+    let mut out = Vec::new();
+    let bad = "engine:\n  model: nope/nope\n  hardware: h200_sxm\n  workers: {aggregated: {}}\n";
+    handle(ToWorker::Run { id: 2, config: bad.into(), source: "page".into() }, &|| 0.0, &mut |m| out.push(m));
+    match &out[..] {
+        [FromWorker::Failed { id: 2, exit_code: 2, message }] => {
+            assert!(message.contains("engine.model"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The page mounts, shows the default scenario, and — with no worker script served in this
+/// test harness — reports the failed worker instead of waiting forever.
+#[wasm_bindgen_test]
+async fn app_mounts_and_never_hangs_without_a_worker() {
+    let doc = web_sys::window().unwrap().document().unwrap();
+    let host: web_sys::HtmlElement = doc.create_element("div").unwrap().unchecked_into();
+    doc.body().unwrap().append_child(&host).unwrap();
+    let handle = leptos::mount::mount_to(host, servesim_web::app::App);
+    sleep_ms(20).await;
+    let yaml: web_sys::HtmlTextAreaElement = doc.get_element_by_id("scenario-yaml").unwrap().unchecked_into();
+    assert!(yaml.value().contains("Qwen/Qwen3-32B-FP8"));
+    let mut status = String::new();
+    for _ in 0..100 {
+        sleep_ms(50).await;
+        status = doc.get_element_by_id("status").unwrap().text_content().unwrap_or_default();
+        if status.contains("failed") {
+            break;
+        }
+    }
+    assert!(status.contains("failed"), "status: {status}");
+    let err = doc.get_element_by_id("run-error").unwrap().text_content().unwrap_or_default();
+    assert!(err.contains("worker"), "{err}");
+    drop(handle);
+}
