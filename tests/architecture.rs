@@ -115,6 +115,17 @@ fn perf_depends_only_on_core_and_libm() {
 }
 
 #[test]
+fn data_readers_stay_below_the_scenario_layer() {
+    let md = architecture_md();
+    assert_invariant_stated(&md, "`servesim_data` never opens a file");
+    let g = graph();
+    let all = g.closure("servesim_data");
+    for banned in ["servesim_scenario", "leptos", "web-sys", "wasm-bindgen", "clap", "saphyr-parser"] {
+        assert!(!all.contains(banned), "servesim_data reaches {banned}");
+    }
+}
+
+#[test]
 fn scenario_never_reaches_the_browser_or_the_cli() {
     let md = architecture_md();
     assert_invariant_stated(&md, "`servesim_scenario` is the only library crate that knows serde and YAML");

@@ -58,10 +58,9 @@ fn supported_and_limited_entries_name_scenarios_that_run() {
                 if !ran.insert(rel.to_string()) {
                     continue;
                 }
-                let text = std::fs::read_to_string(root.join(rel))
-                    .unwrap_or_else(|_| panic!("{id}.{e}: no file {rel}"));
-                let p = servesim_scenario::predict(&text, rel, &[], None)
-                    .unwrap_or_else(|err| panic!("{id}.{e}: {rel}: {err}"));
+                assert!(root.join(rel).is_file(), "{id}.{e}: no file {rel}");
+                let p =
+                    servesim_tests::predict_file(rel).unwrap_or_else(|err| panic!("{id}.{e}: {rel}: {err}"));
                 assert!(p.summary.completed_requests > 0, "{rel} completed nothing");
                 let backend = p.json["servesim"]["deployment"]["backend"].as_str().unwrap();
                 assert_eq!(backend, e, "{id}.{e}: {rel} runs backend {backend}");

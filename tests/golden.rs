@@ -9,8 +9,8 @@ use std::fs;
 use std::path::Path;
 
 use servesim_scenario::report::to_pretty_json;
-use servesim_scenario::{predict, Prediction};
-use servesim_tests::repo_root;
+use servesim_scenario::{predict, NoFiles, Prediction};
+use servesim_tests::{predict_file, repo_root};
 
 fn summary_text(path: &str, p: &Prediction) -> String {
     let s = &p.summary;
@@ -44,8 +44,7 @@ fn summary_text(path: &str, p: &Prediction) -> String {
 
 fn check(rel: &str) {
     let root = repo_root();
-    let text = fs::read_to_string(root.join(rel)).unwrap();
-    let p = predict(&text, rel, &[], None).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let p = predict_file(rel).unwrap_or_else(|e| panic!("{rel}: {e}"));
     let got = summary_text(rel, &p);
     let name = Path::new(rel).file_stem().unwrap().to_string_lossy().to_string();
     let snap = root.join("tests/snapshots").join(format!("{name}.snap"));
@@ -82,7 +81,7 @@ fn every_scenario_matches_its_snapshot() {
 #[test]
 fn default_prediction_json_is_byte_identical() {
     let root = repo_root();
-    let p = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None).unwrap();
+    let p = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None, &NoFiles).unwrap();
     let got = to_pretty_json(&p.json);
     let path = root.join("tests/golden/default.prediction.json");
     if std::env::var_os("SERVESIM_BLESS").is_some() {
@@ -91,6 +90,6 @@ fn default_prediction_json_is_byte_identical() {
     }
     assert_eq!(got, fs::read_to_string(path).unwrap());
     // And a second run in the same process gives the same bytes.
-    let again = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None).unwrap();
+    let again = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None, &NoFiles).unwrap();
     assert_eq!(got, to_pretty_json(&again.json));
 }

@@ -41,3 +41,43 @@ pub fn features_markdown(features: &toml::Table) -> String {
     }
     out
 }
+
+/// Files relative to a directory on disk (what the CLI does), for tests.
+pub struct DirFiles(pub PathBuf);
+
+impl servesim_scenario::Files for DirFiles {
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        let p = self.0.join(path);
+        std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+}
+
+/// Runs the scenario file at `rel` (from the repository root), reading its files beside it.
+///
+/// # Errors
+/// The scenario's error.
+pub fn predict_file(rel: &str) -> Result<servesim_scenario::Prediction, servesim_scenario::ScenarioError> {
+    predict_file_with(rel, &[])
+}
+
+/// Like [`predict_file`], with `--set` overrides (`PATH=YAML` strings).
+///
+/// # Errors
+/// The scenario's error.
+///
+/// # Panics
+/// When an override is not `PATH=YAML`.
+pub fn predict_file_with(
+    rel: &str,
+    sets: &[&str],
+) -> Result<servesim_scenario::Prediction, servesim_scenario::ScenarioError> {
+    let overrides: Vec<servesim_scenario::Override> = sets
+        .iter()
+        .map(|s| servesim_scenario::Override::parse(s).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let path = repo_root().join(rel);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| servesim_scenario::ScenarioError::Run { message: format!("{rel}: {e}") })?;
+    let dir = path.parent().map_or_else(repo_root, Path::to_path_buf);
+    servesim_scenario::predict(&text, rel, &overrides, None, &DirFiles(dir))
+}

@@ -93,7 +93,8 @@ fn run(
 ) -> Result<(String, String), ScenarioError> {
     let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
     let root = parse_with_overrides(config, source, &[])?;
-    let prepared = prepare(&root, source, &catalog, None)?;
+    // Trace files arrive with the Data page; until then configs that name files are refused.
+    let prepared = prepare(&root, source, &catalog, None, &servesim_scenario::NoFiles)?;
     let mut sim = prepared.start();
     let mut last_post = f64::NEG_INFINITY;
     loop {
@@ -156,8 +157,14 @@ mod tests {
         let out = run_default();
         assert!(matches!(out.first(), Some(FromWorker::Progress { id: 7, .. })));
         let Some(FromWorker::Done { prediction, .. }) = out.last() else { panic!("{out:?}") };
-        let cli =
-            servesim_scenario::predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None).unwrap();
+        let cli = servesim_scenario::predict(
+            servesim_scenario::DEFAULT_SCENARIO,
+            "default",
+            &[],
+            None,
+            &servesim_scenario::NoFiles,
+        )
+        .unwrap();
         assert_eq!(*prediction, to_pretty_json(&cli.json));
     }
 

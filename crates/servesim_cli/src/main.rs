@@ -12,7 +12,19 @@ use clap::{Parser, Subcommand, ValueEnum};
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::{summary_table, to_jsonl, to_pretty_json};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
-use servesim_scenario::{Override, ScenarioError};
+use servesim_scenario::{Files, Override, ScenarioError};
+
+/// Files named by a config, resolved relative to the config file's directory.
+struct DiskFiles {
+    base: PathBuf,
+}
+
+impl Files for DiskFiles {
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        let p = self.base.join(path);
+        std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -115,7 +127,8 @@ fn predict(
         .map_err(|m| Failure { code: 2, message: m })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     let root = parse_with_overrides(&text, &source, &overrides)?;
-    let prepared = prepare(&root, &source, &catalog, seed)?;
+    let files = DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf) };
+    let prepared = prepare(&root, &source, &catalog, seed, &files)?;
 
     let prediction_path = output_dir.join("prediction.json");
     if prediction_path.exists() && !overwrite {

@@ -148,6 +148,15 @@ impl BlockPool {
         free_hits
     }
 
+    /// Leading `hashes` resident now, without side effects (for routers).
+    #[must_use]
+    pub fn match_len(&self, hashes: &[u64]) -> usize {
+        if !self.prefix_caching {
+            return 0;
+        }
+        hashes.iter().take_while(|h| self.index.contains_key(*h)).count()
+    }
+
     /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].
     pub fn touch(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];

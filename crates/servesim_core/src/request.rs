@@ -102,6 +102,8 @@ pub struct Request {
     pub reused_max: u32,
     /// Times the request lost its KV and had to be recomputed.
     pub preemptions: u32,
+    /// Prompt tokens cached on the chosen worker when the router placed the request.
+    pub route_overlap_tokens: u32,
 }
 
 impl Request {
@@ -127,6 +129,7 @@ impl Request {
             first_admission_reused: None,
             reused_max: 0,
             preemptions: 0,
+            route_overlap_tokens: 0,
         }
     }
 

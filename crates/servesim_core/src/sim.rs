@@ -295,7 +295,9 @@ impl Simulation {
             #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
             let id = self.requests.len() as ReqId;
             let mut req = Request::new(spec, self.block_size);
-            let w = self.router.route(&req, &self.workers);
+            let placement = self.router.route(&mut req, &self.workers, &self.requests);
+            let w = placement.worker;
+            req.route_overlap_tokens = placement.overlap_tokens;
             let worker = &mut self.workers[w];
             // A request larger than a rank's whole KV pool could never run: refuse it now
             // (vLLM refuses prompts beyond max_model_len the same way).
@@ -304,10 +306,10 @@ impl Simulation {
             if too_long || u64::from(req.max_tokens()) > cap_tokens {
                 req.status = Status::Rejected;
                 req.worker = worker.id;
+                self.traffic.on_request_done(self.now, req.spec.session, &req.content);
                 req.release_content();
                 self.requests.push(req);
                 self.finished += 1;
-                self.traffic.on_request_done(self.now);
                 continue;
             }
             worker.enqueue(id, &mut req);
@@ -321,9 +323,10 @@ impl Simulation {
         let wi = w as usize;
         self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
         for &id in &self.outcome.finished {
-            self.requests[id as usize].release_content();
+            let r = &mut self.requests[id as usize];
+            self.traffic.on_request_done(self.now, r.spec.session, &r.content);
+            r.release_content();
             self.finished += 1;
-            self.traffic.on_request_done(self.now);
         }
         self.dirty[wi] = true;
         self.schedule_next_arrival();

@@ -5,6 +5,8 @@
 //! open-loop loads (`poisson`, `constant_rate`, `gamma`) draw inter-arrival gaps lazily, one
 //! request ahead, so memory does not grow with the number of requests.
 
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -97,6 +99,50 @@ impl LengthDist {
     }
 }
 
+/// A multi-turn session source: each turn's prompt is the previous turn's prompt, its output,
+/// and new input, so later turns can reuse the earlier turns' KV.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionSpec {
+    /// New input tokens per turn.
+    pub new_input_tokens: LengthDist,
+    /// Output tokens per turn.
+    pub output_tokens: LengthDist,
+    /// Turns per session (at least 1).
+    pub turns: u32,
+    /// Fraction of the first turn's input shared by every session of a prefix group.
+    pub shared_prefix_ratio: f64,
+    /// Number of prefix groups sessions are spread over (0: one group shared by all).
+    pub prefix_groups: u32,
+    /// Think time between a turn's last token and the next turn's arrival.
+    pub think_time: SimDur,
+}
+
+/// One row of a request trace (Mooncake, Azure, ...).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceRow {
+    /// Arrival time from the start of the trace (first row at zero).
+    pub timestamp: SimDur,
+    /// Session (dense index) when the row is a turn of one; turns follow file order.
+    pub session: Option<u32>,
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Content ids of consecutive `block_size`-token blocks of the prompt (may be empty).
+    pub hash_ids: Vec<u64>,
+    /// For later turns of a session: delay after the previous turn completes.
+    pub delay: Option<SimDur>,
+}
+
+/// A parsed request trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    /// Rows in file order.
+    pub rows: Vec<TraceRow>,
+    /// Tokens per `hash_ids` entry (Mooncake: 512).
+    pub block_size: u32,
+}
+
 /// Where request contents come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
@@ -107,25 +153,44 @@ pub enum Source {
         /// Output length.
         output_tokens: LengthDist,
     },
+    /// Synthetic multi-turn sessions.
+    Sessions(SessionSpec),
+    /// Replay of a trace.
+    Trace(Arc<Trace>),
 }
 
-/// How requests are paced.
+/// How jobs (single requests, or whole sessions) are paced.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Load {
-    /// Closed loop: this many requests in flight; a finished request is replaced at once.
+    /// Closed loop: this many jobs in flight; a finished job is replaced at once. A session
+    /// holds its slot through its think times.
     Concurrency(u32),
-    /// Open loop, exponential gaps at this mean rate (requests per second).
+    /// Open loop, exponential gaps at this mean rate (jobs per second).
     Poisson(f64),
     /// Open loop, equal gaps.
     ConstantRate(f64),
     /// Open loop, gamma-distributed gaps with this mean rate and coefficient of variation
     /// (`cv` > 1 is burstier than Poisson, < 1 more regular).
     Gamma {
-        /// Mean requests per second.
+        /// Mean jobs per second.
         rate: f64,
         /// Coefficient of variation of the gaps.
         cv: f64,
     },
+    /// Trace replay at the trace's own timestamps, divided by `speedup` (also think times).
+    TraceTimestamps {
+        /// Time compression factor (> 0).
+        speedup: f64,
+    },
+}
+
+/// When to stop sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stop {
+    /// Requests to send at most.
+    pub max_requests: u32,
+    /// Jobs (sessions) to start at most.
+    pub max_sessions: u32,
 }
 
 /// A complete traffic description.
@@ -135,8 +200,39 @@ pub struct TrafficSpec {
     pub source: Source,
     /// Pacing.
     pub load: Load,
-    /// Stop after this many requests have been sent.
-    pub stop_requests: u32,
+    /// Stop rules.
+    pub stop: Stop,
+}
+
+impl TrafficSpec {
+    /// Requests this traffic sends at most (sessions count all their turns).
+    #[must_use]
+    pub fn max_requests(&self) -> u32 {
+        let by_jobs = match &self.source {
+            Source::Synthetic { .. } => u64::from(self.stop.max_sessions),
+            Source::Sessions(s) => u64::from(self.stop.max_sessions) * u64::from(s.turns.max(1)),
+            Source::Trace(t) => t.rows.len() as u64,
+        };
+        u32::try_from(by_jobs.min(u64::from(self.stop.max_requests))).unwrap_or(u32::MAX)
+    }
+}
+
+/// Content-id namespace of trace `hash_ids` (kept apart from synthetic streams).
+const TRACE_NAMESPACE: u64 = 0x7AACE;
+/// Content-id namespace of shared synthetic prefixes.
+const PREFIX_NAMESPACE: u64 = 0x9F1E;
+
+/// A session in flight.
+#[derive(Clone, Debug)]
+struct SessionState {
+    /// Session index (for records).
+    id: u32,
+    /// Turns sent so far.
+    turn: u32,
+    /// Prompt of the last turn (synthetic sessions extend it).
+    content: Vec<Segment>,
+    /// Trace rows of this session, when replaying a trace.
+    rows: Vec<usize>,
 }
 
 /// The live arrival process of a run.
@@ -145,34 +241,53 @@ pub struct Traffic {
     lengths: Rng,
     arrivals: Rng,
     content_seed: u64,
-    generated: u32,
+    requests_sent: u32,
+    jobs_started: u32,
+    /// Trace jobs (row lists) in start order.
+    trace_jobs: Vec<Vec<usize>>,
+    /// Sessions in flight, by session index.
+    sessions: BTreeMap<u32, SessionState>,
     pending: EventQueue<RequestSpec>,
-    last_open_arrival: SimTime,
+    last_open_start: SimTime,
+    max_requests: u32,
 }
 
 impl Traffic {
     /// Starts the arrival process for `root_seed`.
     #[must_use]
     pub fn new(spec: TrafficSpec, root_seed: u64) -> Self {
+        let trace_jobs = match &spec.source {
+            Source::Trace(t) => trace_jobs(t),
+            Source::Synthetic { .. } | Source::Sessions(_) => Vec::new(),
+        };
+        let max_requests = spec.max_requests();
         let mut t = Traffic {
             lengths: Rng::stream(root_seed, Stream::Lengths),
             arrivals: Rng::stream(root_seed, Stream::Arrivals),
             content_seed: Rng::stream(root_seed, Stream::Content).next_u64(),
             spec,
-            generated: 0,
+            requests_sent: 0,
+            jobs_started: 0,
+            trace_jobs,
+            sessions: BTreeMap::new(),
             pending: EventQueue::new(),
-            last_open_arrival: SimTime::ZERO,
+            last_open_start: SimTime::ZERO,
+            max_requests,
         };
         match t.spec.load {
             Load::Concurrency(c) => {
-                for _ in 0..c.min(t.spec.stop_requests) {
-                    t.generate(SimTime::ZERO);
+                for _ in 0..c {
+                    if !t.start_job(SimTime::ZERO) {
+                        break;
+                    }
                 }
             }
             Load::Poisson(_) | Load::ConstantRate(_) | Load::Gamma { .. } => {
-                if t.spec.stop_requests > 0 {
-                    t.generate(SimTime::ZERO);
-                }
+                t.start_job(SimTime::ZERO);
+            }
+            Load::TraceTimestamps { .. } => {
+                let at = t.trace_job_start(0);
+                t.start_job(at);
             }
         }
         t
@@ -181,13 +296,13 @@ impl Traffic {
     /// Requests sent so far.
     #[must_use]
     pub fn generated(&self) -> u32 {
-        self.generated
+        self.requests_sent
     }
 
-    /// Requests this traffic will send in total.
+    /// Requests this traffic sends at most.
     #[must_use]
     pub fn total(&self) -> u32 {
-        self.spec.stop_requests
+        self.max_requests
     }
 
     /// When the next request arrives, if any is scheduled.
@@ -201,28 +316,40 @@ impl Traffic {
         if self.pending.peek_time()? > now {
             return None;
         }
-        let (_, spec) = self.pending.pop()?;
-        if self.is_open_loop() && self.generated < self.spec.stop_requests {
-            let gap = self.open_loop_gap();
-            let t = self.last_open_arrival + gap;
-            self.generate(t);
+        let (at, spec) = self.pending.pop()?;
+        // Open loops start the next job when this one's first request arrives.
+        let first_of_job = spec.session.is_none_or(|(_, turn)| turn == 0);
+        if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
+            let next = match self.spec.load {
+                Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
+                _ => self.open_loop_gap().map(|g| self.last_open_start.max(at) + g),
+            };
+            if let Some(next) = next {
+                self.start_job(next);
+            }
         }
         Some(spec)
     }
 
-    /// Tells the traffic that a request finished (or was rejected) at `now`.
-    pub fn on_request_done(&mut self, now: SimTime) {
-        if matches!(self.spec.load, Load::Concurrency(_)) && self.generated < self.spec.stop_requests {
-            self.generate(now);
+    /// Tells the traffic that a request finished (or was rejected) at `now`; `session` and
+    /// `content` are that request's session and its prompt plus generated tokens.
+    pub fn on_request_done(&mut self, now: SimTime, session: Option<(u32, u32)>, content: &[Segment]) {
+        let job_over = match session {
+            None => true,
+            Some((sid, _)) => !self.next_turn(sid, now, content),
+        };
+        if job_over {
+            if let Some((sid, _)) = session {
+                self.sessions.remove(&sid);
+            }
+            if matches!(self.spec.load, Load::Concurrency(_)) {
+                self.start_job(now);
+            }
         }
     }
 
-    fn is_open_loop(&self) -> bool {
-        !matches!(self.spec.load, Load::Concurrency(_))
-    }
-
-    fn open_loop_gap(&mut self) -> SimDur {
-        match self.spec.load {
+    fn open_loop_gap(&mut self) -> Option<SimDur> {
+        Some(match self.spec.load {
             Load::Poisson(rate) => SimDur::from_secs_f64(self.arrivals.exponential(1.0 / rate)),
             Load::ConstantRate(rate) => SimDur::from_secs_f64(1.0 / rate),
             Load::Gamma { rate, cv } => {
@@ -230,32 +357,191 @@ impl Traffic {
                 let shape = 1.0 / (cv * cv);
                 SimDur::from_secs_f64(self.arrivals.gamma(shape, cv * cv / rate))
             }
-            Load::Concurrency(_) => SimDur::ZERO,
+            Load::Concurrency(_) | Load::TraceTimestamps { .. } => return None,
+        })
+    }
+
+    fn speedup(&self) -> f64 {
+        match self.spec.load {
+            Load::TraceTimestamps { speedup } if speedup > 0.0 => speedup,
+            _ => 1.0,
         }
     }
 
-    fn generate(&mut self, at: SimTime) {
-        let index = u64::from(self.generated);
-        self.generated += 1;
-        let spec = match &self.spec.source {
+    fn scaled(&self, d: SimDur) -> SimDur {
+        #[allow(clippy::cast_precision_loss)]
+        SimDur::from_ms_f64(d.as_ns() as f64 / 1e6 / self.speedup())
+    }
+
+    fn trace_job_start(&self, job: usize) -> SimTime {
+        let Source::Trace(t) = &self.spec.source else { return SimTime::ZERO };
+        let row = self.trace_jobs.get(job).and_then(|j| j.first()).and_then(|r| t.rows.get(*r));
+        SimTime::ZERO + row.map_or(SimDur::ZERO, |r| self.scaled(r.timestamp))
+    }
+
+    /// Starts the next job at `at`. False when the stop rules allow no more.
+    fn start_job(&mut self, at: SimTime) -> bool {
+        if self.jobs_started >= self.spec.stop.max_sessions || self.requests_sent >= self.max_requests {
+            return false;
+        }
+        let job = self.jobs_started;
+        let spec = match self.spec.source.clone() {
             Source::Synthetic { input_tokens, output_tokens } => {
                 let input = input_tokens.sample(&mut self.lengths);
                 let output = output_tokens.sample(&mut self.lengths);
-                let prompt_stream = mix2(self.content_seed, 2 * index);
-                RequestSpec {
-                    arrival: at,
-                    prompt: vec![Segment { id: prompt_stream, len: input }],
-                    output_tokens: output,
-                    output_stream: mix2(self.content_seed, 2 * index + 1),
-                    session: None,
+                let prompt =
+                    vec![Segment { id: self.stream_id(2 * u64::from(self.requests_sent)), len: input }];
+                self.request(at, prompt, output, None)
+            }
+            Source::Sessions(s) => {
+                let input = s.new_input_tokens.sample(&mut self.lengths);
+                let output = s.output_tokens.sample(&mut self.lengths);
+                let mut prompt = Vec::new();
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let shared = (libm::round(s.shared_prefix_ratio * f64::from(input)) as u32).min(input);
+                if shared > 0 {
+                    let group = if s.prefix_groups == 0 { 0 } else { job % s.prefix_groups };
+                    prompt.push(Segment {
+                        id: mix2(PREFIX_NAMESPACE ^ self.content_seed, u64::from(group)),
+                        len: shared,
+                    });
                 }
+                if input > shared {
+                    prompt.push(Segment {
+                        id: self.stream_id(2 * u64::from(self.requests_sent)),
+                        len: input - shared,
+                    });
+                }
+                self.sessions.insert(
+                    job,
+                    SessionState { id: job, turn: 0, content: prompt.clone(), rows: Vec::new() },
+                );
+                self.request(at, prompt, output, Some((job, 0)))
+            }
+            Source::Trace(t) => {
+                let Some(rows) = self.trace_jobs.get(job as usize).cloned() else { return false };
+                let Some(row) = rows.first().and_then(|r| t.rows.get(*r)) else { return false };
+                let prompt =
+                    trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
+                let session = (rows.len() > 1 || row.session.is_some()).then_some((job, 0));
+                if session.is_some() {
+                    self.sessions.insert(job, SessionState { id: job, turn: 0, content: Vec::new(), rows });
+                }
+                self.request(at, prompt, row.output_tokens, session)
             }
         };
-        if self.is_open_loop() {
-            self.last_open_arrival = at;
+        self.jobs_started += 1;
+        if !matches!(self.spec.load, Load::Concurrency(_)) {
+            self.last_open_start = at;
         }
         self.pending.push(at, spec);
+        true
     }
+
+    /// Schedules turn `turn + 1` of session `sid` after think time. False when the session is over.
+    fn next_turn(&mut self, sid: u32, now: SimTime, done_content: &[Segment]) -> bool {
+        if self.requests_sent >= self.max_requests {
+            return false;
+        }
+        let source = self.spec.source.clone();
+        let Some(state) = self.sessions.get_mut(&sid) else { return false };
+        let turn = state.turn + 1;
+        let (spec_at, prompt, output) = match &source {
+            Source::Sessions(s) => {
+                if turn >= s.turns {
+                    return false;
+                }
+                // Next prompt: everything so far (prompt + generated output) plus new input.
+                let mut prompt = done_content.to_vec();
+                let input = s.new_input_tokens.sample(&mut self.lengths);
+                let output = s.output_tokens.sample(&mut self.lengths);
+                let id = mix2(self.content_seed, 2 * u64::from(self.requests_sent));
+                prompt.push(Segment { id, len: input });
+                (now + s.think_time, prompt, output)
+            }
+            Source::Trace(t) => {
+                let Some(row) = state.rows.get(turn as usize).and_then(|r| t.rows.get(*r)) else {
+                    return false;
+                };
+                let id = mix2(self.content_seed, 2 * u64::from(self.requests_sent));
+                let prompt = trace_prompt(row, t.block_size, id);
+                let delay = row.delay.unwrap_or(SimDur::ZERO);
+                let out = row.output_tokens;
+                let at = now + self.scaled(delay);
+                (at, prompt, out)
+            }
+            Source::Synthetic { .. } => return false,
+        };
+        let Some(state) = self.sessions.get_mut(&sid) else { return false };
+        state.turn = turn;
+        state.content.clone_from(&prompt);
+        let id = state.id;
+        let spec = self.request(spec_at, prompt, output, Some((id, turn)));
+        self.pending.push(spec_at, spec);
+        true
+    }
+
+    fn stream_id(&self, n: u64) -> u64 {
+        mix2(self.content_seed, n)
+    }
+
+    fn request(
+        &mut self,
+        at: SimTime,
+        prompt: Vec<Segment>,
+        output: u32,
+        session: Option<(u32, u32)>,
+    ) -> RequestSpec {
+        let n = u64::from(self.requests_sent);
+        self.requests_sent += 1;
+        RequestSpec {
+            arrival: at,
+            prompt,
+            output_tokens: output.max(1),
+            output_stream: mix2(self.content_seed, 2 * n + 1),
+            session,
+        }
+    }
+}
+
+/// Groups trace rows into jobs: rows of one session form one job (turns in file order); other
+/// rows are jobs of one request. Jobs are ordered by their first row's timestamp (stable).
+fn trace_jobs(t: &Trace) -> Vec<Vec<usize>> {
+    let mut jobs: Vec<Vec<usize>> = Vec::new();
+    let mut by_session: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, r) in t.rows.iter().enumerate() {
+        match r.session {
+            Some(s) => match by_session.get(&s) {
+                Some(&j) => jobs[j].push(i),
+                None => {
+                    by_session.insert(s, jobs.len());
+                    jobs.push(vec![i]);
+                }
+            },
+            None => jobs.push(vec![i]),
+        }
+    }
+    jobs.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
+    jobs
+}
+
+/// A trace row's prompt: one segment per `hash_ids` entry (the last one may be partial), then
+/// unique content for any tokens the ids do not cover.
+fn trace_prompt(row: &TraceRow, block_size: u32, unique: u64) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(row.hash_ids.len() + 1);
+    let mut left = row.input_tokens;
+    for h in &row.hash_ids {
+        if left == 0 {
+            break;
+        }
+        let len = left.min(block_size);
+        out.push(Segment { id: mix2(TRACE_NAMESPACE, *h), len });
+        left -= len;
+    }
+    if left > 0 {
+        out.push(Segment { id: unique, len: left });
+    }
+    out
 }
 
 /// Collects all arrival times of an open-loop spec (for tests and charts of offered load).
@@ -282,7 +568,7 @@ mod tests {
                 output_tokens: LengthDist::Fixed(10),
             },
             load,
-            stop_requests: n,
+            stop: Stop { max_requests: n, max_sessions: u32::MAX },
         }
     }
 
@@ -320,11 +606,107 @@ mod tests {
         }
         assert_eq!(first.len(), 3);
         assert!(t.next_arrival().is_none());
-        t.on_request_done(SimTime::from_ns(50));
+        t.on_request_done(SimTime::from_ns(50), None, &[]);
         assert_eq!(t.next_arrival(), Some(SimTime::from_ns(50)));
-        t.on_request_done(SimTime::from_ns(60));
-        t.on_request_done(SimTime::from_ns(70)); // Beyond the stop rule: ignored.
+        t.on_request_done(SimTime::from_ns(60), None, &[]);
+        t.on_request_done(SimTime::from_ns(70), None, &[]); // Beyond the stop rule: ignored.
         assert_eq!(t.generated(), 5);
+    }
+
+    fn session_spec(turns: u32, ratio: f64) -> TrafficSpec {
+        TrafficSpec {
+            source: Source::Sessions(SessionSpec {
+                new_input_tokens: LengthDist::Fixed(100),
+                output_tokens: LengthDist::Fixed(10),
+                turns,
+                shared_prefix_ratio: ratio,
+                prefix_groups: 0,
+                think_time: SimDur::from_ms(500),
+            }),
+            load: Load::Concurrency(2),
+            stop: Stop { max_requests: u32::MAX, max_sessions: 3 },
+        }
+    }
+
+    #[test]
+    fn sessions_send_the_next_turn_after_think_time_with_the_history_as_prefix() {
+        let mut t = Traffic::new(session_spec(3, 0.5), 1);
+        assert_eq!(t.total(), 9);
+        let a = t.pop_due(SimTime::ZERO).unwrap();
+        let b = t.pop_due(SimTime::ZERO).unwrap();
+        assert!(t.pop_due(SimTime::ZERO).is_none(), "two sessions in flight");
+        assert_eq!((a.session, b.session), (Some((0, 0)), Some((1, 0))));
+        // Both first turns share a 50-token prefix (one prefix group).
+        assert_eq!(a.prompt[0], b.prompt[0]);
+        assert_eq!(a.prompt[0].len, 50);
+        // Turn 0 of session 0 ends at 1 s having generated 10 tokens.
+        let mut done = a.prompt.clone();
+        done.push(Segment { id: a.output_stream, len: 10 });
+        t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+        assert_eq!(t.next_arrival(), Some(SimTime::from_ms(1500)));
+        let next = t.pop_due(SimTime::from_ms(1500)).unwrap();
+        assert_eq!(next.session, Some((0, 1)));
+        assert_eq!(next.input_tokens(), 100 + 10 + 100);
+        assert_eq!(next.prompt[..done.len()], done[..]);
+    }
+
+    #[test]
+    fn a_finished_session_frees_its_slot() {
+        let mut t = Traffic::new(session_spec(1, 0.0), 1);
+        let a = t.pop_due(SimTime::ZERO).unwrap();
+        let _b = t.pop_due(SimTime::ZERO).unwrap();
+        t.on_request_done(SimTime::from_ms(10), a.session, &a.prompt);
+        let c = t.pop_due(SimTime::from_ms(10)).unwrap();
+        assert_eq!(c.session, Some((2, 0)));
+        t.on_request_done(SimTime::from_ms(20), c.session, &c.prompt);
+        assert!(t.next_arrival().is_none(), "max_sessions reached");
+    }
+
+    fn trace() -> Arc<Trace> {
+        let row = |ts: u64, session: Option<u32>, ids: Vec<u64>, input: u32, delay: Option<u64>| TraceRow {
+            timestamp: SimDur::from_ms(ts),
+            session,
+            input_tokens: input,
+            output_tokens: 5,
+            hash_ids: ids,
+            delay: delay.map(SimDur::from_ms),
+        };
+        Arc::new(Trace {
+            rows: vec![
+                row(0, None, vec![1, 2], 1000, None),
+                row(100, Some(7), vec![1, 3], 600, None),
+                row(0, Some(7), vec![1, 3, 4], 1200, Some(50)),
+                row(300, None, vec![], 64, None),
+            ],
+            block_size: 512,
+        })
+    }
+
+    #[test]
+    fn trace_timestamps_with_speedup_and_session_delays() {
+        let spec = TrafficSpec {
+            source: Source::Trace(trace()),
+            load: Load::TraceTimestamps { speedup: 2.0 },
+            stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+        };
+        let mut t = Traffic::new(spec, 1);
+        assert_eq!(t.total(), 4);
+        let r0 = t.pop_due(SimTime::ZERO).unwrap();
+        assert_eq!(r0.prompt.iter().map(|s| s.len).collect::<Vec<_>>(), [512, 488]);
+        let r1 = t.pop_due(SimTime::from_ms(50)).unwrap();
+        assert_eq!(r1.session, Some((1, 0)));
+        // The first 512-token block is the same content in both rows.
+        assert_eq!(r0.prompt[0], r1.prompt[0]);
+        assert_eq!(t.next_arrival(), Some(SimTime::from_ms(150)));
+        // The session's second turn arrives 50 ms / 2 after its first completes.
+        t.on_request_done(SimTime::from_ms(120), r1.session, &r1.prompt);
+        assert_eq!(t.next_arrival(), Some(SimTime::from_ms(145)));
+        let r2 = t.pop_due(SimTime::from_ms(145)).unwrap();
+        assert_eq!(r2.session, Some((1, 1)));
+        assert_eq!(r2.input_tokens(), 1200);
+        let r3 = t.pop_due(SimTime::from_ms(150)).unwrap();
+        assert_eq!(r3.input_tokens(), 64);
+        assert!(t.next_arrival().is_none());
     }
 
     #[test]

@@ -37,6 +37,12 @@ impl SimTime {
         self.0
     }
 
+    /// A time `ms` whole milliseconds after the start.
+    #[must_use]
+    pub const fn from_ms(ms: u64) -> Self {
+        SimTime(ms.saturating_mul(NS_PER_MS))
+    }
+
     /// Milliseconds since the start, for reports.
     #[must_use]
     #[allow(clippy::cast_precision_loss)] // 2^53 ns is 104 days of simulated time.

@@ -9,7 +9,7 @@ use servesim_core::request::Status;
 use servesim_core::router::Router;
 use servesim_core::sim::{make_ranks, Limits, RunResult, SimSetup, Simulation, StopReason};
 use servesim_core::timing::{FixedTimer, StepTimer};
-use servesim_core::traffic::{LengthDist, Load, Source, TrafficSpec};
+use servesim_core::traffic::{LengthDist, Load, Source, Stop, TrafficSpec};
 use servesim_core::units::SimDur;
 use servesim_core::worker::Worker;
 
@@ -63,7 +63,7 @@ fn run(c: Case) -> RunResult {
                 output_tokens: LengthDist::Fixed(c.output),
             },
             load: c.load,
-            stop_requests: c.requests,
+            stop: Stop { max_requests: c.requests, max_sessions: u32::MAX },
         },
         workers,
         router: Router::round_robin(),

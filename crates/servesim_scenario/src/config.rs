@@ -40,6 +40,39 @@ pub enum SourceConfig {
         /// `output_tokens`.
         output_tokens: LengthDist,
     },
+    /// `type: synthetic-session` — multi-turn sessions.
+    Session {
+        /// `new_input_tokens_per_turn` (1024).
+        new_input_tokens_per_turn: LengthDist,
+        /// `output_tokens_per_turn` (128).
+        output_tokens_per_turn: LengthDist,
+        /// `session.turns` (4, at least 2).
+        turns: u32,
+        /// `session.shared_prefix_ratio` (0).
+        shared_prefix_ratio: f64,
+        /// `session.prefix_groups` (0: one group).
+        prefix_groups: u32,
+        /// `session.inter_turn_delay_ms` (0).
+        inter_turn_delay_ms: f64,
+    },
+    /// `type: trace` — replay of trace files.
+    Trace {
+        /// `paths`, with where each was written (for errors).
+        paths: Vec<(String, crate::node::Origin)>,
+        /// `format`.
+        format: TraceFormatConfig,
+        /// `block_size` (512): tokens per `hash_ids` entry.
+        block_size: u32,
+    },
+}
+
+/// `traffic.source.format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormatConfig {
+    /// `mooncake` (JSONL with `hash_ids`).
+    Mooncake,
+    /// `azure_csv` (servesim extension): `TIMESTAMP,ContextTokens,GeneratedTokens`.
+    AzureCsv,
 }
 
 /// `traffic.load`.
@@ -70,6 +103,11 @@ pub enum LoadKind {
     },
     /// `kv_capacity_fraction`: concurrency whose KV working set is `fraction` of usable KV.
     KvCapacityFraction(f64),
+    /// `trace_timestamps`: the trace's own timing, divided by `speedup`.
+    TraceTimestamps {
+        /// `speedup` (1).
+        speedup: f64,
+    },
 }
 
 impl LoadKind {
@@ -79,18 +117,25 @@ impl LoadKind {
         match *self {
             LoadKind::Concurrency(c) => Some(f64::from(c)),
             LoadKind::Poisson(r) | LoadKind::ConstantRate(r) | LoadKind::Gamma { rate: r, .. } => Some(r),
-            LoadKind::KvCapacityFraction(_) => None,
+            LoadKind::KvCapacityFraction(_) | LoadKind::TraceTimestamps { .. } => None,
         }
     }
 }
 
 /// `traffic.stop`.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StopConfig {
-    /// `requests`.
-    Requests(u32),
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StopConfig {
+    /// `requests` (default 100; a whole trace for trace sources).
+    pub requests: Option<u32>,
     /// `requests_per_load_unit`: `max(1, round(k × load unit))` requests.
-    RequestsPerLoadUnit(f64),
+    pub requests_per_load_unit: Option<f64>,
+    /// `sessions`.
+    pub sessions: Option<u32>,
+    /// `sessions_per_load_unit`.
+    pub sessions_per_load_unit: Option<f64>,
+    /// `max_virtual_time_seconds` (trace only): simulated time after which nothing more is
+    /// processed (events at the cutoff still are).
+    pub max_virtual_time_seconds: Option<f64>,
 }
 
 /// `engine.mode`.
@@ -210,14 +255,20 @@ pub struct RoleConfig {
 }
 
 /// `router.policy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RouterPolicy {
     /// `round_robin` (default).
     RoundRobin,
+    /// `least_loaded`: fewest active requests.
+    LeastLoaded,
+    /// `kv_aware` (alias `kv_router`): Dynamo's KV-router cost, built in.
+    KvAware(servesim_core::router::KvAwareConfig),
+    /// `session_affinity`: every turn of a session to one worker.
+    SessionAffinity,
 }
 
 /// `router`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RouterConfig {
     /// `policy`.
     pub policy: RouterPolicy,

@@ -9,7 +9,7 @@ use servesim_perf::spec::Dtype;
 use crate::config::{
     Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, LoadConfig, LoadKind,
     Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy, SchedulerKnobs,
-    SourceConfig, StopConfig, TrafficConfig,
+    SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -77,8 +77,16 @@ fn default_traffic() -> TrafficConfig {
             output_tokens: LengthDist::Fixed(128),
         },
         load: LoadConfig { kind: LoadKind::Concurrency(10), seed: 42 },
-        stop: StopConfig::Requests(100),
+        stop: StopConfig::default(),
     }
+}
+
+/// Which family of source a config uses (loads and stops depend on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SourceKind {
+    Synthetic,
+    Session,
+    Trace,
 }
 
 fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<TrafficConfig> {
@@ -88,12 +96,17 @@ fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<TrafficConfig>
         Some((n, p)) => decode_source(n, &p, cx),
         None => Some(d.source),
     };
+    let kind = match &source {
+        Some(SourceConfig::Session { .. }) => SourceKind::Session,
+        Some(SourceConfig::Trace { .. }) => SourceKind::Trace,
+        _ => SourceKind::Synthetic,
+    };
     let load = match f.take("load") {
-        Some((n, p)) => decode_load(n, &p, cx),
+        Some((n, p)) => decode_load(n, &p, cx, kind),
         None => Some(d.load),
     };
     let stop = match f.take("stop") {
-        Some((n, p)) => decode_stop(n, &p, cx),
+        Some((n, p)) => decode_stop(n, &p, cx, kind),
         None => Some(d.stop),
     };
     f.finish(cx, &["source", "load", "stop"], "");
@@ -120,28 +133,107 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
         Some((n, p)) => choice(n, &p, cx, &["synthetic", "synthetic-session", "trace"])?,
         None => "synthetic",
     };
+    let len_or = |f: &mut Fields, key: &str, default: u32, cx: &mut Cx| {
+        f.take(key).map_or(Some(LengthDist::Fixed(default)), |(n, p)| lengths(n, &p, cx))
+    };
     let out = match kind {
         "synthetic" => {
             if let Some((n, p)) = f.take("images") {
                 cx.unsupported(&p, n, "image inputs (EPD/vision-language) are not simulated by servesim yet");
             }
-            let input =
-                f.take("input_tokens").map_or(Some(LengthDist::Fixed(1024)), |(n, p)| lengths(n, &p, cx));
-            let output =
-                f.take("output_tokens").map_or(Some(LengthDist::Fixed(128)), |(n, p)| lengths(n, &p, cx));
+            let input = len_or(&mut f, "input_tokens", 1024, cx);
+            let output = len_or(&mut f, "output_tokens", 128, cx);
             Some(SourceConfig::Synthetic { input_tokens: input?, output_tokens: output? })
         }
-        other => {
-            let n = node.get("type").unwrap_or(node);
-            cx.unsupported(
-                &crate::diag::join(path, "type"),
-                n,
-                format!("source type '{other}' is not simulated by servesim yet"),
-            );
-            for k in SOURCE_KEYS {
-                f.take(k);
+        "synthetic-session" => {
+            let input = len_or(&mut f, "new_input_tokens_per_turn", 1024, cx);
+            let output = len_or(&mut f, "output_tokens_per_turn", 128, cx);
+            let (mut turns, mut ratio, mut groups, mut delay) = (Some(4), Some(0.0), Some(0), Some(0.0));
+            if let Some((n, p)) = f.take("session") {
+                if let Some(mut s) = Fields::of(n, &p, cx) {
+                    if let Some((n, p)) = s.take("turns") {
+                        turns = u32_in(n, &p, cx, 2, 100_000);
+                    }
+                    if let Some((n, p)) = s.take("shared_prefix_ratio") {
+                        ratio = number_in(n, &p, cx, 0.0, 1.0);
+                    }
+                    if let Some((n, p)) = s.take("prefix_groups") {
+                        groups = u32_in(n, &p, cx, 0, MAX_REQUESTS);
+                    }
+                    if let Some((n, p)) = s.take("inter_turn_delay_ms") {
+                        delay = number_in(n, &p, cx, 0.0, 1.0e9);
+                    }
+                    s.finish(
+                        cx,
+                        &["turns", "shared_prefix_ratio", "prefix_groups", "inter_turn_delay_ms"],
+                        "",
+                    );
+                }
             }
-            None
+            Some(SourceConfig::Session {
+                new_input_tokens_per_turn: input?,
+                output_tokens_per_turn: output?,
+                turns: turns?,
+                shared_prefix_ratio: ratio?,
+                prefix_groups: groups?,
+                inter_turn_delay_ms: delay?,
+            })
+        }
+        _ => {
+            let paths = match f.take("paths") {
+                Some((n, p)) => match &n.value {
+                    Value::Seq(items) if !items.is_empty() => {
+                        let mut out = Vec::new();
+                        for (i, item) in items.iter().enumerate() {
+                            if let Some(s) = string(item, &format!("{p}[{i}]"), cx) {
+                                out.push((s, item.origin.clone()));
+                            }
+                        }
+                        (out.len() == items.len()).then_some(out)
+                    }
+                    Value::Str(s) => Some(vec![(s.clone(), n.origin.clone())]),
+                    _ => {
+                        cx.schema(&p, n, "expected a non-empty list of trace file paths");
+                        None
+                    }
+                },
+                None => {
+                    cx.schema(&crate::diag::join(path, "paths"), node, "required for source type 'trace'");
+                    None
+                }
+            };
+            let format = match f.take("format") {
+                Some((n, p)) => match choice(
+                    n,
+                    &p,
+                    cx,
+                    &[
+                        "mooncake",
+                        "azure_csv",
+                        "mooncake-delta",
+                        "agentic_mooncake",
+                        "weka",
+                        "applied_compute_agentic",
+                        "dynamo",
+                    ],
+                )? {
+                    "mooncake" => Some(TraceFormatConfig::Mooncake),
+                    "azure_csv" => Some(TraceFormatConfig::AzureCsv),
+                    other => {
+                        cx.unsupported(&p, n, format!("trace format '{other}' is not replayed by servesim yet (mooncake and azure_csv are)"));
+                        None
+                    }
+                },
+                None => Some(TraceFormatConfig::Mooncake),
+            };
+            let block_size = match f.take("block_size") {
+                Some((n, p)) => u32_in(n, &p, cx, 1, 1 << 20),
+                None => Some(512),
+            };
+            if let Some((n, p)) = f.take("nested_timestamp_basis") {
+                let _ = choice(n, &p, cx, &["auto", "absolute", "relative"]);
+            }
+            Some(SourceConfig::Trace { paths: paths?, format: format?, block_size: block_size? })
         }
     };
     f.finish(cx, SOURCE_KEYS, &format!("to source type '{kind}'"));
@@ -263,29 +355,30 @@ const LOAD_KEYS: &[&str] = &[
     "agentic_profile",
 ];
 
-fn decode_load(node: &Node, path: &str, cx: &mut Cx) -> Option<LoadConfig> {
+fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Option<LoadConfig> {
     let mut f = Fields::of(node, path, cx)?;
+    let allowed: &[&str] = match source {
+        SourceKind::Synthetic => {
+            &["concurrency", "poisson", "constant_rate", "gamma", "kv_capacity_fraction"]
+        }
+        SourceKind::Session => &["concurrency", "poisson", "constant_rate", "gamma"],
+        SourceKind::Trace => &["trace_timestamps", "concurrency"],
+    };
     let kind = match f.take("type") {
-        Some((n, p)) => choice(
-            n,
-            &p,
-            cx,
-            &["concurrency", "poisson", "constant_rate", "gamma", "kv_capacity_fraction", "trace_timestamps"],
-        )?,
+        Some((n, p)) => choice(n, &p, cx, allowed)?,
+        None if source == SourceKind::Trace => "trace_timestamps",
         None => "concurrency",
     };
     let seed = match f.take("seed") {
         Some((n, p)) => u64_min(n, &p, cx, 0),
         None => Some(42),
     };
-    let rate = |f: &mut Fields, cx: &mut Cx| match f.take("requests_per_second") {
+    // Sessions are paced by sessions_per_second (first turns only), requests otherwise.
+    let rate_key = if source == SourceKind::Session { "sessions_per_second" } else { "requests_per_second" };
+    let rate = |f: &mut Fields, cx: &mut Cx| match f.take(rate_key) {
         Some((n, p)) => positive(n, &p, cx),
         None => {
-            cx.schema(
-                &crate::diag::join(path, "requests_per_second"),
-                node,
-                format!("required for load type '{kind}'"),
-            );
+            cx.schema(&crate::diag::join(path, rate_key), node, format!("required for load type '{kind}'"));
             None
         }
     };
@@ -322,39 +415,55 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx) -> Option<LoadConfig> {
                 None
             }
         },
-        _ => {
-            let n = node.get("type").unwrap_or(node);
-            cx.unsupported(
-                &crate::diag::join(path, "type"),
-                n,
-                "trace_timestamps needs a trace source, which servesim does not replay yet",
-            );
-            None
-        }
+        _ => match f.take("speedup") {
+            Some((n, p)) => {
+                number_in(n, &p, cx, 1e-6, 1e6).map(|speedup| LoadKind::TraceTimestamps { speedup })
+            }
+            None => Some(LoadKind::TraceTimestamps { speedup: 1.0 }),
+        },
     };
-    for k in ["agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_profile", "sessions_per_second"]
-    {
+    for k in ["agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_profile"] {
         if let Some((n, p)) = f.take(k) {
-            cx.unsupported(&p, n, "agentic and session pacing are not simulated by servesim yet");
+            cx.unsupported(&p, n, "agentic pacing is not simulated by servesim yet");
         }
     }
-    f.finish(cx, LOAD_KEYS, &format!("to load type '{kind}'"));
+    let context = match source {
+        SourceKind::Synthetic => format!("to load type '{kind}' of a synthetic source"),
+        SourceKind::Session => format!("to load type '{kind}' of a session source"),
+        SourceKind::Trace => format!("to load type '{kind}' of a trace source"),
+    };
+    f.finish(cx, LOAD_KEYS, &context);
     Some(LoadConfig { kind: out?, seed: seed? })
 }
 
-fn decode_stop(node: &Node, path: &str, cx: &mut Cx) -> Option<StopConfig> {
+fn decode_stop(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Option<StopConfig> {
     let mut f = Fields::of(node, path, cx)?;
-    let requests = f.take("requests").map(|(n, p)| u32_in(n, &p, cx, 1, MAX_REQUESTS));
-    let per_unit = f.take("requests_per_load_unit").map(|(n, p)| positive(n, &p, cx));
-    for k in ["sessions", "sessions_per_load_unit", "max_virtual_time_seconds"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(
-                &p,
-                n,
-                "session and trace stop rules apply to sources servesim does not replay yet",
-            );
+    let mut stop = StopConfig::default();
+    let before = cx.diags.len();
+    if let Some((n, p)) = f.take("requests") {
+        stop.requests = u32_in(n, &p, cx, 1, MAX_REQUESTS);
+    }
+    if let Some((n, p)) = f.take("requests_per_load_unit") {
+        stop.requests_per_load_unit = positive(n, &p, cx);
+    }
+    if source == SourceKind::Session {
+        if let Some((n, p)) = f.take("sessions") {
+            stop.sessions = u32_in(n, &p, cx, 1, MAX_REQUESTS);
+        }
+        if let Some((n, p)) = f.take("sessions_per_load_unit") {
+            stop.sessions_per_load_unit = positive(n, &p, cx);
         }
     }
+    if source == SourceKind::Trace {
+        if let Some((n, p)) = f.take("max_virtual_time_seconds") {
+            stop.max_virtual_time_seconds = positive(n, &p, cx);
+        }
+    }
+    let context = match source {
+        SourceKind::Synthetic => "to a synthetic source",
+        SourceKind::Session => "to a session source",
+        SourceKind::Trace => "to a trace source",
+    };
     f.finish(
         cx,
         &[
@@ -364,17 +473,15 @@ fn decode_stop(node: &Node, path: &str, cx: &mut Cx) -> Option<StopConfig> {
             "sessions_per_load_unit",
             "max_virtual_time_seconds",
         ],
-        "",
+        context,
     );
-    match (requests, per_unit) {
-        (Some(_), Some(_)) => {
-            cx.domain(path, node, "set either 'requests' or 'requests_per_load_unit', not both");
-            None
-        }
-        (Some(r), None) => r.map(StopConfig::Requests),
-        (None, Some(k)) => k.map(StopConfig::RequestsPerLoadUnit),
-        (None, None) => Some(StopConfig::Requests(100)),
+    if stop.requests.is_some() && stop.requests_per_load_unit.is_some() {
+        cx.domain(path, node, "set either 'requests' or 'requests_per_load_unit', not both");
     }
+    if stop.sessions.is_some() && stop.sessions_per_load_unit.is_some() {
+        cx.domain(path, node, "set either 'sessions' or 'sessions_per_load_unit', not both");
+    }
+    (cx.diags.len() == before).then_some(stop)
 }
 
 fn dtype(node: &Node, path: &str, cx: &mut Cx) -> Option<Dtype> {
@@ -787,38 +894,71 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) {
     f.finish(cx, &["type", "prefill_ms", "decode_ms", "forward_model", "fpm_parquet_path"], "");
 }
 
+const ROUTER_KEYS: &[&str] = &[
+    "policy",
+    "prefill_load_model",
+    "overlap_score_credit",
+    "prefill_load_scale",
+    "temperature",
+    "decode_active_request_weight",
+    "overlap_score_credit_decay",
+];
+
 fn decode_router(node: &Node, path: &str, cx: &mut Cx) -> Option<RouterConfig> {
     let mut f = Fields::of(node, path, cx)?;
-    let policy = match f.take("policy") {
-        Some((n, p)) => match choice(
-            n,
-            &p,
-            cx,
-            &["round_robin", "kv_router", "kv_aware", "least_loaded", "session_affinity"],
-        )? {
-            "round_robin" => Some(RouterPolicy::RoundRobin),
-            other => {
-                cx.unsupported(&p, n, format!("router policy '{other}' is not simulated by servesim yet"));
-                None
-            }
-        },
-        None => Some(RouterPolicy::RoundRobin),
-    };
-    for k in ["prefill_load_model", "overlap_score_credit", "prefill_load_scale", "temperature"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(
-                &p,
-                n,
-                format!("'{k}' applies to KV-aware routing, which servesim does not simulate yet"),
-            );
+    let name = match f.take("policy") {
+        Some((n, p)) => {
+            choice(n, &p, cx, &["round_robin", "least_loaded", "kv_aware", "kv_router", "session_affinity"])?
         }
-    }
-    f.finish(
-        cx,
-        &["policy", "prefill_load_model", "overlap_score_credit", "prefill_load_scale", "temperature"],
-        "",
-    );
+        None => "round_robin",
+    };
+    let policy = match name {
+        "round_robin" => Some(RouterPolicy::RoundRobin),
+        "least_loaded" => Some(RouterPolicy::LeastLoaded),
+        "session_affinity" => Some(RouterPolicy::SessionAffinity),
+        _ => {
+            let mut k = servesim_core::router::KvAwareConfig::default();
+            let before = cx.diags.len();
+            if let Some((n, p)) = f.take("overlap_score_credit") {
+                k.overlap_score_credit = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.overlap_score_credit);
+            }
+            if let Some((n, p)) = f.take("prefill_load_scale") {
+                k.prefill_load_scale = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.prefill_load_scale);
+            }
+            if let Some((n, p)) = f.take("temperature") {
+                k.temperature = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.temperature);
+            }
+            if let Some((n, p)) = f.take("decode_active_request_weight") {
+                k.active_request_weight = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.active_request_weight);
+            }
+            if let Some((n, p)) = f.take("overlap_score_credit_decay") {
+                k.overlap_credit_decay = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.overlap_credit_decay);
+            }
+            if let Some((n, p)) = f.take("prefill_load_model") {
+                if let Some(m) = node_type(n, &p, cx) {
+                    if m != "none" {
+                        cx.unsupported(&p, n, "prefill_load_model 'aic' is not simulated by servesim yet; the built-in router counts prefill tokens");
+                    }
+                }
+            }
+            (cx.diags.len() == before).then_some(RouterPolicy::KvAware(k))
+        }
+    };
+    f.finish(cx, ROUTER_KEYS, &format!("to router policy '{name}'"));
     Some(RouterConfig { policy: policy? })
+}
+
+/// `{type: X}` or a bare `X`.
+fn node_type(node: &Node, path: &str, cx: &mut Cx) -> Option<String> {
+    match &node.value {
+        Value::Map(_) => {
+            let mut f = Fields::of(node, path, cx)?;
+            let t = f.take("type").and_then(|(n, p)| string(n, &p, cx));
+            f.finish(cx, &["type"], "");
+            t
+        }
+        _ => string(node, path, cx),
+    }
 }
 
 fn decode_planner(node: &Node, path: &str, cx: &mut Cx) {

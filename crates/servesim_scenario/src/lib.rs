@@ -17,7 +17,7 @@ pub mod report;
 pub mod scenario;
 
 pub use report::Prediction;
-pub use scenario::{predict, Override, Prepared, ScenarioError};
+pub use scenario::{predict, Files, NoFiles, Override, Prepared, ScenarioError};
 
 /// The default scenario: the one the app preloads and the README quick start runs.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../data/scenarios/default.yaml");

@@ -65,6 +65,10 @@ pub struct RequestRecord {
     pub prefill_worker_idx: Option<u32>,
     /// Decode or aggregated worker.
     pub decode_worker_idx: Option<u32>,
+    /// Prompt tokens cached on the prefill worker when routed (null when aggregated).
+    pub prefill_route_overlap_tokens: Option<u32>,
+    /// Prompt tokens cached on the decode (or aggregated) worker when routed.
+    pub decode_route_overlap_tokens: Option<u32>,
     /// Times the request was preempted (servesim extension).
     pub num_preemptions: u32,
     /// `completed | rejected`.
@@ -100,6 +104,8 @@ fn record(i: usize, r: &Request) -> RequestRecord {
         reused_input_tokens: r.reused_max,
         prefill_worker_idx: None,
         decode_worker_idx: Some(r.worker),
+        prefill_route_overlap_tokens: None,
+        decode_route_overlap_tokens: Some(r.route_overlap_tokens),
         num_preemptions: r.preemptions,
         terminal_status: match r.status {
             Status::Completed => "completed",

@@ -1,0 +1,7 @@
+//! Readers for the data files servesim consumes. Each takes the file's bytes and a name for
+//! messages, and returns typed rows or an error naming the file, the line and the field.
+//! Nothing here opens a file: the CLI reads from disk, the browser from dropped files.
+//!
+//! - [`trace`]: request traces — Mooncake JSONL (with `hash_ids`) and Azure-style CSV.
+
+pub mod trace;

@@ -1,0 +1,449 @@
+//! Request traces.
+//!
+//! **Mooncake JSONL** (REF §4): one JSON object per line with `hash_ids` (required; one id per
+//! `block_size`-token block, 512 by default), `output_length` | `output_tokens` (required),
+//! `input_length` | `input_tokens` (default: `hash_ids` capacity), `timestamp` |
+//! `created_time` (ms), `session_id` (rows sharing it are turns, in file order), and
+//! `delay` | `delay_ms` (a later turn's delay after the previous turn completes). Other
+//! fields (`request_id`, `priority`, ...) are accepted and ignored. Timestamps are shifted so
+//! the first request arrives at zero.
+//!
+//! **Azure CSV** (Azure LLM inference traces): header `TIMESTAMP,ContextTokens,GeneratedTokens`,
+//! timestamps `YYYY-MM-DD HH:MM:SS[.fraction]`.
+
+use std::fmt;
+
+use serde_json::Value;
+use servesim_core::traffic::{Trace, TraceRow};
+use servesim_core::units::SimDur;
+
+/// Largest token count accepted in a trace row (2^24).
+const MAX_TOKENS: u64 = 1 << 24;
+
+/// A trace could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct TraceError {
+    /// File name as given.
+    pub file: String,
+    /// Line (1-based), when the problem is on one.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+/// A parsed trace and what the reader noticed about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedTrace {
+    /// The rows.
+    pub trace: Trace,
+    /// First line that opens a job (standalone row or first turn) without a timestamp; such a
+    /// trace can be replayed under `concurrency` but not at its timestamps.
+    pub untimed_line: Option<usize>,
+}
+
+/// The formats [`parse`] understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// Mooncake JSONL.
+    Mooncake,
+    /// Azure LLM inference CSV.
+    AzureCsv,
+}
+
+impl TraceFormat {
+    /// Guesses the format from a file name (`.csv` → Azure, else Mooncake).
+    #[must_use]
+    pub fn from_name(name: &str) -> Self {
+        if name.to_ascii_lowercase().ends_with(".csv") {
+            TraceFormat::AzureCsv
+        } else {
+            TraceFormat::Mooncake
+        }
+    }
+}
+
+/// Parses a trace. `block_size` is the tokens per `hash_ids` entry (Mooncake).
+///
+/// # Errors
+/// A [`TraceError`] naming the line and field of the first problem.
+pub fn parse(
+    bytes: &[u8],
+    file: &str,
+    format: TraceFormat,
+    block_size: u32,
+) -> Result<ParsedTrace, TraceError> {
+    match format {
+        TraceFormat::Mooncake => parse_mooncake(bytes, file, block_size),
+        TraceFormat::AzureCsv => parse_azure(bytes, file),
+    }
+}
+
+fn err(file: &str, line: Option<usize>, message: impl Into<String>) -> TraceError {
+    TraceError { file: file.to_string(), line, message: message.into() }
+}
+
+fn tokens(v: &Value, field: &str, file: &str, line: usize, min: u64) -> Result<u32, TraceError> {
+    let n = v
+        .as_u64()
+        .ok_or_else(|| err(file, Some(line), format!("'{field}' must be a non-negative integer, got {v}")))?;
+    if n < min || n > MAX_TOKENS {
+        return Err(err(
+            file,
+            Some(line),
+            format!("'{field}' must be between {min} and {MAX_TOKENS}, got {n}"),
+        ));
+    }
+    u32::try_from(n).map_err(|_| err(file, Some(line), format!("'{field}' is too large")))
+}
+
+fn millis(v: &Value, field: &str, file: &str, line: usize) -> Result<f64, TraceError> {
+    match v.as_f64() {
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(err(
+            file,
+            Some(line),
+            format!("'{field}' must be a non-negative number of milliseconds, got {v}"),
+        )),
+    }
+}
+
+/// Parses Mooncake JSONL.
+///
+/// # Errors
+/// A [`TraceError`] for invalid UTF-8, an unreadable line, or a missing or invalid field.
+pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<ParsedTrace, TraceError> {
+    if block_size == 0 {
+        return Err(err(file, None, "block_size must be at least 1"));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let line = bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1;
+        err(file, Some(line), "not valid UTF-8 text")
+    })?;
+    let mut rows = Vec::new();
+    let mut sessions: Vec<String> = Vec::new();
+    let mut stamps: Vec<Option<f64>> = Vec::new();
+    let mut lines: Vec<usize> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(raw).map_err(|e| {
+            err(file, Some(line), format!("not a JSON object ({e}); the line may be truncated"))
+        })?;
+        let Some(obj) = v.as_object() else {
+            return Err(err(file, Some(line), "expected a JSON object per line"));
+        };
+        let get = |a: &str, b: &str| obj.get(a).or_else(|| obj.get(b)).filter(|x| !x.is_null());
+        let hash_ids: Vec<u64> = match obj.get("hash_ids") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|h| {
+                    h.as_u64().ok_or_else(|| {
+                        err(
+                            file,
+                            Some(line),
+                            format!("'hash_ids' entries must be non-negative integers, got {h}"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(err(file, Some(line), format!("'hash_ids' must be a list, got {other}")))
+            }
+            None => return Err(err(file, Some(line), "missing 'hash_ids'")),
+        };
+        let capacity = (hash_ids.len() as u64).saturating_mul(u64::from(block_size));
+        let input_tokens = match get("input_length", "input_tokens") {
+            Some(x) => tokens(x, "input_length", file, line, 1)?,
+            None if capacity > 0 => u32::try_from(capacity.min(MAX_TOKENS)).unwrap_or(u32::MAX),
+            None => {
+                return Err(err(
+                    file,
+                    Some(line),
+                    "missing 'input_length' and no 'hash_ids' to infer it from",
+                ))
+            }
+        };
+        let output_tokens = match get("output_length", "output_tokens") {
+            Some(x) => tokens(x, "output_length", file, line, 1)?,
+            None => return Err(err(file, Some(line), "missing 'output_length'")),
+        };
+        let timestamp =
+            get("timestamp", "created_time").map(|x| millis(x, "timestamp", file, line)).transpose()?;
+        let delay = get("delay", "delay_ms").map(|x| millis(x, "delay", file, line)).transpose()?;
+        let session = match obj.get("session_id") {
+            None | Some(Value::Null) => None,
+            Some(s) => {
+                let key = match s {
+                    Value::String(x) => x.clone(),
+                    Value::Number(n) => n.to_string(),
+                    other => {
+                        return Err(err(
+                            file,
+                            Some(line),
+                            format!("'session_id' must be a string or number, got {other}"),
+                        ))
+                    }
+                };
+                let idx = match sessions.iter().position(|k| *k == key) {
+                    Some(p) => p,
+                    None => {
+                        sessions.push(key);
+                        sessions.len() - 1
+                    }
+                };
+                Some(u32::try_from(idx).unwrap_or(u32::MAX))
+            }
+        };
+        stamps.push(timestamp);
+        lines.push(line);
+        rows.push(TraceRow {
+            timestamp: SimDur::ZERO,
+            session,
+            input_tokens,
+            output_tokens,
+            hash_ids,
+            delay: delay.map(SimDur::from_ms_f64),
+        });
+    }
+    if rows.is_empty() {
+        return Err(err(file, None, "the trace has no rows"));
+    }
+    // Replaying at trace timestamps needs one on every row that opens a job (a standalone
+    // row or a session's first turn); later turns may carry a delay instead.
+    let mut seen_session = vec![false; sessions.len()];
+    let mut untimed_line = None;
+    for ((row, ts), line) in rows.iter().zip(&stamps).zip(&lines) {
+        let opens = match row.session {
+            Some(s) => !std::mem::replace(&mut seen_session[s as usize], true),
+            None => true,
+        };
+        if opens && ts.is_none() && untimed_line.is_none() {
+            untimed_line = Some(*line);
+        }
+    }
+    let first = stamps.iter().flatten().fold(f64::INFINITY, |a, b| a.min(*b));
+    let first = if first.is_finite() { first } else { 0.0 };
+    for (row, ts) in rows.iter_mut().zip(&stamps) {
+        row.timestamp = SimDur::from_ms_f64(ts.unwrap_or(first) - first);
+    }
+    Ok(ParsedTrace { trace: Trace { rows, block_size }, untimed_line })
+}
+
+/// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY-MM-DD HH:MM:SS[.fraction]` (also with `T`) into nanoseconds since 1970.
+fn parse_timestamp(s: &str) -> Option<i128> {
+    let s = s.trim();
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.split('-');
+    let (y, mo, da): (i64, i64, i64) =
+        (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    if d.next().is_some() || !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
+        return None;
+    }
+    let (hms, frac) = match time.split_once('.') {
+        Some((a, b)) => (a, b),
+        None => (time, ""),
+    };
+    let mut t = hms.split(':');
+    let (h, mi, se): (i64, i64, i64) =
+        (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    if t.next().is_some() || h > 23 || mi > 59 || se > 60 || !frac.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut frac_ns: i128 = 0;
+    for (i, c) in frac.chars().take(9).enumerate() {
+        frac_ns += i128::from(c.to_digit(10)?) * 10i128.pow(8 - u32::try_from(i).ok()?);
+    }
+    let secs = days_from_civil(y, mo, da) * 86_400 + h * 3600 + mi * 60 + se;
+    Some(i128::from(secs) * 1_000_000_000 + frac_ns)
+}
+
+/// Parses an Azure LLM inference trace (CSV).
+///
+/// # Errors
+/// A [`TraceError`] for a missing column, an unreadable row or an invalid value.
+pub fn parse_azure(bytes: &[u8], file: &str) -> Result<ParsedTrace, TraceError> {
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(bytes);
+    let headers =
+        reader.headers().map_err(|e| err(file, Some(1), format!("cannot read the header: {e}")))?.clone();
+    let col = |name: &str| {
+        headers.iter().position(|h| h.eq_ignore_ascii_case(name)).ok_or_else(|| {
+            err(
+                file,
+                Some(1),
+                format!("missing column '{name}' (need TIMESTAMP, ContextTokens, GeneratedTokens)"),
+            )
+        })
+    };
+    let (c_ts, c_in, c_out) = (col("TIMESTAMP")?, col("ContextTokens")?, col("GeneratedTokens")?);
+    let mut stamps = Vec::new();
+    let mut rows = Vec::new();
+    for (i, rec) in reader.records().enumerate() {
+        let line = i + 2;
+        let rec = rec.map_err(|e| err(file, Some(line), format!("unreadable row: {e}")))?;
+        let field =
+            |c: usize, name: &str| rec.get(c).ok_or_else(|| err(file, Some(line), format!("missing {name}")));
+        let ts = parse_timestamp(field(c_ts, "TIMESTAMP")?).ok_or_else(|| {
+            err(
+                file,
+                Some(line),
+                format!("TIMESTAMP '{}' is not YYYY-MM-DD HH:MM:SS[.fraction]", rec.get(c_ts).unwrap_or("")),
+            )
+        })?;
+        let num = |c: usize, name: &str| -> Result<u32, TraceError> {
+            let text = field(c, name)?;
+            let n: u64 = text.parse().map_err(|_| {
+                err(file, Some(line), format!("{name} '{text}' is not a non-negative integer"))
+            })?;
+            if n == 0 || n > MAX_TOKENS {
+                return Err(err(
+                    file,
+                    Some(line),
+                    format!("{name} must be between 1 and {MAX_TOKENS}, got {n}"),
+                ));
+            }
+            u32::try_from(n).map_err(|_| err(file, Some(line), format!("{name} is too large")))
+        };
+        let input_tokens = num(c_in, "ContextTokens")?;
+        let output_tokens = num(c_out, "GeneratedTokens")?;
+        stamps.push(ts);
+        rows.push(TraceRow {
+            timestamp: SimDur::ZERO,
+            session: None,
+            input_tokens,
+            output_tokens,
+            hash_ids: Vec::new(),
+            delay: None,
+        });
+    }
+    let Some(first) = stamps.iter().min().copied() else {
+        return Err(err(file, None, "the trace has no rows"));
+    };
+    for (row, ts) in rows.iter_mut().zip(&stamps) {
+        row.timestamp = SimDur::from_ns(u64::try_from(ts - first).unwrap_or(u64::MAX));
+    }
+    Ok(ParsedTrace { trace: Trace { rows, block_size: 512 }, untimed_line: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mooncake_rows_sessions_and_normalised_time() {
+        let text = br#"{"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
+{"timestamp": 1500, "output_tokens": 7, "hash_ids": [1, 3], "session_id": "a", "request_id": "x"}
+
+{"created_time": 1200, "input_tokens": 10, "output_length": 2, "hash_ids": [], "session_id": "a", "delay": 50}
+"#;
+        let p = parse_mooncake(text, "t.jsonl", 512).unwrap();
+        assert_eq!(p.untimed_line, None);
+        let t = p.trace;
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!(t.rows[0].timestamp, SimDur::ZERO);
+        assert_eq!(t.rows[1].timestamp, SimDur::from_ms(500));
+        assert_eq!(t.rows[1].input_tokens, 1024, "defaults to the hash_ids capacity");
+        assert_eq!((t.rows[1].session, t.rows[2].session), (Some(0), Some(0)));
+        assert_eq!(t.rows[2].delay, Some(SimDur::from_ms(50)));
+    }
+
+    #[test]
+    fn mooncake_errors_name_the_line_and_field() {
+        let e = parse_mooncake(
+            b"{\"output_length\": 3, \"hash_ids\": [1]}\n{\"output_length\": 3, \"hash_ids\": [1, \"x\"]}\n",
+            "m.jsonl",
+            512,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "m.jsonl:2: 'hash_ids' entries must be non-negative integers, got \"x\"");
+        let e = parse_mooncake(b"{\"output_length\": 3, \"hash_ids\": [1]}\n{\"output_len", "m.jsonl", 512)
+            .unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("truncated"));
+        let e = parse_mooncake(b"{\"hash_ids\": [1]}\n", "m.jsonl", 512).unwrap_err();
+        assert!(e.message.contains("output_length"));
+        let e = parse_mooncake(b"{\"hash_ids\": [1], \"output_length\": -1}\n", "m.jsonl", 512).unwrap_err();
+        assert!(e.message.contains("non-negative"));
+        assert!(parse_mooncake(b"", "m.jsonl", 512).is_err());
+        let e = parse_mooncake(b"{\"hash_ids\": [1], \"output_length\": 1}\n\xff\xfe", "m.jsonl", 512)
+            .unwrap_err();
+        assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn untimed_job_rows_are_reported() {
+        let text = b"{\"timestamp\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{\"output_length\": 1, \"hash_ids\": [2]}\n";
+        assert_eq!(parse_mooncake(text, "u.jsonl", 512).unwrap().untimed_line, Some(2));
+    }
+
+    #[test]
+    fn azure_csv_rows_and_errors() {
+        let text = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319600,3180,8\n";
+        let t = parse_azure(text, "a.csv").unwrap().trace;
+        assert_eq!(t.rows[1].timestamp, SimDur::from_ms(52));
+        assert_eq!((t.rows[0].input_tokens, t.rows[0].output_tokens), (4808, 10));
+        let e = parse_azure(b"TIMESTAMP,Context\n", "a.csv").unwrap_err();
+        assert!(e.message.contains("ContextTokens"));
+        let e = parse_azure(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-01 00:00:00,1,1\n", "a.csv")
+            .unwrap_err();
+        assert_eq!(e.line, Some(2));
+        let e = parse_azure(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00,1,x\n", "a.csv")
+            .unwrap_err();
+        assert!(e.to_string().starts_with("a.csv:2: GeneratedTokens 'x'"));
+        let e = parse_azure(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00,1\n", "a.csv")
+            .unwrap_err();
+        assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn timestamps_cross_midnight_and_years() {
+        let a = parse_timestamp("2023-12-31 23:59:59.5").unwrap();
+        let b = parse_timestamp("2024-01-01 00:00:00").unwrap();
+        assert_eq!(b - a, 500_000_000);
+        assert_eq!(parse_timestamp("1970-01-01 00:00:00"), Some(0));
+        assert_eq!(
+            parse_timestamp("2024-02-29T12:00:00"),
+            Some(i128::from(days_from_civil(2024, 2, 29)) * 86_400_000_000_000 + 43_200_000_000_000)
+        );
+    }
+
+    proptest::proptest! {
+        /// Fuzz: any bytes give rows or an error, never a panic.
+        #[test]
+        fn mooncake_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = parse_mooncake(&bytes, "fuzz.jsonl", 512);
+        }
+
+        #[test]
+        fn mooncake_never_panics_on_json_like_lines(lines in proptest::collection::vec("\\{\"(hash_ids|output_length|input_length|timestamp|session_id|delay)\": ?(\\[[0-9, \"a-]*\\]|-?[0-9.e]{0,12}|\"[a-z]*\"|null|\\{\\})(, ?\"[a-z_]+\": ?[0-9\\[\\]]{0,6})?\\}", 0..6)) {
+            let _ = parse_mooncake(lines.join("\n").as_bytes(), "fuzz.jsonl", 512);
+        }
+
+        #[test]
+        fn azure_never_panics(body in "[0-9 :.,\\-A-Za-z\n\"]{0,300}") {
+            let text = format!("TIMESTAMP,ContextTokens,GeneratedTokens\n{body}");
+            let _ = parse_azure(text.as_bytes(), "fuzz.csv");
+        }
+    }
+}
