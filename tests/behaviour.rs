@@ -135,3 +135,72 @@ fn chunked_prefill_off_lets_long_prompts_block_decodes() {
     .summary;
     assert!(off.itl.max > on.itl.max * 2.0, "off {} on {}", off.itl.max, on.itl.max);
 }
+
+#[test]
+fn sglang_reuses_per_token_where_vllm_reuses_whole_blocks() {
+    // Sessions whose shared parts are not multiples of vLLM's 64-token block.
+    let sets = |b: &'static str| -> Vec<&'static str> {
+        vec![
+            if b == "sglang" { "engine.backend=sglang" } else { "engine.backend=vllm" },
+            "traffic.source.new_input_tokens_per_turn=777",
+            "traffic.source.session.prefix_groups=3",
+            "traffic.source.session.shared_prefix_ratio=0.6",
+            "traffic.load={type: poisson, sessions_per_second: 2, seed: 9}",
+            "traffic.stop.sessions=60",
+        ]
+    };
+    let rel = "tests/scenarios/sessions_multi_turn.yaml";
+    let s = predict_file_with(rel, &sets("sglang")).unwrap().summary;
+    let v = predict_file_with(rel, &sets("vllm")).unwrap().summary;
+    assert!(
+        s.prefix_cache_reused_ratio > v.prefix_cache_reused_ratio + 0.02,
+        "sglang {} vllm {}",
+        s.prefix_cache_reused_ratio,
+        v.prefix_cache_reused_ratio
+    );
+}
+
+#[test]
+fn lpm_trades_tail_latency_for_reuse_and_median_ttft() {
+    let rel = "tests/scenarios/sglang_lpm_sessions.yaml";
+    let lpm = predict_file_with(rel, &[]).unwrap().summary;
+    let fcfs = predict_file_with(rel, &["engine.workers.aggregated.scheduler.schedule_policy=fcfs"])
+        .unwrap()
+        .summary;
+    assert!(lpm.prefix_cache_reused_ratio > fcfs.prefix_cache_reused_ratio + 0.05);
+    assert!(lpm.ttft.median < fcfs.ttft.median / 2.0, "lpm {} fcfs {}", lpm.ttft.median, fcfs.ttft.median);
+    assert!(lpm.ttft.max > fcfs.ttft.max, "LPM starves uncached requests");
+}
+
+#[test]
+fn trtllm_waits_where_vllm_preempts() {
+    let rel = "tests/scenarios/vllm_preemption.yaml";
+    let v = predict_file_with(rel, &[]).unwrap().summary;
+    // Same memory (600 blocks of 64 tokens = 1,200 blocks of 32).
+    let t = predict_file_with(
+        rel,
+        &[
+            "engine.backend=trtllm",
+            "engine.workers.aggregated.kv_cache={capacity: {type: fixed, blocks: 1200}}",
+        ],
+    )
+    .unwrap()
+    .summary;
+    assert!(v.num_preemptions > 0);
+    assert_eq!(t.num_preemptions, 0);
+    assert_eq!(t.completed_requests, v.completed_requests);
+}
+
+#[test]
+fn sglang_retracts_and_recovers_under_kv_pressure() {
+    let s = predict_file_with("tests/scenarios/sglang_retraction.yaml", &[]).unwrap().summary;
+    assert!(s.num_preemptions > 0, "retractions expected");
+    assert_eq!(s.completed_requests, 200);
+    let roomy = predict_file_with(
+        "tests/scenarios/sglang_retraction.yaml",
+        &["engine.workers.aggregated.kv_cache.capacity={type: default}"],
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(roomy.num_preemptions, 0);
+}

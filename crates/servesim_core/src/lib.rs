@@ -23,6 +23,7 @@ pub mod engine;
 pub mod kv;
 pub mod metrics;
 pub mod queue;
+pub mod radix;
 pub mod request;
 pub mod rng;
 pub mod router;

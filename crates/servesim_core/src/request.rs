@@ -104,6 +104,12 @@ pub struct Request {
     pub preemptions: u32,
     /// Prompt tokens cached on the chosen worker when the router placed the request.
     pub route_overlap_tokens: u32,
+    /// Radix cache: the deepest tree node this request locks.
+    pub radix_node: u32,
+    /// Radix cache: leading tokens of this request held in the tree under its lock.
+    pub radix_tokens: u32,
+    /// Radix cache: tokens allocated to this request outside the tree.
+    pub private_tokens: u32,
 }
 
 impl Request {
@@ -130,6 +136,9 @@ impl Request {
             reused_max: 0,
             preemptions: 0,
             route_overlap_tokens: 0,
+            radix_node: 0,
+            radix_tokens: 0,
+            private_tokens: 0,
         }
     }
 

@@ -125,20 +125,9 @@ fn least_loaded(workers: &[Worker]) -> usize {
     best
 }
 
-/// Leading prompt blocks resident on the worker (best rank), in blocks.
-fn overlap_blocks(req: &mut Request, w: &Worker) -> usize {
-    if !w.ranks.first().is_some_and(|r| r.kv.prefix_caching()) {
-        return 0;
-    }
-    req.hash_known_blocks();
-    w.ranks.iter().map(|r| r.kv.match_len(&req.hashes)).max().unwrap_or(0)
-}
-
+/// Leading prompt tokens cached on the worker (best rank).
 fn overlap_tokens(req: &mut Request, w: &Worker) -> u32 {
-    let bs = w.ranks.first().map_or(1, |r| r.kv.block_size());
-    #[allow(clippy::cast_possible_truncation)] // Bounded by the prompt length.
-    let t = (overlap_blocks(req, w) as u32).saturating_mul(bs);
-    t.min(req.input_tokens)
+    w.ranks.iter().map(|r| r.kv.cached_prefix_tokens(req)).max().unwrap_or(0).min(req.input_tokens)
 }
 
 /// Prefill tokens the worker still has to compute for the requests it holds.
@@ -169,7 +158,7 @@ fn kv_aware(
     let mut costs = Vec::with_capacity(workers.len());
     let mut overlaps = Vec::with_capacity(workers.len());
     for w in workers {
-        let overlap = overlap_blocks(req, w) as f64;
+        let overlap = f64::from(overlap_tokens(req, w)) / bs;
         let active_prefill = pending_prefill_tokens(w, reqs) as f64 / bs;
         let decay = 1.0 / (1.0 + cfg.overlap_credit_decay * active_prefill / request_blocks);
         let credit = cfg.overlap_score_credit * decay * overlap;

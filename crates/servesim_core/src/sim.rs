@@ -10,7 +10,7 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::engine::Rank;
+use crate::engine::{Backend, KvStore, Rank};
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
 use crate::queue::EventQueue;
 use crate::request::{ReqId, Request, Status};
@@ -301,7 +301,15 @@ impl Simulation {
             let worker = &mut self.workers[w];
             // A request larger than a rank's whole KV pool could never run: refuse it now
             // (vLLM refuses prompts beyond max_model_len the same way).
-            let cap_tokens = u64::from(worker.ranks[0].kv.capacity()) * u64::from(self.block_size);
+            let cap_tokens = worker.ranks.first().map_or(0, |r| r.kv.capacity_tokens());
+            // TensorRT-LLM clamps the output to what the pool can hold instead of refusing.
+            if worker.cfg.backend == Backend::TrtLlm && u64::from(req.max_tokens()) > cap_tokens {
+                if let Ok(cap) = u32::try_from(cap_tokens) {
+                    if req.input_tokens < cap {
+                        req.spec.output_tokens = cap - req.input_tokens;
+                    }
+                }
+            }
             let too_long = self.context_limit.is_some_and(|l| req.max_tokens() > l);
             if too_long || u64::from(req.max_tokens()) > cap_tokens {
                 req.status = Status::Rejected;
@@ -366,10 +374,27 @@ fn sample_of(w: &Worker) -> WorkerSample {
     }
 }
 
-/// Builds the ranks of one worker: `dp` ranks, each with its own KV pool.
+/// Builds the ranks of one worker: `dp` ranks, each with its own KV pool of
+/// `blocks_per_rank` blocks of `block_size` tokens (a radix tree of that many tokens when
+/// `radix` is set, as SGLang keeps it).
 #[must_use]
-pub fn make_ranks(dp: u32, blocks_per_rank: u32, block_size: u32, prefix_caching: bool) -> Vec<Rank> {
+pub fn make_ranks(
+    dp: u32,
+    blocks_per_rank: u32,
+    block_size: u32,
+    prefix_caching: bool,
+    radix: bool,
+) -> Vec<Rank> {
     (0..dp.max(1))
-        .map(|_| Rank::new(crate::kv::BlockPool::new(blocks_per_rank, block_size, prefix_caching)))
+        .map(|_| {
+            Rank::new(if radix {
+                KvStore::Radix(crate::radix::RadixCache::new(
+                    u64::from(blocks_per_rank) * u64::from(block_size),
+                    prefix_caching,
+                ))
+            } else {
+                KvStore::Paged(crate::kv::BlockPool::new(blocks_per_rank, block_size, prefix_caching))
+            })
+        })
         .collect()
 }

@@ -7,7 +7,7 @@
 
 use alloc::vec::Vec;
 
-use crate::engine::{self, kvops, Rank, RankPlan, SchedulerConfig};
+use crate::engine::{self, Rank, RankPlan, SchedulerConfig};
 use crate::metrics::ItlSamples;
 use crate::request::{ReqId, Request, Status, NEVER};
 use crate::timing::{PrefillChunk, RankLoad, StepTimer, TimingError};
@@ -104,10 +104,10 @@ impl Worker {
         self.ranks.iter().map(|r| r.running.len()).sum()
     }
 
-    /// KV blocks in use on all ranks.
+    /// KV allocation units in use on all ranks (blocks; tokens for a radix cache).
     #[must_use]
     pub fn kv_blocks_used(&self) -> u32 {
-        self.ranks.iter().map(|r| r.kv.num_used()).sum()
+        self.ranks.iter().map(|r| r.kv.used_units()).sum()
     }
 
     /// Plans and times the next step. `Ok(None)` when there is nothing to do.
@@ -172,7 +172,7 @@ impl Worker {
                 } else {
                     self.stats.prefill_tokens += u64::from(p.new_tokens);
                 }
-                kvops::register_full_blocks(&mut rank.kv, r);
+                engine::after_compute(rank, r, p);
                 if r.pending_tokens() == 0 {
                     let prev = r.stamps.last_token;
                     if prev == self.last_step_end {
@@ -183,7 +183,7 @@ impl Worker {
                     out.emitted.push(p.req);
                     if r.emit_token(now) {
                         r.status = Status::Completed;
-                        kvops::free_all(&mut rank.kv, r);
+                        engine::release(rank, r);
                         out.finished.push(p.req);
                     }
                 }

@@ -3,7 +3,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use servesim_core::engine::{Backend, SchedulerConfig};
+use servesim_core::engine::{Backend, SchedulerConfig, SglangKnobs};
 use servesim_core::metrics::{Fleet, Sla};
 use servesim_core::request::Status;
 use servesim_core::router::Router;
@@ -22,6 +22,7 @@ struct Case {
     block_size: u32,
     budget: u32,
     dp: u32,
+    backend: Backend,
 }
 
 impl Default for Case {
@@ -35,6 +36,7 @@ impl Default for Case {
             block_size: 16,
             budget: 8192,
             dp: 1,
+            backend: Backend::Vllm,
         }
     }
 }
@@ -49,12 +51,17 @@ fn timer() -> Box<dyn StepTimer> {
 
 fn run(c: Case) -> RunResult {
     let cfg = SchedulerConfig {
-        backend: Backend::Vllm,
+        backend: c.backend,
         max_batched_tokens: c.budget,
         max_sequences: 256,
         chunked_prefill: true,
+        prefill_schedule_interval: 1,
+        sglang: SglangKnobs::default(),
     };
-    let workers = vec![Worker::new(0, cfg, make_ranks(c.dp, c.blocks, c.block_size, true), 0)];
+    let radix = c.backend == Backend::Sglang;
+    // SGLang's radix cache counts tokens: the same memory as blocks x block size.
+    let (blocks, bs) = if radix { (c.blocks * c.block_size, 1) } else { (c.blocks, c.block_size) };
+    let workers = vec![Worker::new(0, cfg, make_ranks(c.dp, blocks, bs, true, radix), 0)];
     let setup = SimSetup {
         seed: 1,
         traffic: TrafficSpec {
@@ -67,7 +74,7 @@ fn run(c: Case) -> RunResult {
         },
         workers,
         router: Router::round_robin(),
-        block_size: c.block_size,
+        block_size: bs,
         limits: Limits::default(),
         sample_interval: SimDur::from_ms(1),
         sla: Sla::default(),
@@ -165,4 +172,76 @@ fn open_loop_poisson_is_reproducible() {
     let b = run(case());
     assert_eq!(a.summary, b.summary);
     assert_eq!(a.summary.completed_requests, 300);
+}
+
+/// Request A is decoding when B arrives (at 3 ms, during A's first decode step 2.0–3.1 ms).
+/// vLLM runs B's prompt in the same step as A's next decode (1 + 1 + 0.1 = 2.1 ms); SGLang
+/// runs B's prefill alone (2 ms) and A's decode waits.
+#[test]
+fn sglang_never_mixes_prefill_into_decode_steps_and_vllm_does() {
+    let case =
+        |backend| Case { requests: 2, load: Load::ConstantRate(1000.0 / 3.0), backend, ..Case::default() };
+    let v = run(case(Backend::Vllm));
+    let s = run(case(Backend::Sglang));
+    let ttft_b = |r: &RunResult| (r.requests[1].stamps.first_token - r.requests[1].spec.arrival).as_ms_f64();
+    // B waits for the step in flight to end at 3.1 ms.
+    assert!((ttft_b(&v) - 2.2).abs() < 1e-9, "vLLM {}", ttft_b(&v));
+    assert!((ttft_b(&s) - 2.1).abs() < 1e-9, "SGLang {}", ttft_b(&s));
+    // A's longest gap: vLLM 3.1 -> 5.2 ms (the mixed step); SGLang 3.1 -> 6.3 ms (prefill
+    // step, then a decode step for both).
+    assert!((v.summary.itl.max - 2.1).abs() < 1e-9, "vLLM {}", v.summary.itl.max);
+    assert!((s.summary.itl.max - 3.2).abs() < 1e-9, "SGLang {}", s.summary.itl.max);
+}
+
+#[test]
+fn sglang_alone_matches_the_single_request_arithmetic() {
+    let r = run(Case { backend: Backend::Sglang, ..Case::default() });
+    assert_eq!(r.summary.ttft.mean, 2.0);
+    assert_eq!(r.summary.tpot.mean, 1.1);
+}
+
+#[test]
+fn trtllm_reserves_to_completion_and_never_preempts() {
+    // 8 requests of 100 + 60 tokens need 10 blocks each; 40 blocks hold four at a time.
+    let case = |backend| Case {
+        input: 100,
+        output: 60,
+        requests: 8,
+        load: Load::Concurrency(8),
+        blocks: 40,
+        backend,
+        ..Case::default()
+    };
+    let t = run(case(Backend::TrtLlm));
+    let v = run(case(Backend::Vllm));
+    assert_eq!(t.summary.completed_requests, 8);
+    assert_eq!(t.summary.num_preemptions, 0);
+    assert!(v.summary.num_preemptions > 0);
+    // Four admitted at once, the other four after the first wave finishes.
+    assert_eq!(t.summary.ttft.min, 5.0);
+}
+
+#[test]
+fn trtllm_clamps_outputs_to_the_pool_and_vllm_rejects() {
+    let case = |backend| Case { input: 100, output: 1000, blocks: 20, backend, ..Case::default() };
+    let t = run(case(Backend::TrtLlm));
+    assert_eq!(t.summary.completed_requests, 1);
+    assert_eq!(t.requests[0].emitted, 20 * 16 - 100);
+    let v = run(case(Backend::Vllm));
+    assert_eq!(v.summary.completed_requests, 0);
+}
+
+#[test]
+fn sglang_retracts_under_kv_pressure_and_everything_completes() {
+    let r = run(Case {
+        input: 100,
+        output: 200,
+        requests: 12,
+        load: Load::Concurrency(12),
+        blocks: 120,
+        backend: Backend::Sglang,
+        ..Case::default()
+    });
+    assert_eq!(r.summary.completed_requests, 12);
+    assert!(r.summary.num_preemptions > 0, "expected retractions");
 }

@@ -206,12 +206,18 @@ pub struct ParallelismConfig {
 }
 
 /// `engine.workers.<role>.scheduler`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SchedulerKnobs {
-    /// `max_batched_tokens` (8192; per attention-DP rank).
+    /// `max_batched_tokens` (8192; per attention-DP rank; SGLang uses `chunked_prefill_size`).
     pub max_batched_tokens: u32,
     /// `max_sequences` (256).
     pub max_sequences: u32,
+    /// `prefill_schedule_interval` (vLLM, 1): with attention DP, admit new prompts only every
+    /// N-th step.
+    pub prefill_schedule_interval: u32,
+    /// SGLang knobs (`schedule_policy`, `chunked_prefill_size`, `max_prefill_tokens`,
+    /// `schedule_conservativeness`: servesim extensions; `prefill_decode_interval`: AISimulate).
+    pub sglang: servesim_core::engine::SglangKnobs,
 }
 
 /// `engine.workers.<role>.kv_cache.capacity`.

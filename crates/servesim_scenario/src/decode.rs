@@ -538,14 +538,8 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
     let backend = match f.take("backend") {
         Some((n, p)) => match choice(n, &p, cx, &["vllm", "sglang", "trtllm"])? {
             "vllm" => Some(Backend::Vllm),
-            b => {
-                cx.unsupported(
-                    &p,
-                    n,
-                    format!("the {b} scheduler is not simulated by servesim yet (vllm is)"),
-                );
-                None
-            }
+            "sglang" => Some(Backend::Sglang),
+            _ => Some(Backend::TrtLlm),
         },
         None => Some(Backend::Vllm),
     };
@@ -558,7 +552,17 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
         None => Some(ContextLength::Max),
     };
     let chunked = match f.take("enable_chunked_prefill") {
-        Some((n, p)) => boolean(n, &p, cx),
+        Some((n, p)) => {
+            let v = boolean(n, &p, cx);
+            if v == Some(false) && backend == Some(Backend::Sglang) {
+                cx.domain(
+                    &p,
+                    n,
+                    "SGLang always chunks long prompts; enable_chunked_prefill: false is rejected for sglang",
+                );
+            }
+            v
+        }
         None => Some(true),
     };
     for k in ["speculation", "nextn", "nextn_accepted", "kv_transfer", "afd", "kv_eviction_policy"] {
@@ -671,7 +675,9 @@ fn decode_role(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option
             moe_expert: 1,
         }),
     };
-    let scheduler = decode_scheduler(f.take("scheduler"), &crate::diag::join(path, "scheduler"), cx);
+    let dp = parallelism.map_or(1, |p| p.attention_data);
+    let scheduler =
+        decode_scheduler(f.take("scheduler"), &crate::diag::join(path, "scheduler"), cx, backend, dp);
     let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
     if let Some((n, p)) = f.take("timing") {
         decode_timing(n, &p, cx);
@@ -739,32 +745,92 @@ fn decode_parallelism(node: &Node, path: &str, cx: &mut Cx) -> Option<Parallelis
     })
 }
 
-fn decode_scheduler(entry: Option<(&Node, String)>, path: &str, cx: &mut Cx) -> Option<SchedulerKnobs> {
-    let defaults = SchedulerKnobs { max_batched_tokens: 8192, max_sequences: 256 };
+const SCHEDULER_KEYS: &[&str] = &[
+    "max_batched_tokens",
+    "max_sequences",
+    "prefill_schedule_interval",
+    "prefill_decode_interval",
+    "schedule_policy",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "schedule_conservativeness",
+];
+
+fn decode_scheduler(
+    entry: Option<(&Node, String)>,
+    path: &str,
+    cx: &mut Cx,
+    backend: Backend,
+    dp: u32,
+) -> Option<SchedulerKnobs> {
+    let mut sg = servesim_core::engine::SglangKnobs::default();
+    // Under attention DP the chunk budget is per rank (AISimulate: ÷ attention_data).
+    sg.chunked_prefill_size = (sg.chunked_prefill_size / dp.max(1)).max(1);
+    let defaults = SchedulerKnobs {
+        max_batched_tokens: 8192,
+        max_sequences: 256,
+        prefill_schedule_interval: 1,
+        sglang: sg,
+    };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
-    let mbt = match f.take("max_batched_tokens") {
-        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_TOKENS),
-        None => Some(defaults.max_batched_tokens),
-    };
-    let ms = match f.take("max_sequences") {
-        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_CONCURRENCY),
-        None => Some(defaults.max_sequences),
-    };
-    for k in ["prefill_schedule_interval", "prefill_decode_interval"] {
-        if let Some((n, p)) = f.take(k) {
-            let default = matches!(n.value, Value::Int(0 | 1));
-            if !default {
-                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
+    let before = cx.diags.len();
+    let mut out = defaults;
+    if let Some((n, p)) = f.take("max_batched_tokens") {
+        out.max_batched_tokens = u32_in(n, &p, cx, 1, MAX_TOKENS).unwrap_or(out.max_batched_tokens);
+    }
+    if let Some((n, p)) = f.take("max_sequences") {
+        out.max_sequences = u32_in(n, &p, cx, 1, MAX_CONCURRENCY).unwrap_or(out.max_sequences);
+    }
+    if let Some((n, p)) = f.take("prefill_schedule_interval") {
+        out.prefill_schedule_interval = u32_in(n, &p, cx, 1, 1000).unwrap_or(1);
+        if backend != Backend::Vllm && out.prefill_schedule_interval > 1 {
+            cx.domain(&p, n, "prefill_schedule_interval is a vLLM knob");
+        }
+    }
+    if let Some((n, p)) = f.take("prefill_decode_interval") {
+        out.sglang.prefill_decode_interval = u32_in(n, &p, cx, 0, 1000).unwrap_or(0);
+        if backend != Backend::Sglang && out.sglang.prefill_decode_interval > 0 {
+            cx.domain(&p, n, "prefill_decode_interval is an SGLang knob");
+        }
+    }
+    let sglang_only =
+        ["schedule_policy", "chunked_prefill_size", "max_prefill_tokens", "schedule_conservativeness"];
+    for key in sglang_only {
+        let Some((n, p)) = f.take(key) else { continue };
+        if backend != Backend::Sglang {
+            cx.domain(&p, n, format!("'{key}' is an SGLang knob (backend is not sglang)"));
+            continue;
+        }
+        match key {
+            "schedule_policy" => {
+                if let Some(c) = choice(n, &p, cx, &["fcfs", "fifo", "lpm"]) {
+                    out.sglang.policy = if c == "lpm" {
+                        servesim_core::engine::SglangPolicy::Lpm
+                    } else {
+                        servesim_core::engine::SglangPolicy::Fifo
+                    };
+                }
+            }
+            "chunked_prefill_size" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
+                    out.sglang.chunked_prefill_size = (v / dp.max(1)).max(1);
+                }
+            }
+            "max_prefill_tokens" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
+                    out.sglang.max_prefill_tokens = v;
+                }
+            }
+            _ => {
+                if let Some(v) = number_in(n, &p, cx, 0.01, 100.0) {
+                    out.sglang.init_new_token_ratio = (0.7 * v).min(1.0);
+                }
             }
         }
     }
-    f.finish(
-        cx,
-        &["max_batched_tokens", "max_sequences", "prefill_schedule_interval", "prefill_decode_interval"],
-        "",
-    );
-    Some(SchedulerKnobs { max_batched_tokens: mbt?, max_sequences: ms? })
+    f.finish(cx, SCHEDULER_KEYS, "");
+    (cx.diags.len() == before).then_some(out)
 }
 
 fn decode_kv_cache(

@@ -561,6 +561,8 @@ impl Prepared {
             max_batched_tokens: role.scheduler.max_batched_tokens,
             max_sequences: role.scheduler.max_sequences,
             chunked_prefill: self.config.engine.enable_chunked_prefill,
+            prefill_schedule_interval: role.scheduler.prefill_schedule_interval,
+            sglang: role.scheduler.sglang,
         };
         let replicas = role.parallelism.replicas;
         let workers: Vec<Worker> = (0..replicas)
@@ -570,6 +572,7 @@ impl Prepared {
                     self.blocks_per_rank,
                     role.kv_cache.block_size,
                     role.kv_cache.prefix_caching,
+                    self.config.engine.backend == servesim_core::engine::Backend::Sglang,
                 );
                 Worker::new(w, cfg.clone(), ranks, 0)
             })

@@ -6,12 +6,15 @@
 //! Dispatch is a `match` on [`Backend`]: exhaustive, static, no registry.
 
 pub mod kvops;
+pub mod sglang;
+pub mod trtllm;
 pub mod vllm;
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::kv::{BlockId, BlockPool};
+use crate::radix::RadixCache;
 use crate::request::{ReqId, Request};
 
 /// The serving engine whose scheduler semantics apply.
@@ -25,17 +28,69 @@ pub enum Backend {
     TrtLlm,
 }
 
+/// SGLang's waiting-queue order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SglangPolicy {
+    /// First come, first served.
+    Fifo,
+    /// Longest cached prefix first (FIFO when more than 128 wait).
+    Lpm,
+}
+
+/// SGLang scheduler knobs (defaults: SGLang's server arguments and global config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SglangKnobs {
+    /// `schedule_policy` (fcfs).
+    pub policy: SglangPolicy,
+    /// `max_prefill_tokens` (16384): new tokens of one prefill batch.
+    pub max_prefill_tokens: u32,
+    /// `chunked_prefill_size` (8192) per rank; longer prompts are split.
+    pub chunked_prefill_size: u32,
+    /// `CLIP_MAX_NEW_TOKENS` (4096): cap on the output reserve per request.
+    pub clip_max_new_tokens: u32,
+    /// `init_new_token_ratio` (0.7) × `schedule_conservativeness` (1.0).
+    pub init_new_token_ratio: f64,
+    /// `min_new_token_ratio_factor` (0.14).
+    pub min_new_token_ratio_factor: f64,
+    /// `new_token_ratio_decay_steps` (600).
+    pub new_token_ratio_decay_steps: f64,
+    /// `retract_decode_steps` (20): headroom (tokens per request) a retraction restores.
+    pub retract_decode_steps: u32,
+    /// `prefill_decode_interval` (0): decode rounds forced after each prefill batch.
+    pub prefill_decode_interval: u32,
+}
+
+impl Default for SglangKnobs {
+    fn default() -> Self {
+        SglangKnobs {
+            policy: SglangPolicy::Fifo,
+            max_prefill_tokens: 16_384,
+            chunked_prefill_size: 8192,
+            clip_max_new_tokens: 4096,
+            init_new_token_ratio: 0.7,
+            min_new_token_ratio_factor: 0.14,
+            new_token_ratio_decay_steps: 600.0,
+            retract_decode_steps: 20,
+            prefill_decode_interval: 0,
+        }
+    }
+}
+
 /// Scheduler knobs of one worker role (REF §1.2 defaults are applied by the scenario layer).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
     /// Engine semantics.
     pub backend: Backend,
-    /// Token budget per step and rank (`max_num_batched_tokens`).
+    /// Token budget per step and rank (`max_num_batched_tokens`; TRT-LLM `max_num_tokens`).
     pub max_batched_tokens: u32,
-    /// Running requests per rank (`max_num_seqs`).
+    /// Running requests per rank (`max_num_seqs`; TRT-LLM `max_batch_size`).
     pub max_sequences: u32,
     /// Whether long prompts are split across steps.
     pub chunked_prefill: bool,
+    /// vLLM with attention DP: new prompts are admitted only every N-th step (1 = always).
+    pub prefill_schedule_interval: u32,
+    /// SGLang-only knobs.
+    pub sglang: SglangKnobs,
 }
 
 /// One request's share of a step.
@@ -68,6 +123,84 @@ impl RankPlan {
     }
 }
 
+/// A rank's KV cache: paged blocks with a hash-chain prefix index (vLLM, TensorRT-LLM) or a
+/// token-granular radix tree (SGLang).
+#[derive(Clone, Debug)]
+pub enum KvStore {
+    /// Paged blocks.
+    Paged(BlockPool),
+    /// Radix tree, one token per slot.
+    Radix(RadixCache),
+}
+
+impl KvStore {
+    /// Tokens per allocation unit (1 for the radix tree).
+    #[must_use]
+    pub fn block_size(&self) -> u32 {
+        match self {
+            KvStore::Paged(p) => p.block_size(),
+            KvStore::Radix(_) => 1,
+        }
+    }
+
+    /// Capacity in tokens.
+    #[must_use]
+    pub fn capacity_tokens(&self) -> u64 {
+        match self {
+            KvStore::Paged(p) => u64::from(p.capacity()) * u64::from(p.block_size()),
+            KvStore::Radix(r) => r.capacity(),
+        }
+    }
+
+    /// Allocation units in use (blocks, or tokens for the radix tree).
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Radix capacities are token counts below 2^32.
+    pub fn used_units(&self) -> u32 {
+        match self {
+            KvStore::Paged(p) => p.num_used(),
+            KvStore::Radix(r) => r.used_tokens().min(u64::from(u32::MAX)) as u32,
+        }
+    }
+
+    /// Whether reuse across requests is on.
+    #[must_use]
+    pub fn prefix_caching(&self) -> bool {
+        match self {
+            KvStore::Paged(p) => p.prefix_caching(),
+            KvStore::Radix(r) => r.enabled(),
+        }
+    }
+
+    /// Leading tokens of the request's known content cached here now (no side effects).
+    pub fn cached_prefix_tokens(&self, req: &mut Request) -> u32 {
+        match self {
+            KvStore::Paged(p) => {
+                if !p.prefix_caching() {
+                    return 0;
+                }
+                req.hash_known_blocks();
+                #[allow(clippy::cast_possible_truncation)] // Bounded by the prompt length.
+                let t = (p.match_len(&req.hashes) as u32).saturating_mul(p.block_size());
+                t.min(req.known_tokens())
+            }
+            KvStore::Radix(r) => {
+                r.peek(&crate::radix::pieces(&req.content, req.known_tokens()), req.known_tokens())
+            }
+        }
+    }
+}
+
+/// Per-rank state a policy keeps between steps.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyState {
+    /// SGLang: current new-token ratio (0 until first used).
+    pub new_token_ratio: f64,
+    /// SGLang: decode rounds still forced before the next prefill batch.
+    pub decode_rounds_left: u32,
+    /// Steps planned so far (vLLM's prefill schedule interval).
+    pub steps: u64,
+}
+
 /// One attention-DP rank: its queues and its share of KV cache.
 #[derive(Clone, Debug)]
 pub struct Rank {
@@ -76,16 +209,24 @@ pub struct Rank {
     /// Requests holding KV, in priority order (last is preempted first).
     pub running: Vec<ReqId>,
     /// KV cache of this rank.
-    pub kv: BlockPool,
+    pub kv: KvStore,
+    /// Policy state.
+    pub state: PolicyState,
     /// Scratch buffer for prefix lookups.
     pub(crate) scratch: Vec<BlockId>,
 }
 
 impl Rank {
-    /// An idle rank with the given KV pool.
+    /// An idle rank with the given KV store.
     #[must_use]
-    pub fn new(kv: BlockPool) -> Self {
-        Rank { waiting: VecDeque::new(), running: Vec::new(), kv, scratch: Vec::new() }
+    pub fn new(kv: KvStore) -> Self {
+        Rank {
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            kv,
+            state: PolicyState::default(),
+            scratch: Vec::new(),
+        }
     }
 
     /// Requests queued or running here.
@@ -99,8 +240,30 @@ impl Rank {
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
     plan.clear();
     match cfg.backend {
-        // SGLang and TensorRT-LLM get their own policies with the simulation-core issue;
-        // until then the scenario layer refuses them, so this arm is never reached in a run.
-        Backend::Vllm | Backend::Sglang | Backend::TrtLlm => vllm::schedule(cfg, rank, reqs, plan),
+        Backend::Vllm => vllm::schedule(cfg, rank, reqs, plan),
+        Backend::Sglang => sglang::schedule(cfg, rank, reqs, plan),
+        Backend::TrtLlm => trtllm::schedule(cfg, rank, reqs, plan),
+    }
+}
+
+/// Records that a planned chunk was computed (`req.computed` already advanced): new full
+/// blocks or prompt tokens become reusable.
+pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned) {
+    match &mut rank.kv {
+        KvStore::Paged(pool) => kvops::register_full_blocks(pool, req),
+        KvStore::Radix(cache) => {
+            if !planned.decode {
+                sglang::cache_computed(cache, req);
+            }
+        }
+    }
+}
+
+/// Releases everything a finished request holds (its KV stays cached where the engine
+/// caches it).
+pub fn release(rank: &mut Rank, req: &mut Request) {
+    match &mut rank.kv {
+        KvStore::Paged(pool) => kvops::free_all(pool, req),
+        KvStore::Radix(cache) => sglang::release(cache, req),
     }
 }

@@ -8,35 +8,39 @@
 //! - Then waiting requests in FCFS order while `max_num_seqs` and the budget allow, each
 //!   starting from its longest cached prefix of full blocks. Admission is optimistic: only
 //!   the blocks needed now are allocated. No admissions in a step that preempted.
+//! - `prefill_schedule_interval` N > 1 (attention DP): new prompts only every N-th step.
 
 use crate::engine::kvops;
-use crate::engine::{Planned, Rank, RankPlan, SchedulerConfig};
+use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
 use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
+    let Rank { waiting, running, kv, scratch, state } = rank;
+    let KvStore::Paged(pool) = kv else { return };
+    state.steps += 1;
     let mut budget = cfg.max_batched_tokens;
     let mut preempted = false;
 
     let mut i = 0;
-    while i < rank.running.len() && budget > 0 {
-        let id = rank.running[i];
+    while i < running.len() && budget > 0 {
+        let id = running[i];
         let r = &reqs[id as usize];
         let n = r.pending_tokens().min(budget);
         let target = r.computed + n;
         let mut scheduled = false;
         loop {
-            if kvops::try_grow(&mut rank.kv, &mut reqs[id as usize], target) {
+            if kvops::try_grow(pool, &mut reqs[id as usize], target) {
                 scheduled = true;
                 break;
             }
             // Out of KV: preempt the lowest-priority running request and retry.
-            let Some(victim) = rank.running.pop() else { break };
+            let Some(victim) = running.pop() else { break };
             let v = &mut reqs[victim as usize];
-            kvops::free_all(&mut rank.kv, v);
+            kvops::free_all(pool, v);
             v.status = Status::Waiting;
             v.preemptions += 1;
-            rank.waiting.push_front(victim);
+            waiting.push_front(victim);
             plan.preemptions += 1;
             preempted = true;
             if victim == id {
@@ -57,25 +61,29 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         i += 1;
     }
 
-    if preempted {
+    // No admissions in a step that preempted; with a prefill schedule interval (attention
+    // DP), only every N-th step admits new prompts (vLLM commit e2fa285).
+    if preempted
+        || (cfg.prefill_schedule_interval > 1 && state.steps % u64::from(cfg.prefill_schedule_interval) != 0)
+    {
         return;
     }
-    while budget > 0 && (rank.running.len() as u64) < u64::from(cfg.max_sequences) {
-        let Some(&id) = rank.waiting.front() else { break };
+    while budget > 0 && (running.len() as u64) < u64::from(cfg.max_sequences) {
+        let Some(&id) = waiting.front() else { break };
         let r = &mut reqs[id as usize];
-        let probe = kvops::probe(&mut rank.kv, r, &mut rank.scratch);
+        let probe = kvops::probe(pool, r, scratch);
         let remaining = r.known_tokens() - probe.hit_tokens;
         if !cfg.chunked_prefill && remaining > budget {
             break;
         }
         let n = remaining.min(budget);
-        if kvops::admission_cost(&rank.kv, probe, n) > u64::from(rank.kv.num_free()) {
+        if kvops::admission_cost(pool, probe, n) > u64::from(pool.num_free()) {
             break;
         }
-        kvops::admit(&mut rank.kv, r, probe, n, &rank.scratch);
+        kvops::admit(pool, r, probe, n, scratch);
         r.status = Status::Running;
-        rank.waiting.pop_front();
-        rank.running.push(id);
+        waiting.pop_front();
+        running.push(id);
         plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
         budget -= n;
     }

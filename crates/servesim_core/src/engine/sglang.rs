@@ -1,0 +1,292 @@
+//! The SGLang scheduler (`python/sglang/srt/managers/scheduler.py`, `schedule_policy.py`),
+//! one rank at a time, over a token-granular radix cache.
+//!
+//! - A step is either a prefill ("extend") batch or a decode batch, never both
+//!   (`--enable-mixed-chunk` is off upstream by default). Prefill wins whenever a request
+//!   can be admitted.
+//! - Admission (`PrefillAdder`): the waiting queue in FCFS or longest-prefix-match order;
+//!   each request reserves its uncached prompt plus `min(max_new, 4096)` output tokens
+//!   against the free-plus-evictable KV, after running requests reserve
+//!   `min(remaining, 4096) × new_token_ratio` each. A prefill batch takes at most
+//!   `max_prefill_tokens` new tokens; a prompt longer than `chunked_prefill_size` is chunked,
+//!   one chunked request at a time.
+//! - Decode: one token per running request. If KV cannot hold that, requests are retracted
+//!   (fewest outputs first, then longest prompt) until `retract_decode_steps` tokens per
+//!   remaining request are free, and `new_token_ratio` is raised to
+//!   `(decoded + 20 × remaining) / Σ max_new`; otherwise it decays linearly to its minimum
+//!   over 600 decode steps.
+//! - The radix cache keeps prompts after prefill and whole sequences after completion or
+//!   retraction, so later requests (and re-admitted ones) reuse them token by token.
+//!
+//! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, the
+//! hierarchical cache (HiCache).
+
+use alloc::vec::Vec;
+
+use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
+use crate::radix::{pieces, RadixCache, ROOT};
+use crate::request::{Request, Status};
+
+/// Moves a request's computed tokens into the tree and re-locks its path there.
+pub fn cache_computed(cache: &mut RadixCache, req: &mut Request) {
+    let computed = req.computed;
+    let before = req.radix_tokens;
+    if !cache.enabled() {
+        return;
+    }
+    let (node, matched) = cache.insert(&pieces(&req.content, computed));
+    // Tokens this request computed that someone else had already cached: drop our copies.
+    cache.free_private(u64::from(matched.saturating_sub(before)));
+    req.private_tokens = req.private_tokens.saturating_sub(computed.saturating_sub(before));
+    cache.lock(node);
+    if req.radix_node != ROOT {
+        cache.unlock(req.radix_node);
+    }
+    req.radix_node = node;
+    req.radix_tokens = computed;
+}
+
+/// Caches a finished (or retracted) request's computed tokens and releases everything it holds.
+pub fn release(cache: &mut RadixCache, req: &mut Request) {
+    if cache.enabled() {
+        cache_computed(cache, req);
+    }
+    cache.free_private(u64::from(req.private_tokens));
+    if req.radix_node != ROOT {
+        cache.unlock(req.radix_node);
+    }
+    req.private_tokens = 0;
+    req.radix_node = ROOT;
+    req.radix_tokens = 0;
+    req.computed = 0;
+}
+
+fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
+    r.spec.output_tokens.saturating_sub(r.emitted).min(cfg.sglang.clip_max_new_tokens)
+}
+
+/// Fills `plan` for one rank.
+#[allow(clippy::too_many_lines)]
+pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
+    let Rank { waiting, running, kv, state, .. } = rank;
+    let KvStore::Radix(cache) = kv else { return };
+    let k = cfg.sglang;
+    let min_ratio = k.init_new_token_ratio * k.min_new_token_ratio_factor;
+    if state.new_token_ratio <= 0.0 || (running.is_empty() && waiting.is_empty()) {
+        state.new_token_ratio = k.init_new_token_ratio;
+    }
+    let any_decoding = running.iter().any(|id| reqs[*id as usize].is_decoding());
+
+    // 1. A prefill batch, unless decode rounds are forced after the last one.
+    let prefill_allowed = state.decode_rounds_left == 0 || !any_decoding;
+    if prefill_allowed {
+        #[allow(clippy::cast_precision_loss)]
+        let reserved: f64 = running
+            .iter()
+            .map(|id| &reqs[*id as usize])
+            .filter(|r| r.is_decoding())
+            .map(|r| f64::from(clip(cfg, r)) * state.new_token_ratio)
+            .sum();
+        #[allow(clippy::cast_precision_loss)]
+        let mut rem_total = cache.available_tokens() as f64 - reserved;
+        let mut rem_input = i64::from(k.max_prefill_tokens);
+        let mut rem_chunk = i64::from(k.chunked_prefill_size);
+
+        // A request left mid-prompt by the previous prefill batch continues first.
+        if let Some(&id) = running.iter().find(|id| {
+            let r = &reqs[**id as usize];
+            r.emitted == 0 && r.pending_tokens() > 0
+        }) {
+            let r = &mut reqs[id as usize];
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let n = r.pending_tokens().min(rem_chunk.max(0) as u32);
+            if n > 0 && cache.alloc(u64::from(n)) {
+                r.private_tokens += n;
+                plan.items.push(Planned {
+                    req: id,
+                    new_tokens: n,
+                    context_tokens: r.computed,
+                    decode: false,
+                });
+                rem_input -= i64::from(n);
+                rem_chunk -= i64::from(n);
+                rem_total -= f64::from(n);
+            }
+        }
+        let chunk_in_flight = !plan.items.is_empty()
+            && plan.items.iter().any(|p| reqs[p.req as usize].pending_tokens() > p.new_tokens);
+
+        if !chunk_in_flight {
+            // Longest cached prefix first, unless the queue is long (the sort is skipped upstream).
+            if k.policy == SglangPolicy::Lpm && waiting.len() <= 128 && cache.enabled() {
+                let mut order: Vec<(u32, usize, u32)> = waiting
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| {
+                        let r = &reqs[*id as usize];
+                        let known = r.known_tokens();
+                        (cache.peek(&pieces(&r.content, known), known.saturating_sub(1)), i, *id)
+                    })
+                    .collect();
+                order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                waiting.clear();
+                waiting.extend(order.into_iter().map(|(_, _, id)| id));
+            }
+            let mut admitted = 0u32;
+            while let Some(&id) = waiting.front() {
+                if (running.len() as u64) + u64::from(admitted) >= u64::from(cfg.max_sequences) {
+                    break;
+                }
+                if rem_input <= 0 || rem_chunk <= 0 {
+                    break;
+                }
+                let r = &mut reqs[id as usize];
+                let known = r.known_tokens();
+                let key = pieces(&r.content, known);
+                let prefix = cache.peek(&key, known.saturating_sub(1));
+                let extend = known - prefix;
+                let reserve = clip(cfg, r);
+                if f64::from(extend) + f64::from(reserve) >= rem_total {
+                    break;
+                }
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let chunk = rem_chunk as u32;
+                let chunked = cfg.chunked_prefill && extend > chunk;
+                if !cfg.chunked_prefill && i64::from(extend) > rem_input {
+                    break;
+                }
+                let n = if chunked { chunk } else { extend };
+                let (matched, node) = cache.match_prefix(&key, known.saturating_sub(1));
+                cache.lock(node);
+                if !cache.alloc(u64::from(n)) {
+                    cache.unlock(node);
+                    break;
+                }
+                r.radix_node = node;
+                r.radix_tokens = matched;
+                r.computed = matched;
+                r.private_tokens = n;
+                if r.first_admission_reused.is_none() {
+                    r.first_admission_reused = Some(matched.min(r.input_tokens));
+                }
+                r.reused_max = r.reused_max.max(matched.min(r.input_tokens));
+                r.status = Status::Running;
+                waiting.pop_front();
+                running.push(id);
+                plan.items.push(Planned { req: id, new_tokens: n, context_tokens: matched, decode: false });
+                admitted += 1;
+                rem_input -= i64::from(n);
+                rem_chunk -= i64::from(n);
+                rem_total -= f64::from(n) + if chunked { 0.0 } else { f64::from(reserve) };
+                if chunked {
+                    break;
+                }
+            }
+        }
+        if !plan.items.is_empty() {
+            state.decode_rounds_left = k.prefill_decode_interval;
+            return;
+        }
+    }
+
+    // 2. A decode batch: one token for every request past its prompt.
+    state.decode_rounds_left = state.decode_rounds_left.saturating_sub(1);
+    let mut decoding: Vec<u32> =
+        running.iter().copied().filter(|id| reqs[*id as usize].is_decoding()).collect();
+    if decoding.is_empty() {
+        return;
+    }
+    if cache.available_tokens() < decoding.len() as u64 {
+        // Retract: fewest generated tokens first, then the longest prompt.
+        decoding.sort_by(|a, b| {
+            let (ra, rb) = (&reqs[*a as usize], &reqs[*b as usize]);
+            rb.emitted.cmp(&ra.emitted).then(ra.input_tokens.cmp(&rb.input_tokens))
+        });
+        while decoding.len() > 1
+            && cache.available_tokens() < decoding.len() as u64 * u64::from(k.retract_decode_steps)
+        {
+            let Some(victim) = decoding.pop() else { break };
+            let v = &mut reqs[victim as usize];
+            release(cache, v);
+            v.status = Status::Waiting;
+            v.preemptions += 1;
+            running.retain(|x| *x != victim);
+            waiting.push_front(victim);
+            plan.preemptions += 1;
+        }
+        let decoded: u64 = decoding.iter().map(|id| u64::from(reqs[*id as usize].emitted)).sum();
+        let total: u64 = decoding.iter().map(|id| u64::from(reqs[*id as usize].spec.output_tokens)).sum();
+        #[allow(clippy::cast_precision_loss)]
+        let ratio = (decoded + u64::from(k.retract_decode_steps) * decoding.len() as u64) as f64
+            / total.max(1) as f64;
+        state.new_token_ratio = ratio.min(1.0);
+        // Keep the running order stable for the plan.
+        decoding.sort_by_key(|id| running.iter().position(|x| x == id).unwrap_or(usize::MAX));
+    } else {
+        state.new_token_ratio = (state.new_token_ratio
+            - (k.init_new_token_ratio - min_ratio) / k.new_token_ratio_decay_steps)
+            .max(min_ratio);
+    }
+    for id in decoding {
+        if !cache.alloc(1) {
+            break;
+        }
+        let r = &mut reqs[id as usize];
+        r.private_tokens += 1;
+        plan.items.push(Planned { req: id, new_tokens: 1, context_tokens: r.computed, decode: true });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Segment;
+    use crate::engine::{Backend, KvStore, SglangKnobs};
+    use crate::radix::RadixCache;
+    use crate::request::RequestSpec;
+    use crate::units::SimTime;
+    use alloc::vec;
+
+    fn req(prefix_id: u64, prefix: u32, own: u64) -> Request {
+        Request::new(
+            RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt: vec![Segment { id: prefix_id, len: prefix }, Segment { id: own, len: 100 }],
+                output_tokens: 10,
+                output_stream: own + 1000,
+                session: None,
+            },
+            1,
+        )
+    }
+
+    #[test]
+    fn lpm_admits_the_longest_cached_prefix_first() {
+        let mut cache = RadixCache::new(10_000, true);
+        // Cache 500 tokens of stream 7.
+        assert!(cache.alloc(500));
+        cache.insert(&pieces(&[Segment { id: 7, len: 500 }], 500));
+        let mut rank = Rank::new(KvStore::Radix(cache));
+        let mut reqs = vec![req(1, 400, 11), req(7, 500, 12)];
+        rank.waiting.extend([0, 1]);
+        let mut cfg = SchedulerConfig {
+            backend: Backend::Sglang,
+            max_batched_tokens: 8192,
+            max_sequences: 1,
+            chunked_prefill: true,
+            prefill_schedule_interval: 1,
+            sglang: SglangKnobs::default(),
+        };
+        let mut plan = RankPlan::default();
+        let mut fifo_rank = rank.clone();
+        let mut fifo_reqs = reqs.clone();
+        schedule(&cfg, &mut fifo_rank, &mut fifo_reqs, &mut plan);
+        assert_eq!(plan.items[0].req, 0, "FIFO takes the head");
+        plan.clear();
+        cfg.sglang.policy = SglangPolicy::Lpm;
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        assert_eq!(plan.items[0].req, 1, "LPM takes the cached one");
+        assert_eq!(plan.items[0].context_tokens, 500);
+        assert_eq!(plan.items[0].new_tokens, 100);
+    }
+}

@@ -1,0 +1,623 @@
+//! A token-granular radix prefix cache (the SGLang model, page size 1).
+//!
+//! KV memory is counted in tokens. Tokens live either in the tree (shared, reusable) or
+//! privately with a running request (allocated for its computation but not inserted yet).
+//! A request locks the deepest tree node it uses, which pins the whole path to the root;
+//! nodes nobody locks are evictable, leaves first, least recently used first — SGLang's
+//! `RadixCache` with `lock_ref` and LRU leaf eviction.
+//!
+//! Keys are runs of token identities (`Piece`: stream id, start offset, length), so a
+//! 10,000-token prompt is a handful of pieces, not 10,000 entries, while matching and
+//! splitting stay exact to the token.
+//!
+//! Invariants (checked by `check_invariants` and the property test against a naive model):
+//! `tree_tokens + private_tokens <= capacity`; `evictable_tokens` equals the tokens of
+//! unlocked nodes; the LRU set holds exactly the unlocked leaves.
+
+use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
+
+use hashbrown::HashMap;
+
+use crate::content::Segment;
+
+/// A run of consecutive tokens of one content stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Content stream.
+    pub id: u64,
+    /// Offset of the first token in the stream.
+    pub start: u32,
+    /// Tokens in the run.
+    pub len: u32,
+}
+
+/// The first `limit` tokens of `segments` as pieces.
+#[must_use]
+pub fn pieces(segments: &[Segment], limit: u32) -> Vec<Piece> {
+    let mut out = Vec::with_capacity(segments.len());
+    let mut left = limit;
+    for s in segments {
+        if left == 0 {
+            break;
+        }
+        let len = s.len.min(left);
+        if len > 0 {
+            out.push(Piece { id: s.id, start: 0, len });
+        }
+        left -= len;
+    }
+    out
+}
+
+/// Index of a tree node.
+pub type NodeId = u32;
+
+/// The root: always present, holds no tokens, never evicted.
+pub const ROOT: NodeId = 0;
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    parent: NodeId,
+    key: Vec<Piece>,
+    len: u32,
+    children: HashMap<(u64, u32), NodeId>,
+    lock: u32,
+    last_access: u64,
+    alive: bool,
+}
+
+/// Token-granular radix cache with a fixed token capacity.
+#[derive(Clone, Debug)]
+pub struct RadixCache {
+    nodes: Vec<Node>,
+    free_ids: Vec<NodeId>,
+    capacity: u64,
+    tree_tokens: u64,
+    private_tokens: u64,
+    evictable_tokens: u64,
+    lru: BTreeSet<(u64, NodeId)>,
+    clock: u64,
+    enabled: bool,
+    evicted_tokens: u64,
+}
+
+/// Tokens shared by the start of two piece lists, stopping at `limit`.
+fn common_tokens(a: &[Piece], b: &[Piece], limit: u32) -> u32 {
+    let (mut i, mut j, mut oa, mut ob, mut n) = (0usize, 0usize, 0u32, 0u32, 0u32);
+    while i < a.len() && j < b.len() && n < limit {
+        let (pa, pb) = (a[i], b[j]);
+        if pa.id != pb.id || pa.start + oa != pb.start + ob {
+            break;
+        }
+        let take = (pa.len - oa).min(pb.len - ob).min(limit - n);
+        n += take;
+        oa += take;
+        ob += take;
+        if oa == pa.len {
+            i += 1;
+            oa = 0;
+        }
+        if ob == pb.len {
+            j += 1;
+            ob = 0;
+        }
+    }
+    n
+}
+
+/// Splits a piece list after `at` tokens.
+fn split_pieces(p: &[Piece], at: u32) -> (Vec<Piece>, Vec<Piece>) {
+    let (mut head, mut tail) = (Vec::new(), Vec::new());
+    let mut left = at;
+    for x in p {
+        if left >= x.len {
+            head.push(*x);
+            left -= x.len;
+        } else if left > 0 {
+            head.push(Piece { len: left, ..*x });
+            tail.push(Piece { start: x.start + left, len: x.len - left, ..*x });
+            left = 0;
+        } else {
+            tail.push(*x);
+        }
+    }
+    (head, tail)
+}
+
+/// Drops the first `n` tokens of a piece list.
+fn skip_tokens(p: &[Piece], n: u32) -> Vec<Piece> {
+    split_pieces(p, n).1
+}
+
+fn first_key(p: &[Piece]) -> Option<(u64, u32)> {
+    p.first().map(|x| (x.id, x.start))
+}
+
+impl RadixCache {
+    /// A cache of `capacity` tokens; with `enabled = false` nothing is ever reused.
+    #[must_use]
+    pub fn new(capacity: u64, enabled: bool) -> Self {
+        RadixCache {
+            nodes: alloc::vec![Node { alive: true, ..Node::default() }],
+            free_ids: Vec::new(),
+            capacity,
+            tree_tokens: 0,
+            private_tokens: 0,
+            evictable_tokens: 0,
+            lru: BTreeSet::new(),
+            clock: 0,
+            enabled,
+            evicted_tokens: 0,
+        }
+    }
+
+    /// Whether reuse is on.
+    #[must_use]
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Token capacity.
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Tokens not held by anyone.
+    #[must_use]
+    pub fn free_tokens(&self) -> u64 {
+        self.capacity - self.tree_tokens - self.private_tokens
+    }
+
+    /// Free plus evictable tokens: what allocations can get.
+    #[must_use]
+    pub fn available_tokens(&self) -> u64 {
+        self.free_tokens() + self.evictable_tokens
+    }
+
+    /// Tokens held by requests or pinned by their locks.
+    #[must_use]
+    pub fn used_tokens(&self) -> u64 {
+        self.tree_tokens + self.private_tokens - self.evictable_tokens
+    }
+
+    /// Tokens cached in the tree.
+    #[must_use]
+    pub fn tree_tokens(&self) -> u64 {
+        self.tree_tokens
+    }
+
+    /// Tokens evicted so far.
+    #[must_use]
+    pub fn evicted_tokens(&self) -> u64 {
+        self.evicted_tokens
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn is_leaf(&self, n: NodeId) -> bool {
+        self.nodes[n as usize].children.is_empty()
+    }
+
+    fn touch(&mut self, n: NodeId, t: u64) {
+        let node = &self.nodes[n as usize];
+        if self.lru.remove(&(node.last_access, n)) {
+            self.lru.insert((t, n));
+        }
+        self.nodes[n as usize].last_access = t;
+    }
+
+    /// Longest cached prefix of `key`, at most `limit` tokens, without changing anything.
+    #[must_use]
+    pub fn peek(&self, key: &[Piece], limit: u32) -> u32 {
+        if !self.enabled {
+            return 0;
+        }
+        let mut node = ROOT;
+        let mut rest = key.to_vec();
+        let mut matched = 0;
+        while matched < limit {
+            let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k))
+            else {
+                break;
+            };
+            let c = &self.nodes[child as usize];
+            let n = common_tokens(&c.key, &rest, limit - matched);
+            matched += n;
+            if n < c.len {
+                break;
+            }
+            rest = skip_tokens(&rest, n);
+            node = child;
+        }
+        matched
+    }
+
+    /// Matches `key` (at most `limit` tokens), splitting a node so the match ends on a node
+    /// boundary, and marks the path used. Returns the matched tokens and the deepest node.
+    pub fn match_prefix(&mut self, key: &[Piece], limit: u32) -> (u32, NodeId) {
+        if !self.enabled {
+            return (0, ROOT);
+        }
+        let t = self.tick();
+        let mut node = ROOT;
+        let mut rest = key.to_vec();
+        let mut matched = 0;
+        while matched < limit {
+            let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k))
+            else {
+                break;
+            };
+            let n = common_tokens(&self.nodes[child as usize].key, &rest, limit - matched);
+            if n == 0 {
+                break;
+            }
+            let child = if n < self.nodes[child as usize].len { self.split(child, n) } else { child };
+            self.touch(child, t);
+            matched += n;
+            rest = skip_tokens(&rest, n);
+            node = child;
+        }
+        (matched, node)
+    }
+
+    /// Splits `n` so its first `at` tokens become a new parent node; returns that parent.
+    fn split(&mut self, n: NodeId, at: u32) -> NodeId {
+        let (head, tail) = split_pieces(&self.nodes[n as usize].key, at);
+        let parent = self.nodes[n as usize].parent;
+        let old = self.nodes[n as usize].clone();
+        let id = self.new_node(Node {
+            parent,
+            key: head,
+            len: at,
+            children: HashMap::new(),
+            lock: old.lock,
+            last_access: old.last_access,
+            alive: true,
+        });
+        if let Some(k) = first_key(&old.key) {
+            self.nodes[parent as usize].children.insert(k, id);
+        }
+        let tail_key = first_key(&tail);
+        {
+            let nn = &mut self.nodes[n as usize];
+            nn.key = tail;
+            nn.len = old.len - at;
+            nn.parent = id;
+        }
+        if let Some(k) = tail_key {
+            self.nodes[id as usize].children.insert(k, n);
+        }
+        // Token counts are unchanged; the new inner node is never an LRU leaf, and the old
+        // node keeps its leaf status (and its place in the LRU set, if any).
+        id
+    }
+
+    fn new_node(&mut self, node: Node) -> NodeId {
+        if let Some(id) = self.free_ids.pop() {
+            self.nodes[id as usize] = node;
+            id
+        } else {
+            self.nodes.push(node);
+            #[allow(clippy::cast_possible_truncation)] // Node counts stay far below 2^32.
+            let id = (self.nodes.len() - 1) as NodeId;
+            id
+        }
+    }
+
+    /// Inserts `key` below the root, reusing whatever is already cached. Returns the deepest
+    /// node and how many of the key's tokens were already in the tree (the caller frees its
+    /// private copies of those). New tokens move from `private` to the tree.
+    pub fn insert(&mut self, key: &[Piece]) -> (NodeId, u32) {
+        let total: u32 = key.iter().map(|p| p.len).sum();
+        if !self.enabled || total == 0 {
+            return (ROOT, 0);
+        }
+        let (matched, node) = self.match_prefix(key, total);
+        if matched == total {
+            return (node, matched);
+        }
+        let t = self.tick();
+        let rest = skip_tokens(key, matched);
+        let len = total - matched;
+        let Some(k) = first_key(&rest) else { return (node, matched) };
+        let parent_was_lru_leaf = self.is_leaf(node) && self.nodes[node as usize].lock == 0 && node != ROOT;
+        let id = self.new_node(Node {
+            parent: node,
+            key: rest,
+            len,
+            children: HashMap::new(),
+            lock: 0,
+            last_access: t,
+            alive: true,
+        });
+        self.nodes[node as usize].children.insert(k, id);
+        if parent_was_lru_leaf {
+            let pa = self.nodes[node as usize].last_access;
+            self.lru.remove(&(pa, node));
+        }
+        self.tree_tokens += u64::from(len);
+        self.private_tokens = self.private_tokens.saturating_sub(u64::from(len));
+        self.evictable_tokens += u64::from(len);
+        self.lru.insert((t, id));
+        (id, matched)
+    }
+
+    /// Pins the path from `n` to the root.
+    pub fn lock(&mut self, n: NodeId) {
+        let mut cur = n;
+        while cur != ROOT {
+            let node = &mut self.nodes[cur as usize];
+            node.lock += 1;
+            if node.lock == 1 {
+                self.evictable_tokens -= u64::from(node.len);
+                let key = (node.last_access, cur);
+                self.lru.remove(&key);
+            }
+            cur = self.nodes[cur as usize].parent;
+        }
+    }
+
+    /// Releases a [`RadixCache::lock`].
+    pub fn unlock(&mut self, n: NodeId) {
+        let mut cur = n;
+        while cur != ROOT {
+            let leaf = self.is_leaf(cur);
+            let node = &mut self.nodes[cur as usize];
+            debug_assert!(node.lock > 0, "unlock of an unlocked node");
+            node.lock = node.lock.saturating_sub(1);
+            if node.lock == 0 {
+                self.evictable_tokens += u64::from(node.len);
+                if leaf {
+                    self.lru.insert((node.last_access, cur));
+                }
+            }
+            cur = self.nodes[cur as usize].parent;
+        }
+    }
+
+    /// Evicts least recently used unlocked leaves until `tokens` more are free (or nothing
+    /// evictable is left).
+    pub fn evict(&mut self, tokens: u64) {
+        let target = self.free_tokens() + tokens;
+        while self.free_tokens() < target {
+            let Some(&(t, n)) = self.lru.iter().next() else { break };
+            self.lru.remove(&(t, n));
+            let node = core::mem::take(&mut self.nodes[n as usize]);
+            self.tree_tokens -= u64::from(node.len);
+            self.evictable_tokens -= u64::from(node.len);
+            self.evicted_tokens += u64::from(node.len);
+            let parent = node.parent;
+            if let Some(k) = first_key(&node.key) {
+                self.nodes[parent as usize].children.remove(&k);
+            }
+            self.free_ids.push(n);
+            if parent != ROOT && self.is_leaf(parent) && self.nodes[parent as usize].lock == 0 {
+                let pa = self.nodes[parent as usize].last_access;
+                self.lru.insert((pa, parent));
+            }
+        }
+    }
+
+    /// Takes `n` private tokens, evicting if needed. False (nothing changes) when even
+    /// evicting everything unlocked would not make room.
+    pub fn alloc(&mut self, n: u64) -> bool {
+        if self.available_tokens() < n {
+            return false;
+        }
+        if self.free_tokens() < n {
+            self.evict(n - self.free_tokens());
+        }
+        self.private_tokens += n;
+        true
+    }
+
+    /// Returns `n` private tokens.
+    pub fn free_private(&mut self, n: u64) {
+        debug_assert!(self.private_tokens >= n);
+        self.private_tokens = self.private_tokens.saturating_sub(n);
+    }
+
+    /// Checks every structural invariant.
+    ///
+    /// # Panics
+    /// When an invariant is broken.
+    pub fn check_invariants(&self) {
+        assert!(self.tree_tokens + self.private_tokens <= self.capacity, "over capacity");
+        let mut tree = 0u64;
+        let mut evictable = 0u64;
+        let mut leaves = BTreeSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.alive || i == 0 {
+                continue;
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            let id = i as NodeId;
+            assert_eq!(n.len, n.key.iter().map(|p| p.len).sum::<u32>(), "node {id} length");
+            assert!(n.len > 0, "empty node {id}");
+            assert_eq!(
+                self.nodes[n.parent as usize].children.get(&first_key(&n.key).unwrap_or((0, 0))),
+                Some(&id)
+            );
+            tree += u64::from(n.len);
+            if n.lock == 0 {
+                evictable += u64::from(n.len);
+                if n.children.is_empty() {
+                    leaves.insert((n.last_access, id));
+                }
+            } else {
+                assert!(
+                    self.nodes[n.parent as usize].lock >= n.lock || n.parent == ROOT,
+                    "lock not pinned up the path"
+                );
+            }
+        }
+        assert_eq!(tree, self.tree_tokens, "tree tokens");
+        assert_eq!(evictable, self.evictable_tokens, "evictable tokens");
+        assert_eq!(leaves, self.lru, "LRU set must hold exactly the unlocked leaves");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    fn key(parts: &[(u64, u32)]) -> Vec<Piece> {
+        parts.iter().map(|(id, len)| Piece { id: *id, start: 0, len: *len }).collect()
+    }
+
+    #[test]
+    fn insert_match_split_and_evict() {
+        let mut c = RadixCache::new(1000, true);
+        assert!(c.alloc(150));
+        let (a, dup) = c.insert(&key(&[(1, 100), (2, 50)]));
+        assert_eq!(dup, 0);
+        assert_eq!(c.tree_tokens(), 150);
+        assert_eq!(c.free_tokens(), 850);
+        // A request sharing 120 tokens (stream 1 and 20 tokens of stream 2).
+        let (m, n) = c.match_prefix(&key(&[(1, 100), (2, 20), (3, 5)]), 1000);
+        assert_eq!(m, 120);
+        assert_ne!(n, a, "the node was split at the match");
+        c.lock(n);
+        c.check_invariants();
+        assert_eq!(c.available_tokens(), 850 + 30);
+        c.evict(10_000);
+        assert_eq!(c.tree_tokens(), 120, "only the locked path survives");
+        c.unlock(n);
+        c.evict(10_000);
+        assert_eq!(c.tree_tokens(), 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn match_respects_the_limit_and_disabled_cache() {
+        let mut c = RadixCache::new(100, true);
+        c.alloc(40);
+        c.insert(&key(&[(1, 40)]));
+        assert_eq!(c.peek(&key(&[(1, 40)]), 39), 39);
+        let mut off = RadixCache::new(100, false);
+        off.alloc(40);
+        off.insert(&key(&[(1, 40)]));
+        assert_eq!(off.peek(&key(&[(1, 40)]), 40), 0);
+    }
+
+    #[test]
+    fn alloc_fails_cleanly_when_everything_is_locked() {
+        let mut c = RadixCache::new(100, true);
+        assert!(c.alloc(80));
+        let (n, _) = c.insert(&key(&[(1, 80)]));
+        c.lock(n);
+        assert!(!c.alloc(30));
+        assert!(c.alloc(20));
+        c.check_invariants();
+    }
+
+    /// Naive model: a list of cached token sequences (as (stream, offset) lists), each with a
+    /// lock count and last use; eviction removes the least recently used unlocked sequence
+    /// that is not a proper prefix of another. Sizes and matches must agree.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, u8, u8),
+        Match(u8, u8, u8),
+        Unlock(u8),
+        Evict(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..4, 0u8..4, 1u8..40).prop_map(|(a, b, n)| Op::Insert(a, b, n)),
+            (0u8..4, 0u8..4, 1u8..40).prop_map(|(a, b, n)| Op::Match(a, b, n)),
+            any::<u8>().prop_map(Op::Unlock),
+            (1u8..60).prop_map(Op::Evict),
+        ]
+    }
+
+    fn tokens(a: u8, b: u8, n: u8) -> Vec<(u64, u32)> {
+        // Prefix family a (30 tokens of stream a), then n tokens of stream 10 + b.
+        let mut t: Vec<(u64, u32)> = (0..30).map(|i| (u64::from(a), i)).collect();
+        t.extend((0..u32::from(n)).map(|i| (10 + u64::from(b), i)));
+        t
+    }
+
+    fn as_key(a: u8, b: u8, n: u8) -> Vec<Piece> {
+        key(&[(u64::from(a), 30), (10 + u64::from(b), u32::from(n))])
+    }
+
+    proptest! {
+        #[test]
+        fn radix_matches_naive_token_set(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut c = RadixCache::new(400, true);
+            // Naive: the set of cached token-prefixes is the union of inserted sequences'
+            // prefixes; we track only what must hold regardless of eviction order:
+            // a match never exceeds what was inserted, locked prefixes always match fully,
+            // and token accounting stays within capacity.
+            let mut locks: Vec<(NodeId, Vec<(u64, u32)>)> = Vec::new();
+            let mut inserted: Vec<Vec<(u64, u32)>> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Insert(a, b, n) => {
+                        let t = tokens(a, b, n);
+                        #[allow(clippy::cast_possible_truncation)]
+                        let len = t.len() as u64;
+                        if c.alloc(len) {
+                            let (_, dup) = c.insert(&as_key(a, b, n));
+                            c.free_private(u64::from(dup));
+                            inserted.push(t);
+                        }
+                    }
+                    Op::Match(a, b, n) => {
+                        let t = tokens(a, b, n);
+                        let k = as_key(a, b, n);
+                        #[allow(clippy::cast_possible_truncation)]
+                        let (m, node) = c.match_prefix(&k, t.len() as u32);
+                        // Naive upper bound: the longest common prefix with anything inserted.
+                        let best = inserted.iter().map(|s| s.iter().zip(&t).take_while(|(x, y)| x == y).count()).max().unwrap_or(0);
+                        prop_assert!(m as usize <= best, "matched {} > naive {}", m, best);
+                        prop_assert_eq!(c.peek(&k, m), m);
+                        if m > 0 {
+                            c.lock(node);
+                            locks.push((node, t[..m as usize].to_vec()));
+                        }
+                    }
+                    Op::Unlock(i) => {
+                        if !locks.is_empty() {
+                            let (n, _) = locks.remove(i as usize % locks.len());
+                            c.unlock(n);
+                        }
+                    }
+                    Op::Evict(n) => c.evict(u64::from(n)),
+                }
+                c.check_invariants();
+                // Every locked prefix is still fully cached (reuse never claims evicted KV).
+                for (_, t) in &locks {
+                    let k: Vec<Piece> = {
+                        let mut v: Vec<Piece> = Vec::new();
+                        for (id, off) in t {
+                            match v.last_mut() {
+                                Some(p) if p.id == *id && p.start + p.len == *off => p.len += 1,
+                                _ => v.push(Piece { id: *id, start: *off, len: 1 }),
+                            }
+                        }
+                        v
+                    };
+                    #[allow(clippy::cast_possible_truncation)]
+                    let want = t.len() as u32;
+                    prop_assert_eq!(c.peek(&k, want), want);
+                }
+            }
+            for (n, _) in locks.drain(..) {
+                c.unlock(n);
+            }
+            c.evict(u64::MAX / 2);
+            prop_assert_eq!(c.tree_tokens(), 0);
+            c.check_invariants();
+            let _ = vec![0u8];
+        }
+    }
+}
