@@ -142,9 +142,10 @@ fn sglang_reuses_per_token_where_vllm_reuses_whole_blocks() {
     let sets = |b: &'static str| -> Vec<&'static str> {
         vec![
             if b == "sglang" { "engine.backend=sglang" } else { "engine.backend=vllm" },
-            "traffic.source.new_input_tokens_per_turn=777",
-            "traffic.source.session.prefix_groups=3",
-            "traffic.source.session.shared_prefix_ratio=0.6",
+            // Short turns: vLLM loses up to a block of history at every turn boundary.
+            "traffic.source.new_input_tokens_per_turn=90",
+            "traffic.source.output_tokens_per_turn={dist: uniform, min: 10, max: 50}",
+            "traffic.source.session.turns=8",
             "traffic.load={type: poisson, sessions_per_second: 2, seed: 9}",
             "traffic.stop.sessions=60",
         ]
@@ -153,7 +154,7 @@ fn sglang_reuses_per_token_where_vllm_reuses_whole_blocks() {
     let s = predict_file_with(rel, &sets("sglang")).unwrap().summary;
     let v = predict_file_with(rel, &sets("vllm")).unwrap().summary;
     assert!(
-        s.prefix_cache_reused_ratio > v.prefix_cache_reused_ratio + 0.02,
+        s.prefix_cache_reused_ratio > v.prefix_cache_reused_ratio + 0.05,
         "sglang {} vllm {}",
         s.prefix_cache_reused_ratio,
         v.prefix_cache_reused_ratio

@@ -93,3 +93,49 @@ fn default_prediction_json_is_byte_identical() {
     let again = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None, &NoFiles).unwrap();
     assert_eq!(got, to_pretty_json(&again.json));
 }
+
+/// Fast-forwarding stable decode batches changes nothing but the number of events: every
+/// scenario gives the same report (all figures, time series, per-request records) with and
+/// without it.
+#[test]
+fn fast_forward_is_exact() {
+    use servesim_scenario::catalog::Catalog;
+    use servesim_scenario::report::to_jsonl;
+    use servesim_scenario::scenario::{parse_with_overrides, prepare};
+    let root = repo_root();
+    let catalog = Catalog::builtin().unwrap();
+    let mut checked = 0;
+    let mut saved = (0u64, 0u64);
+    for dir in ["tests/scenarios", "data/scenarios"] {
+        let mut files: Vec<_> = fs::read_dir(root.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        for path in files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "yaml")) {
+            let text = fs::read_to_string(&path).unwrap();
+            let name = path.display().to_string();
+            let node = parse_with_overrides(&text, &name, &[]).unwrap();
+            let files = servesim_tests::DirFiles(path.parent().unwrap().to_path_buf());
+            let mut prepared = prepare(&node, &name, &catalog, None, &files).unwrap();
+            let fast = prepared.run().unwrap();
+            prepared.fast_forward = false;
+            let slow = prepared.run().unwrap();
+            let strip = |p: &Prediction| {
+                let mut v = p.json.clone();
+                let events = v["servesim"]["events"].as_u64().unwrap();
+                v["servesim"]["events"] = serde_json::Value::Null;
+                (to_pretty_json(&v), events)
+            };
+            let ((a, ea), (b, eb)) = (strip(&fast), strip(&slow));
+            assert!(a == b, "{name}: fast-forward changed the report");
+            assert_eq!(
+                to_jsonl(&fast.requests),
+                to_jsonl(&slow.requests),
+                "{name}: per-request records differ"
+            );
+            saved.0 += ea;
+            saved.1 += eb;
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20);
+    println!("fast-forward: {} events instead of {} over {checked} scenarios", saved.0, saved.1);
+}

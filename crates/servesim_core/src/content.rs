@@ -42,19 +42,23 @@ impl BlockHasher {
     }
 
     /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
-    /// of tokens remain. `segments` may grow between calls (outputs are appended).
+    /// of tokens remain. `segments` may grow between calls: the last segment may get longer
+    /// and new segments may be appended (outputs are appended one token at a time).
     pub fn next_block(&mut self, segments: &[Segment]) -> Option<u64> {
+        // The cursor may rest at the end of a segment that has since grown, or that another
+        // segment now follows; only step past a segment once a later one exists.
+        while self.seg + 1 < segments.len() && self.offset >= segments[self.seg].len {
+            self.seg += 1;
+            self.offset = 0;
+        }
         // Check there is a full block left before consuming anything.
         let mut available = 0u64;
-        let mut i = self.seg;
-        let mut off = self.offset;
-        while let Some(s) = segments.get(i) {
-            available += u64::from(s.len - off.min(s.len));
+        for (i, s) in segments.iter().enumerate().skip(self.seg) {
+            let start = if i == self.seg { self.offset.min(s.len) } else { 0 };
+            available += u64::from(s.len - start);
             if available >= u64::from(self.block_size) {
                 break;
             }
-            i += 1;
-            off = 0;
         }
         if available < u64::from(self.block_size) {
             return None;
@@ -62,6 +66,10 @@ impl BlockHasher {
         let mut need = self.block_size;
         let mut h = self.prev;
         while need > 0 {
+            if self.offset >= segments[self.seg].len {
+                self.seg += 1;
+                self.offset = 0;
+            }
             let s = segments[self.seg];
             let take = (s.len - self.offset).min(need);
             if take > 0 {
@@ -69,10 +77,6 @@ impl BlockHasher {
             }
             need -= take;
             self.offset += take;
-            if self.offset >= s.len {
-                self.seg += 1;
-                self.offset = 0;
-            }
         }
         self.prev = h;
         Some(h)
@@ -141,6 +145,27 @@ mod tests {
         b.push(Segment { id: 10, len: 64 });
         let second = h.next_block(&b);
         assert_eq!(vec![first.unwrap(), second.unwrap()], block_hashes(&a, 64));
+    }
+
+    #[test]
+    fn a_segment_growing_one_token_at_a_time_is_hashed_completely() {
+        // A prompt ending exactly on a block boundary, then an output growing token by token:
+        // the cursor must not skip the tokens appended after it reached the end.
+        for prompt in [64u32, 100, 128] {
+            let mut content = vec![Segment { id: 1, len: prompt }, Segment { id: 2, len: 0 }];
+            let mut h = BlockHasher::new(64);
+            let mut got = Vec::new();
+            for _ in 0..300 {
+                while let Some(x) = h.next_block(&content) {
+                    got.push(x);
+                }
+                content[1].len += 1;
+            }
+            while let Some(x) = h.next_block(&content) {
+                got.push(x);
+            }
+            assert_eq!(got, block_hashes(&content, 64), "prompt {prompt}");
+        }
     }
 
     #[test]

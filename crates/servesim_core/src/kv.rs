@@ -13,7 +13,34 @@
 
 use alloc::vec::Vec;
 
+use core::hash::{BuildHasherDefault, Hasher};
+
 use hashbrown::HashMap;
+
+/// Block hashes are already uniformly mixed 64-bit values (SplitMix64 chains), so the prefix
+/// index uses them as their own hash instead of hashing them again.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PremixedHasher(u64);
+
+impl Hasher for PremixedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are stored; fold anything else in deterministically all the same.
+        for b in bytes {
+            self.0 = crate::rng::mix2(self.0, u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+/// Map keyed by pre-mixed 64-bit hashes.
+pub type PremixedMap<V> = HashMap<u64, V, BuildHasherDefault<PremixedHasher>>;
 
 /// Index of a block within one pool.
 pub type BlockId = u32;
@@ -49,7 +76,7 @@ pub struct BlockPool {
     free_head: u32,
     free_tail: u32,
     free_len: u32,
-    index: HashMap<u64, BlockId>,
+    index: PremixedMap<BlockId>,
     prefix_caching: bool,
     stats: PoolStats,
 }
@@ -74,7 +101,7 @@ impl BlockPool {
             free_head: if capacity == 0 { NIL } else { 0 },
             free_tail: if capacity == 0 { NIL } else { capacity - 1 },
             free_len: capacity,
-            index: HashMap::new(),
+            index: PremixedMap::default(),
             prefix_caching,
             stats: PoolStats::default(),
         }

@@ -1,7 +1,10 @@
-//! The event queue: a binary heap ordered by `(time, insertion sequence)`.
+//! The event queue: a binary heap ordered by `(time, key, insertion sequence)`.
 //!
-//! Equal times pop in insertion order (FIFO), and nothing else breaks ties: no event-type
-//! priorities, so the order of same-time events is defined in exactly one place.
+//! With the default key (0) equal times pop in insertion order (FIFO): no event-type
+//! priorities, so the order of same-time events is defined in exactly one place. The
+//! simulation pushes with `key = (push time, push phase)`, which orders exactly like
+//! insertion when every push happens at its real time, and lets a fast-forwarded run push
+//! an event with the virtual push time of the step that would have pushed it.
 
 use alloc::collections::BinaryHeap;
 use core::cmp::Ordering;
@@ -10,13 +13,14 @@ use crate::units::SimTime;
 
 struct Entry<E> {
     time: SimTime,
+    key: u128,
     seq: u64,
     event: E,
 }
 
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.time == other.time && self.seq == other.seq
+        self.time == other.time && self.key == other.key && self.seq == other.seq
     }
 }
 impl<E> Eq for Entry<E> {}
@@ -28,7 +32,11 @@ impl<E> PartialOrd for Entry<E> {
 impl<E> Ord for Entry<E> {
     // Reversed: BinaryHeap is a max-heap and we want the earliest (time, seq) first.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.time.cmp(&self.time).then_with(|| other.seq.cmp(&self.seq))
+        other
+            .time
+            .cmp(&self.time)
+            .then_with(|| other.key.cmp(&self.key))
+            .then_with(|| other.seq.cmp(&self.seq))
     }
 }
 
@@ -53,9 +61,14 @@ impl<E> EventQueue<E> {
 
     /// Schedules `event` at `time`, after every event already scheduled at that time.
     pub fn push(&mut self, time: SimTime, event: E) {
+        self.push_keyed(time, 0, event);
+    }
+
+    /// Schedules `event` at `time`; same-time events pop by `key`, then insertion order.
+    pub fn push_keyed(&mut self, time: SimTime, key: u128, event: E) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Entry { time, seq, event });
+        self.heap.push(Entry { time, key, seq, event });
     }
 
     /// Removes and returns the earliest event.

@@ -18,7 +18,7 @@ use crate::router::Router;
 use crate::timing::StepTimer;
 use crate::traffic::{Traffic, TrafficSpec};
 use crate::units::{SimDur, SimTime};
-use crate::worker::{StepOutcome, Worker, WorkerStats};
+use crate::worker::{RunBounds, StepOutcome, Worker, WorkerStats};
 
 /// Hard limits on a run. Hitting one ends the run early and is reported, never hidden.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +112,8 @@ pub struct SimSetup {
     pub sla: Sla,
     /// GPU accounting.
     pub fleet: Fleet,
+    /// Fast-forward stable decode batches (identical results, fewer events).
+    pub fast_forward: bool,
     /// Longest request (prompt + output tokens) the engine accepts; longer ones are rejected
     /// on arrival, as vLLM refuses requests beyond `max_model_len`.
     pub context_limit: Option<u32>,
@@ -119,8 +121,17 @@ pub struct SimSetup {
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
-    Arrival,
-    StepDone(u32),
+    /// Requests due now; `pushed` is when this event was scheduled.
+    Arrival { pushed: SimTime },
+    /// A worker's step (or run) ends; stale when the worker's generation moved on.
+    StepDone { worker: u32, generation: u64 },
+}
+
+/// Queue key of an event pushed at `pushed` in phase `phase` (0: while handling events;
+/// 1 + w: worker w's step scheduled at settle). Same-time events pop in this order, which is
+/// the order they were inserted whenever every push happens at its real time.
+fn event_key(pushed: SimTime, phase: u32) -> u128 {
+    (u128::from(pushed.as_ns()) << 32) | u128::from(phase)
 }
 
 /// The results of a finished run.
@@ -156,6 +167,7 @@ pub struct Simulation {
     sla: Sla,
     fleet: Fleet,
     context_limit: Option<u32>,
+    fast_forward: bool,
     events: u64,
     finished: u64,
     next_arrival_event: SimTime,
@@ -187,6 +199,7 @@ impl Simulation {
             sla: setup.sla,
             fleet: setup.fleet,
             context_limit: setup.context_limit,
+            fast_forward: setup.fast_forward,
             events: 0,
             finished: 0,
             next_arrival_event: SimTime::MAX,
@@ -233,6 +246,10 @@ impl Simulation {
                 break;
             }
             while self.series.due() <= t {
+                let due = self.series.due();
+                for w in &mut self.workers {
+                    w.materialize(due, None, &mut self.requests, &mut self.itl);
+                }
                 let sample = self.workers.iter().map(sample_of).collect();
                 self.series.record(sample);
             }
@@ -241,8 +258,12 @@ impl Simulation {
             self.events += 1;
             budget -= 1;
             match ev {
-                Event::Arrival => self.on_arrival(),
-                Event::StepDone(w) => self.on_step_done(w),
+                Event::Arrival { pushed } => self.on_arrival(pushed),
+                Event::StepDone { worker, generation } => {
+                    if self.workers[worker as usize].generation == generation {
+                        self.on_step_done(worker);
+                    }
+                }
             }
             if self.queue.peek_time() != Some(self.now) {
                 self.settle()?;
@@ -281,15 +302,21 @@ impl Simulation {
     fn schedule_next_arrival(&mut self) {
         if let Some(t) = self.traffic.next_arrival() {
             if t < self.next_arrival_event {
-                self.queue.push(t, Event::Arrival);
+                self.queue.push_keyed(t, event_key(self.now, 0), Event::Arrival { pushed: self.now });
                 self.next_arrival_event = t;
             }
         }
     }
 
-    fn on_arrival(&mut self) {
+    fn on_arrival(&mut self, pushed: SimTime) {
         if self.next_arrival_event <= self.now {
             self.next_arrival_event = SimTime::MAX;
+        }
+        if self.traffic.next_arrival().is_some_and(|t| t <= self.now) {
+            // The router looks at every worker: bring fast-forwarded runs up to now.
+            for w in &mut self.workers {
+                w.materialize(self.now, Some(pushed), &mut self.requests, &mut self.itl);
+            }
         }
         while let Some(spec) = self.traffic.pop_due(self.now) {
             #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
@@ -321,6 +348,16 @@ impl Simulation {
                 continue;
             }
             worker.enqueue(id, &mut req);
+            // A new request ends this worker's run after the step in flight.
+            if let Some(end) = worker.truncate_run() {
+                let gen = worker.generation;
+                #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                self.queue.push_keyed(
+                    end.end,
+                    event_key(end.pushed, 1 + w as u32),
+                    Event::StepDone { worker: w as u32, generation: gen },
+                );
+            }
             self.requests.push(req);
             self.dirty[w] = true;
         }
@@ -341,6 +378,10 @@ impl Simulation {
     }
 
     fn settle(&mut self) -> Result<(), SimError> {
+        // Runs stop before the next known arrival (an exactness-preserving bound that avoids
+        // planning steps an arrival would cut short) and never pass the time limit.
+        let max_end = self.limits.max_sim_time.min(self.traffic.next_arrival().unwrap_or(SimTime::MAX));
+        let bounds = RunBounds { enabled: self.fast_forward, max_end };
         for w in 0..self.workers.len() {
             if !self.dirty[w] {
                 continue;
@@ -351,10 +392,13 @@ impl Simulation {
                 continue;
             }
             let timer = &mut self.timers[worker.timer];
-            match worker.start_step(self.now, &mut self.requests, timer.as_mut()) {
-                Ok(Some(d)) => {
+            match worker.start_step(self.now, &mut self.requests, timer.as_mut(), bounds) {
+                Ok(Some(end)) => {
+                    worker.generation += 1;
+                    let generation = worker.generation;
                     #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
-                    self.queue.push(self.now + d, Event::StepDone(w as u32));
+                    let (wi, key) = (w as u32, event_key(end.pushed, 1 + w as u32));
+                    self.queue.push_keyed(end.end, key, Event::StepDone { worker: wi, generation });
                 }
                 Ok(None) => {}
                 Err(e) => return Err(SimError::Timing { worker: worker.id, message: e.message }),

@@ -4,10 +4,20 @@
 //! [`StepTimer`](crate::timing::StepTimer) as one grouped pass that ends at the slowest rank,
 //! and applied when it completes: computed tokens advance, newly full blocks enter the prefix
 //! cache, and requests that finished their pending tokens emit an output token.
+//!
+//! **Fast-forward.** When every running request is decoding and nothing waits, the next
+//! steps are predictable until the first request completes: each step advances every
+//! request by one token, KV grows by one token each, and step times follow from the timer.
+//! Such a *run* of k steps is scheduled as one event. Its steps are applied in bulk, in
+//! O(requests + steps + new blocks) instead of O(requests × steps), whenever something must
+//! observe the worker (an arrival, a time-series sample, the run's end). An arrival routed
+//! here truncates the run after the step in flight. Allocation order, eviction order, token
+//! times and inter-token gaps are exactly those of stepping one token at a time; a test runs
+//! every golden scenario both ways and compares the reports byte for byte.
 
 use alloc::vec::Vec;
 
-use crate::engine::{self, Rank, RankPlan, SchedulerConfig};
+use crate::engine::{self, kvops, KvStore, Rank, RankPlan, SchedulerConfig};
 use crate::metrics::ItlSamples;
 use crate::request::{ReqId, Request, Status, NEVER};
 use crate::timing::{PrefillChunk, RankLoad, StepTimer, TimingError};
@@ -37,6 +47,60 @@ pub struct StepOutcome {
     pub finished: Vec<ReqId>,
 }
 
+/// When a scheduled step (or run of steps) ends, and the ordering key its completion event
+/// would have had if each step had been scheduled on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepEnd {
+    /// When the last step of the step or run ends.
+    pub end: SimTime,
+    /// When that last step started (the virtual push time of its completion event).
+    pub pushed: SimTime,
+}
+
+/// Longest run formed at once (bounds the memory of a run's step times).
+const MAX_RUN_STEPS: usize = 1 << 16;
+
+/// A run of decode-only steps in flight.
+#[derive(Clone, Debug)]
+struct Run {
+    /// Start time of step 1.
+    start: SimTime,
+    /// End time of each step (`ends[j - 1]` is step j's end).
+    ends: Vec<SimTime>,
+    /// Steps whose tokens are applied.
+    applied: usize,
+    /// Steps whose KV is allocated (step 1 was allocated when it was scheduled).
+    allocated: usize,
+    /// `computed` of each planned request when step 1 started, per rank in plan order.
+    start_computed: Vec<Vec<u32>>,
+    /// For paged ranks: requests (plan indices) by the step phase at which they need a new
+    /// block: request `i` crosses a block boundary at step `s` iff `s % bs == phase[i]`.
+    phases: Vec<Vec<Vec<u32>>>,
+}
+
+impl Run {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn step_start(&self, step: usize) -> SimTime {
+        if step <= 1 {
+            self.start
+        } else {
+            self.ends[step - 2]
+        }
+    }
+}
+
+/// Whether fast-forward is allowed and how far a run may reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunBounds {
+    /// Form runs at all.
+    pub enabled: bool,
+    /// No step of a run may end after this time.
+    pub max_end: SimTime,
+}
+
 /// One engine replica.
 pub struct Worker {
     /// Index in the cluster.
@@ -47,14 +111,17 @@ pub struct Worker {
     pub ranks: Vec<Rank>,
     /// Index of the timer that times this worker's steps.
     pub timer: usize,
-    /// True while a step is in flight.
+    /// True while a step (or run) is in flight.
     pub busy: bool,
-    /// When the previous step ended.
+    /// When the previous applied step ended.
     pub last_step_end: SimTime,
     /// Counters.
     pub stats: WorkerStats,
+    /// Generation of the pending completion event (stale events carry an older one).
+    pub generation: u64,
     plans: Vec<RankPlan>,
     loads: Vec<RankLoad>,
+    run: Option<Run>,
 }
 
 impl Worker {
@@ -70,8 +137,10 @@ impl Worker {
             busy: false,
             last_step_end: SimTime::ZERO,
             stats: WorkerStats::default(),
+            generation: 0,
             plans: (0..n).map(|_| RankPlan::default()).collect(),
             loads: (0..n).map(|_| RankLoad::default()).collect(),
+            run: None,
         }
     }
 
@@ -110,16 +179,24 @@ impl Worker {
         self.ranks.iter().map(|r| r.kv.used_units()).sum()
     }
 
-    /// Plans and times the next step. `Ok(None)` when there is nothing to do.
+    /// True while a run of fast-forwarded steps is in flight.
+    #[must_use]
+    pub fn in_run(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Plans and times the next step, extending it into a run when allowed. `Ok(None)` when
+    /// there is nothing to do.
     ///
     /// # Errors
-    /// When the timer cannot time the step.
+    /// When the timer cannot time a step.
     pub fn start_step(
         &mut self,
         now: SimTime,
         reqs: &mut [Request],
         timer: &mut dyn StepTimer,
-    ) -> Result<Option<SimDur>, TimingError> {
+        bounds: RunBounds,
+    ) -> Result<Option<StepEnd>, TimingError> {
         let mut any = false;
         for ((rank, plan), load) in self.ranks.iter_mut().zip(&mut self.plans).zip(&mut self.loads) {
             engine::schedule(&self.cfg, rank, reqs, plan);
@@ -143,14 +220,273 @@ impl Worker {
         if !any {
             return Ok(None);
         }
-        let dur = timer.step_time(&self.loads)?;
+        // At least 1 ns, so a step's completion never lands in the instant that scheduled it.
+        let first = timer.step_time(&self.loads)?.max(SimDur::from_ns(1));
         self.busy = true;
+        let end = now + first;
+        let mut out = StepEnd { end, pushed: now };
+        if bounds.enabled && end <= bounds.max_end {
+            if let Some(run) = self.form_run(now, end, reqs, timer, bounds.max_end)? {
+                out = StepEnd { end: run.ends[run.len() - 1], pushed: run.step_start(run.len()) };
+                self.run = Some(run);
+                return Ok(Some(out));
+            }
+        }
         self.stats.steps += 1;
-        self.stats.busy_ns += dur.as_ns();
-        Ok(Some(dur))
+        self.stats.busy_ns += first.as_ns();
+        Ok(Some(out))
     }
 
-    /// Applies the step that ends at `now`, recording inter-token gaps into `itl`.
+    /// A run starting with the planned step, when the plan is a stable decode batch.
+    fn form_run(
+        &mut self,
+        start: SimTime,
+        first_end: SimTime,
+        reqs: &[Request],
+        timer: &mut dyn StepTimer,
+        max_end: SimTime,
+    ) -> Result<Option<Run>, TimingError> {
+        let mut k = MAX_RUN_STEPS;
+        for (rank, plan) in self.ranks.iter().zip(&self.plans) {
+            let stable = rank.waiting.is_empty()
+                && plan.preemptions == 0
+                && plan.items.len() == rank.running.len()
+                && plan.items.iter().all(|p| p.decode);
+            if !stable {
+                return Ok(None);
+            }
+            let n = plan.items.len();
+            if n == 0 {
+                continue;
+            }
+            // The run ends with the step in which the first request emits its last token.
+            for p in &plan.items {
+                let r = &reqs[p.req as usize];
+                k = k.min(r.spec.output_tokens.saturating_sub(r.emitted) as usize);
+            }
+            // KV headroom: every later step's allocation must succeed without preemption.
+            k = k.min(match &rank.kv {
+                KvStore::Radix(cache) => usize::try_from(cache.available_tokens() / n as u64)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
+                KvStore::Paged(pool) => {
+                    let need = |steps: usize| -> u64 {
+                        plan.items
+                            .iter()
+                            .map(|p| {
+                                let c = u64::from(reqs[p.req as usize].computed);
+                                pool.blocks_for(c + steps as u64).saturating_sub(pool.blocks_for(c + 1))
+                            })
+                            .sum()
+                    };
+                    let free = u64::from(pool.num_free());
+                    let (mut lo, mut hi) = (1usize, k.max(1));
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if need(mid) <= free {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    lo
+                }
+            });
+        }
+        if k < 2 {
+            return Ok(None);
+        }
+        // Step times: the same decode batch, one more KV token per request each step.
+        let mut ends = Vec::with_capacity(k.min(1024));
+        ends.push(first_end);
+        let mut loads = self.loads.clone();
+        let mut t = first_end;
+        while ends.len() < k {
+            for (load, plan) in loads.iter_mut().zip(&self.plans) {
+                load.decode_kv_tokens += plan.items.len() as u64;
+            }
+            let d = timer.step_time(&loads)?.max(SimDur::from_ns(1));
+            let next = t + d;
+            if next > max_end {
+                break;
+            }
+            ends.push(next);
+            t = next;
+        }
+        if ends.len() < 2 {
+            return Ok(None);
+        }
+        let start_computed: Vec<Vec<u32>> = self
+            .plans
+            .iter()
+            .map(|plan| plan.items.iter().map(|p| reqs[p.req as usize].computed).collect())
+            .collect();
+        let phases = self
+            .ranks
+            .iter()
+            .zip(&start_computed)
+            .map(|(rank, cs)| match &rank.kv {
+                KvStore::Paged(pool) => {
+                    let bs = pool.block_size();
+                    let mut buckets: Vec<Vec<u32>> = (0..bs).map(|_| Vec::new()).collect();
+                    for (i, c) in cs.iter().enumerate() {
+                        // Step s computes token c + s - 1, which starts a block iff (c + s - 1) % bs == 0.
+                        let phase = (1 + bs - c % bs) % bs;
+                        #[allow(clippy::cast_possible_truncation)]
+                        buckets[phase as usize].push(i as u32);
+                    }
+                    buckets
+                }
+                KvStore::Radix(_) => Vec::new(),
+            })
+            .collect();
+        Ok(Some(Run { start, ends, applied: 0, allocated: 1, start_computed, phases }))
+    }
+
+    /// Brings a run up to time `t`: applies every step that ends before `t`, and a step that
+    /// ends exactly at `t` if its completion event would have been pushed before an event
+    /// pushed at `pushed_at` (i.e. it started earlier). Sampling passes `pushed_at = t`'s
+    /// strict-before rule by giving `None`.
+    pub fn materialize(
+        &mut self,
+        t: SimTime,
+        pushed_at: Option<SimTime>,
+        reqs: &mut [Request],
+        itl: &mut ItlSamples,
+    ) {
+        let Some(run) = &self.run else { return };
+        let mut m = run.applied;
+        while m < run.len() {
+            let end = run.ends[m];
+            let started = run.step_start(m + 1);
+            let due = end < t || (end == t && pushed_at.is_some_and(|p| started < p));
+            if !due {
+                break;
+            }
+            m += 1;
+        }
+        if m > run.applied && m < run.len() {
+            self.apply_run_steps(m, reqs, itl);
+        }
+    }
+
+    /// Ends a run after the step in flight (a request was routed here). Returns the new end
+    /// when it changed, so the caller can schedule a fresh completion event.
+    pub fn truncate_run(&mut self) -> Option<StepEnd> {
+        let run = self.run.as_mut()?;
+        let keep = run.applied + 1;
+        if keep >= run.len() {
+            return None;
+        }
+        run.ends.truncate(keep);
+        self.generation += 1;
+        let run = self.run.as_ref()?;
+        Some(StepEnd { end: run.ends[keep - 1], pushed: run.step_start(keep) })
+    }
+
+    /// Allocates KV for run steps up to `upto`, in the order step-by-step scheduling would,
+    /// and advances per-step policy state.
+    fn allocate_run_steps(&mut self, upto: usize, reqs: &mut [Request]) {
+        let Some(run) = self.run.as_mut() else { return };
+        let upto = upto.min(run.len());
+        if upto <= run.allocated {
+            return;
+        }
+        let from = run.allocated + 1;
+        for (r, ((rank, plan), phases)) in self.ranks.iter_mut().zip(&self.plans).zip(&run.phases).enumerate()
+        {
+            let n = plan.items.len();
+            if n == 0 {
+                continue;
+            }
+            let steps = upto - from + 1;
+            match &mut rank.kv {
+                KvStore::Paged(pool) => {
+                    let bs = pool.block_size() as usize;
+                    for s in from..=upto {
+                        for &i in &phases[s % bs] {
+                            let p = &plan.items[i as usize];
+                            let c = run.start_computed[r][i as usize];
+                            let req = &mut reqs[p.req as usize];
+                            let ok = kvops::grow_to(pool, req, c + u32::try_from(s).unwrap_or(u32::MAX));
+                            debug_assert!(ok, "run KV headroom was checked");
+                        }
+                    }
+                    rank.state.steps += steps as u64;
+                }
+                KvStore::Radix(cache) => {
+                    let ok = cache.alloc((steps * n) as u64);
+                    debug_assert!(ok, "run KV headroom was checked");
+                    for p in &plan.items {
+                        reqs[p.req as usize].private_tokens += u32::try_from(steps).unwrap_or(u32::MAX);
+                    }
+                    let k = self.cfg.sglang;
+                    let min_ratio = k.init_new_token_ratio * k.min_new_token_ratio_factor;
+                    for _ in 0..steps {
+                        rank.state.decode_rounds_left = rank.state.decode_rounds_left.saturating_sub(1);
+                        rank.state.new_token_ratio = (rank.state.new_token_ratio
+                            - (k.init_new_token_ratio - min_ratio) / k.new_token_ratio_decay_steps)
+                            .max(min_ratio);
+                    }
+                }
+            }
+        }
+        run.allocated = upto;
+    }
+
+    /// Applies run steps `applied + 1 ..= m` (tokens, times, gaps, cache registration).
+    fn apply_run_steps(&mut self, m: usize, reqs: &mut [Request], itl: &mut ItlSamples) {
+        // The step after `m` is in flight by then, so its KV was allocated when it started.
+        self.allocate_run_steps(m + 1, reqs);
+        let Some(run) = self.run.as_mut() else { return };
+        let first = run.applied + 1;
+        if m < first {
+            return;
+        }
+        let steps = u32::try_from(m - run.applied).unwrap_or(u32::MAX);
+        let first_end = run.ends[first - 1];
+        let last_end = run.ends[m - 1];
+        let mut total = 0u64;
+        let mut common = 0u64;
+        for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
+            for p in &plan.items {
+                let r = &mut reqs[p.req as usize];
+                let prev = r.stamps.last_token;
+                if prev == self.last_step_end {
+                    common += 1;
+                } else if prev != NEVER {
+                    itl.add(first_end - prev, 1);
+                }
+                if r.emitted == 1 {
+                    r.stamps.second_token = first_end;
+                }
+                r.computed += steps;
+                r.emitted += steps;
+                if let Some(last) = r.content.last_mut() {
+                    last.len += steps;
+                }
+                r.stamps.last_token = last_end;
+                if let KvStore::Paged(pool) = &mut rank.kv {
+                    kvops::register_full_blocks(pool, r);
+                }
+                total += 1;
+            }
+        }
+        itl.add(first_end - self.last_step_end, common);
+        let mut prev_end = first_end;
+        for j in first..m {
+            let e = run.ends[j];
+            itl.add(e - prev_end, total);
+            prev_end = e;
+        }
+        self.stats.steps += u64::from(steps);
+        self.stats.busy_ns += (last_end - run.step_start(first)).as_ns();
+        self.stats.decode_tokens += u64::from(steps) * total;
+        self.last_step_end = last_end;
+        run.applied = m;
+    }
+
+    /// Applies the step (or the rest of the run) that ends at `now`.
     pub fn finish_step(
         &mut self,
         now: SimTime,
@@ -160,6 +496,26 @@ impl Worker {
     ) {
         out.emitted.clear();
         out.finished.clear();
+        if let Some(len) = self.run.as_ref().map(Run::len) {
+            self.apply_run_steps(len, reqs, itl);
+            self.run = None;
+            for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
+                for p in &plan.items {
+                    let r = &mut reqs[p.req as usize];
+                    out.emitted.push(p.req);
+                    if r.emitted >= r.spec.output_tokens {
+                        r.status = Status::Completed;
+                        engine::release(rank, r);
+                        out.finished.push(p.req);
+                    }
+                }
+                if !out.finished.is_empty() {
+                    rank.running.retain(|id| reqs[*id as usize].status == Status::Running);
+                }
+            }
+            self.busy = false;
+            return;
+        }
         // Most emitting requests also emitted at the end of the previous step: count their
         // (equal) gaps once instead of one sample per request.
         let mut common_gaps = 0u64;

@@ -85,6 +85,7 @@ fn run(c: Case) -> RunResult {
             decode_gpus_per_worker: 1,
         },
         context_limit: None,
+        fast_forward: true,
     };
     let mut sim = Simulation::new(setup, vec![timer()]);
     let p = sim.run().unwrap();

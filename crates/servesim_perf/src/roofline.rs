@@ -46,12 +46,32 @@ impl Default for RooflineConstants {
 /// Times steps of one worker role from first principles.
 #[derive(Clone, Debug)]
 pub struct RooflineTimer {
-    model: ModelArch,
-    hw: Hardware,
-    p: Parallelism,
-    gemm_dtype: Dtype,
-    kv_bytes_per_token: f64,
     c: RooflineConstants,
+    /// Seconds per byte of HBM traffic at the achieved bandwidth.
+    s_per_byte: f64,
+    /// Seconds per FLOP of GEMMs at the achieved rate (checkpoint format).
+    s_per_gemm_flop: f64,
+    /// Seconds per FLOP of bf16 work (attention, LM head).
+    s_per_bf16_flop: f64,
+    /// Linear FLOPs per token for all layers on one GPU (2 × active params × layers / TP).
+    gemm_flops_per_token: f64,
+    /// Dense weight bytes read per step on one GPU (MoE experts are added per step).
+    dense_weight_bytes: f64,
+    /// MoE: (experts, experts per token, bytes of one expert across layers on one GPU).
+    moe: Option<(f64, f64, f64)>,
+    /// LM-head FLOPs per sampling sequence and its weight bytes, on one GPU.
+    head_flops_per_seq: f64,
+    head_bytes: f64,
+    /// Attention FLOPs per (query token × context token) across layers on one GPU.
+    attn_flops_per_pair: f64,
+    /// KV bytes per token on one GPU.
+    kv_bytes_per_token: f64,
+    /// Fixed element-wise cost per step and per token (seconds).
+    elementwise_fixed: f64,
+    elementwise_per_token: f64,
+    /// Tensor-parallel all-reduce cost per step and per token (seconds; zero without TP).
+    comm_fixed: f64,
+    comm_per_token: f64,
 }
 
 impl RooflineTimer {
@@ -59,14 +79,65 @@ impl RooflineTimer {
     #[must_use]
     #[allow(clippy::cast_precision_loss)]
     pub fn new(model: ModelArch, hw: Hardware, p: Parallelism, gemm_dtype: Dtype, kv_dtype: Dtype) -> Self {
-        let kv = kv_bytes_per_token(&model, p, kv_dtype) as f64;
-        RooflineTimer { model, hw, p, gemm_dtype, kv_bytes_per_token: kv, c: RooflineConstants::default() }
+        let c = RooflineConstants::default();
+        let tp = f64::from(p.tensor.max(1));
+        let layers = f64::from(model.num_layers.div_ceil(p.pipeline.max(1)));
+        let h = model.hidden_size as f64;
+        let wbytes = gemm_dtype.bytes();
+        let active = model.layer_active_linear_params() as f64;
+        let (dense_params, moe) = match &model.moe {
+            Some(m) => {
+                let per_expert = 3.0 * h * m.expert_intermediate_size as f64;
+                let dense = active - per_expert * f64::from(m.experts_per_token);
+                (
+                    dense,
+                    Some((
+                        f64::from(m.num_experts),
+                        f64::from(m.experts_per_token),
+                        per_expert * layers * wbytes / tp,
+                    )),
+                )
+            }
+            None => (model.layer_linear_params() as f64, None),
+        };
+        let bf16_rate = hw.bf16_flops * c.compute_efficiency;
+        let s_per_byte = 1.0 / (hw.hbm_bytes_per_s * c.memory_efficiency);
+        let (comm_fixed, comm_per_token) = if p.tensor > 1 {
+            // Two all-reduces per layer; ring: 2(n-1)/n of each message crosses each link.
+            (
+                2.0 * layers * c.collective_latency_s,
+                2.0 * layers * 2.0 * (tp - 1.0) / tp * h * 2.0 / hw.scale_up_bytes_per_s,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        RooflineTimer {
+            s_per_byte,
+            s_per_gemm_flop: 1.0 / (hw.peak_flops(gemm_dtype) * c.compute_efficiency),
+            s_per_bf16_flop: 1.0 / bf16_rate,
+            gemm_flops_per_token: 2.0 * active * layers / tp,
+            dense_weight_bytes: dense_params * layers * wbytes / tp,
+            moe,
+            head_flops_per_seq: 2.0 * model.vocab_size as f64 * h / tp,
+            head_bytes: model.vocab_size as f64 * h * 2.0 / tp,
+            attn_flops_per_pair: 4.0 * (f64::from(model.num_heads) / tp) * model.head_dim as f64 * layers,
+            kv_bytes_per_token: kv_bytes_per_token(&model, p, kv_dtype) as f64,
+            elementwise_fixed: layers * c.elementwise_kernels_per_layer * c.kernel_latency_s,
+            elementwise_per_token: layers * c.elementwise_kernels_per_layer * 2.0 * h * 2.0 * s_per_byte,
+            comm_fixed,
+            comm_per_token,
+            c,
+        }
     }
 
-    fn roof(&self, flops: f64, bytes: f64, peak: f64) -> f64 {
-        let compute = flops / (peak * self.c.compute_efficiency);
-        let memory = bytes / (self.hw.hbm_bytes_per_s * self.c.memory_efficiency);
-        compute.max(memory)
+    /// The efficiency and latency constants in use.
+    #[must_use]
+    pub fn constants(&self) -> RooflineConstants {
+        self.c
+    }
+
+    fn roof(flops: f64, s_per_flop: f64, bytes: f64, s_per_byte: f64) -> f64 {
+        (flops * s_per_flop).max(bytes * s_per_byte)
     }
 
     /// Seconds one rank spends on its share of a step.
@@ -75,65 +146,47 @@ impl RooflineTimer {
         if r.is_empty() {
             return 0.0;
         }
-        let m = &self.model;
-        let tp = f64::from(self.p.tensor.max(1));
-        let layers = f64::from(m.num_layers.div_ceil(self.p.pipeline.max(1)));
-        let h = m.hidden_size as f64;
         let tokens = r.new_tokens() as f64;
         let seqs = f64::from(r.decode_requests) + r.prefill.len() as f64;
-        let wbytes = self.gemm_dtype.bytes();
-
-        // Linear layers: every new token through the active weights; weights read once.
-        let active = m.layer_active_linear_params() as f64;
-        let resident = match &m.moe {
-            // Experts touched by this step's tokens (at most all of them).
-            Some(moe) => {
-                let dense = m.layer_active_linear_params() as f64
-                    - 3.0 * h * moe.expert_intermediate_size as f64 * f64::from(moe.experts_per_token);
-                let per_expert = 3.0 * h * moe.expert_intermediate_size as f64;
-                let touched = (tokens * f64::from(moe.experts_per_token)).min(f64::from(moe.num_experts));
-                dense + per_expert * touched
+        // Linear layers: every new token through the active weights; weights read once
+        // (MoE: only the experts this step's tokens touch, at most all of them).
+        let weight_bytes = match self.moe {
+            Some((experts, per_token, expert_bytes)) => {
+                self.dense_weight_bytes + expert_bytes * (tokens * per_token).min(experts)
             }
-            None => m.layer_linear_params() as f64,
+            None => self.dense_weight_bytes,
         };
-        let gemm = self.roof(
-            2.0 * tokens * active * layers / tp,
-            resident * layers * wbytes / tp,
-            self.hw.peak_flops(self.gemm_dtype),
+        let gemm = Self::roof(
+            tokens * self.gemm_flops_per_token,
+            self.s_per_gemm_flop,
+            weight_bytes,
+            self.s_per_byte,
         );
         // LM head for the sequences that sample this step (bf16).
-        let head = self.roof(
-            2.0 * seqs * m.vocab_size as f64 * h / tp,
-            m.vocab_size as f64 * h * 2.0 / tp,
-            self.hw.bf16_flops,
+        let head = Self::roof(
+            seqs * self.head_flops_per_seq,
+            self.s_per_bf16_flop,
+            self.head_bytes,
+            self.s_per_byte,
         );
         // Attention: causal prefill over context + chunk; decode reads each request's KV.
-        let heads = f64::from(m.num_heads) / tp;
-        let hd = m.head_dim as f64;
-        let mut attn_flops = 0.0;
-        let mut kv_tokens_read = 0.0;
+        let mut pairs = r.decode_kv_tokens as f64;
+        let mut kv_tokens_read = r.decode_kv_tokens as f64;
         for c in &r.prefill {
             let n = f64::from(c.new_tokens);
             let ctx = f64::from(c.context_tokens);
-            attn_flops += 4.0 * heads * hd * n * (ctx + (n + 1.0) / 2.0) * layers;
+            pairs += n * (ctx + (n + 1.0) / 2.0);
             kv_tokens_read += ctx + n;
         }
-        attn_flops += 4.0 * heads * hd * r.decode_kv_tokens as f64 * layers;
-        kv_tokens_read += r.decode_kv_tokens as f64;
-        let attention = self.roof(attn_flops, kv_tokens_read * self.kv_bytes_per_token, self.hw.bf16_flops);
+        let attention = Self::roof(
+            pairs * self.attn_flops_per_pair,
+            self.s_per_bf16_flop,
+            kv_tokens_read * self.kv_bytes_per_token,
+            self.s_per_byte,
+        );
         // Element-wise kernels: launch-bound plus a few activation-sized reads and writes.
-        let elementwise = layers
-            * self.c.elementwise_kernels_per_layer
-            * (self.c.kernel_latency_s
-                + 2.0 * tokens * h * 2.0 / (self.hw.hbm_bytes_per_s * self.c.memory_efficiency));
-        // Two all-reduces per layer under TP (ring: 2(n-1)/n of the message crosses each link).
-        let comm = if self.p.tensor > 1 {
-            let bytes = tokens * h * 2.0;
-            2.0 * layers
-                * (self.c.collective_latency_s + 2.0 * (tp - 1.0) / tp * bytes / self.hw.scale_up_bytes_per_s)
-        } else {
-            0.0
-        };
+        let elementwise = self.elementwise_fixed + tokens * self.elementwise_per_token;
+        let comm = self.comm_fixed + tokens * self.comm_per_token;
         gemm + head + attention + elementwise + comm
     }
 }

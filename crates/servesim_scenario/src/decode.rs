@@ -362,7 +362,7 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
             &["concurrency", "poisson", "constant_rate", "gamma", "kv_capacity_fraction"]
         }
         SourceKind::Session => &["concurrency", "poisson", "constant_rate", "gamma"],
-        SourceKind::Trace => &["trace_timestamps", "concurrency"],
+        SourceKind::Trace => &["trace_timestamps", "concurrency", "poisson", "constant_rate", "gamma"],
     };
     let kind = match f.take("type") {
         Some((n, p)) => choice(n, &p, cx, allowed)?,

@@ -187,6 +187,8 @@ pub struct Prepared {
     pub traffic: TrafficSpec,
     /// Run limits (simulated-time cutoff of `stop.max_virtual_time_seconds`).
     pub limits: Limits,
+    /// Fast-forward stable decode batches (on by default; results are identical either way).
+    pub fast_forward: bool,
     /// Longest request the engine accepts (prompt + output), if limited.
     pub context_limit: Option<u32>,
 }
@@ -365,6 +367,7 @@ pub fn prepare(
         traffic,
         context_limit,
         config,
+        fast_forward: true,
     })
 }
 
@@ -611,6 +614,7 @@ impl Prepared {
                 decode_gpus_per_worker: self.parallelism.gpus(),
             },
             context_limit: self.context_limit,
+            fast_forward: self.fast_forward,
         };
         Simulation::new(setup, vec![timer])
     }
