@@ -205,3 +205,80 @@ fn sglang_retracts_and_recovers_under_kv_pressure() {
     .summary;
     assert_eq!(roomy.num_preemptions, 0);
 }
+
+fn records(p: &servesim_scenario::Prediction) -> Vec<serde_json::Value> {
+    p.requests.iter().map(|r| serde_json::to_value(r).unwrap()).collect()
+}
+
+#[test]
+fn pd_links_shared_max_min_slow_first_tokens_more_than_independent_links() {
+    // A slow link makes transfers overlap.
+    let rel = "tests/scenarios/pd_vllm.yaml";
+    let shared =
+        predict_file_with(rel, &["engine.kv_transfer={bandwidth_gb_per_second: 2}"]).unwrap().summary;
+    let indep = predict_file_with(
+        rel,
+        &["engine.kv_transfer={bandwidth_gb_per_second: 2, link_sharing: independent}"],
+    )
+    .unwrap()
+    .summary;
+    let instant = predict_file_with(rel, &["engine.kv_transfer={}"]).unwrap().summary;
+    assert!(
+        shared.ttft.mean > indep.ttft.mean,
+        "shared {} independent {}",
+        shared.ttft.mean,
+        indep.ttft.mean
+    );
+    assert!(indep.ttft.mean > instant.ttft.mean);
+}
+
+#[test]
+fn pd_destination_missing_moves_only_what_the_decode_worker_lacks() {
+    let rel = "tests/scenarios/pd_sglang_kv_aware.yaml";
+    let missing = predict_file_with(rel, &[]).unwrap();
+    let full = predict_file_with(rel, &["engine.kv_transfer.timing_mode=full"]).unwrap();
+    let moved = |p: &servesim_scenario::Prediction| {
+        p.json["servesim"]["kv_transfer"]["transferred_tokens"].as_u64().unwrap()
+    };
+    assert!(moved(&missing) < moved(&full) * 8 / 10, "{} vs {}", moved(&missing), moved(&full));
+    let input: u64 = full.requests.iter().map(|r| u64::from(r.input_length)).sum();
+    assert_eq!(
+        moved(&full),
+        input,
+        "full mode moves every prompt token (SGLang ships the first token with them)"
+    );
+    assert!(missing.summary.ttft.mean < full.summary.ttft.mean);
+}
+
+#[test]
+fn pd_reservation_order_follows_the_engine() {
+    // SGLang reserves decode KV before prefill; vLLM after it.
+    for r in records(&predict_file_with("tests/scenarios/pd_sglang_kv_aware.yaml", &[]).unwrap()) {
+        assert!(
+            r["destination_reserved_ms"].as_f64().unwrap() <= r["prefill_admit_ms"].as_f64().unwrap(),
+            "{r}"
+        );
+        assert!(r["source_released_ms"].as_f64().unwrap() >= r["source_held_ms"].as_f64().unwrap());
+    }
+    for r in records(&predict_file_with("tests/scenarios/pd_vllm.yaml", &[]).unwrap()) {
+        assert!(
+            r["destination_reserved_ms"].as_f64().unwrap() >= r["source_held_ms"].as_f64().unwrap(),
+            "{r}"
+        );
+        assert!(
+            r["first_token_ms"].as_f64().unwrap() > r["destination_activated_ms"].as_f64().unwrap(),
+            "vLLM samples the first token on the decode worker"
+        );
+        assert!(r["decode_worker_idx"].as_u64().unwrap() < 1, "decode indices are pool-local");
+    }
+}
+
+#[test]
+fn pd_gpu_hours_count_both_pools() {
+    let p = predict_file_with("tests/scenarios/pd_trtllm_hetero.yaml", &[]).unwrap();
+    let s = &p.summary;
+    assert_eq!((s.prefill_gpus_per_worker, s.decode_gpus_per_worker), (4, 8));
+    let want = (s.prefill_worker_seconds * 4.0 + s.decode_worker_seconds * 8.0) / 3600.0;
+    assert!((s.gpu_hours - want).abs() < 1e-12);
+    assert!((s.gpu_hours - 12.0 * s.duration_ms / 3.6e6).abs() < 1e-9);
+}

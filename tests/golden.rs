@@ -31,8 +31,21 @@ fn summary_text(path: &str, p: &Prediction) -> String {
     out += &d("e2e_ms", &s.e2e_latency);
     out += &format!(
         "prefix_cache_reused_ratio: {:.4}\npreemptions: {}\ngpu_hours: {:.6}\nkv_blocks_per_rank: {}\n",
-        s.prefix_cache_reused_ratio, s.num_preemptions, s.gpu_hours, extra["memory"]["kv_blocks_per_rank"]
+        s.prefix_cache_reused_ratio,
+        s.num_preemptions,
+        s.gpu_hours,
+        extra["memory"]
+            .as_object()
+            .map(|m| m
+                .iter()
+                .map(|(role, v)| format!("{role}={}", v["kv_blocks_per_rank"]))
+                .collect::<Vec<_>>()
+                .join(" "))
+            .unwrap_or_default()
     );
+    if extra["deployment"]["mode"] == "disaggregated" {
+        out += &format!("kv_transferred_tokens: {}\n", extra["kv_transfer"]["transferred_tokens"]);
+    }
     if let Some(g) = s.goodput {
         out += &format!(
             "goodput: {} requests, {:.4} req/s, {:.2} output tok/s\n",

@@ -30,6 +30,7 @@ pub mod router;
 pub mod sim;
 pub mod timing;
 pub mod traffic;
+pub mod transfer;
 pub mod units;
 pub mod worker;
 

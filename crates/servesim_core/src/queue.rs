@@ -40,6 +40,13 @@ impl<E> Ord for Entry<E> {
     }
 }
 
+/// The key of an event pushed at `pushed` in phase `phase` (0: while handling events;
+/// 1 + w: worker w's step scheduled when the instant settles).
+#[must_use]
+pub fn event_key(pushed: SimTime, phase: u32) -> u128 {
+    (u128::from(pushed.as_ns()) << 32) | u128::from(phase)
+}
+
 /// A min-queue of events keyed by `(time, seq)`.
 pub struct EventQueue<E> {
     heap: BinaryHeap<Entry<E>>,
@@ -74,6 +81,11 @@ impl<E> EventQueue<E> {
     /// Removes and returns the earliest event.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
         self.heap.pop().map(|e| (e.time, e.event))
+    }
+
+    /// Removes and returns the earliest event with its key.
+    pub fn pop_keyed(&mut self) -> Option<(SimTime, u128, E)> {
+        self.heap.pop().map(|e| (e.time, e.key, e.event))
     }
 
     /// The time of the earliest event.

@@ -38,12 +38,71 @@ impl RequestSpec {
 pub enum Status {
     /// Queued at a worker, not holding KV.
     Waiting,
+    /// Between prefill and decode workers (P/D): waiting for a destination, or moving.
+    Transferring,
     /// Admitted: holds KV and is scheduled each step.
     Running,
     /// All output tokens generated.
     Completed,
     /// Refused without being served (e.g. it can never fit in KV cache).
     Rejected,
+}
+
+/// Which part of the serving path a request is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// One aggregated worker serves it start to end.
+    Serve,
+    /// On a prefill worker: prompt plus one hidden bootstrap token.
+    Prefill,
+    /// KV moving from the prefill worker to the decode worker.
+    Transfer,
+    /// On a decode worker.
+    Decode,
+}
+
+/// The KV a request holds on one side of a P/D handoff.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvHold {
+    /// Tokens computed on that side.
+    pub computed: u32,
+    /// Paged blocks held.
+    pub blocks: Vec<BlockId>,
+    /// Leading blocks registered in the prefix index.
+    pub registered_blocks: u32,
+    /// Radix: locked node.
+    pub radix_node: u32,
+    /// Radix: tokens in the tree under the lock.
+    pub radix_tokens: u32,
+    /// Radix: private tokens.
+    pub private_tokens: u32,
+}
+
+/// P/D milestones ([`NEVER`] until they happen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PdStamps {
+    /// Prefill finished; the source KV is held from now on.
+    pub prefill_done: SimTime,
+    /// The decode worker reserved KV for the request.
+    pub dest_reserved: SimTime,
+    /// The KV arrived and the request became schedulable on the decode worker.
+    pub dest_activated: SimTime,
+    /// The prefill worker released the source KV.
+    pub source_released: SimTime,
+    /// First decode-worker step that included the request.
+    pub decode_admit: SimTime,
+}
+
+impl Default for PdStamps {
+    fn default() -> Self {
+        PdStamps {
+            prefill_done: NEVER,
+            dest_reserved: NEVER,
+            dest_activated: NEVER,
+            source_released: NEVER,
+            decode_admit: NEVER,
+        }
+    }
 }
 
 /// Sentinel for "has not happened".
@@ -110,6 +169,26 @@ pub struct Request {
     pub radix_tokens: u32,
     /// Radix cache: tokens allocated to this request outside the tree.
     pub private_tokens: u32,
+    /// Serving phase.
+    pub phase: Phase,
+    /// P/D: the source-side KV while the request is handed off.
+    pub source: KvHold,
+    /// P/D (destination first): the decode-side reservation while the prompt is prefilled.
+    pub dest: KvHold,
+    /// P/D: prefill worker (global index) and rank.
+    pub prefill_worker: Option<u32>,
+    /// P/D: prefill rank.
+    pub prefill_rank: u32,
+    /// P/D: decode worker (global index).
+    pub decode_worker: Option<u32>,
+    /// P/D milestones.
+    pub pd: PdStamps,
+    /// P/D: prompt tokens the decode worker already had cached (not transferred).
+    pub decode_reused: u32,
+    /// P/D: prompt tokens cached on the prefill worker when routed.
+    pub prefill_route_overlap_tokens: u32,
+    /// P/D: KV tokens moved from prefill to decode worker.
+    pub transferred_tokens: u32,
 }
 
 impl Request {
@@ -139,6 +218,16 @@ impl Request {
             radix_node: 0,
             radix_tokens: 0,
             private_tokens: 0,
+            phase: Phase::Serve,
+            source: KvHold::default(),
+            dest: KvHold::default(),
+            prefill_worker: None,
+            prefill_rank: 0,
+            decode_worker: None,
+            pd: PdStamps::default(),
+            decode_reused: 0,
+            prefill_route_overlap_tokens: 0,
+            transferred_tokens: 0,
         }
     }
 
@@ -154,10 +243,51 @@ impl Request {
         self.known_tokens() - self.computed
     }
 
+    /// Output tokens this phase generates: one hidden bootstrap token on a prefill worker,
+    /// the request's output otherwise.
+    #[must_use]
+    pub fn output_target(&self) -> u32 {
+        if self.phase == Phase::Prefill {
+            1
+        } else {
+            self.spec.output_tokens
+        }
+    }
+
     /// Tokens the request holds in KV when it finishes (for admission that reserves to completion).
     #[must_use]
     pub fn max_tokens(&self) -> u32 {
-        self.input_tokens.saturating_add(self.spec.output_tokens)
+        self.input_tokens.saturating_add(self.output_target())
+    }
+
+    /// Swaps the live KV state with `hold` (P/D: park the source side, or bring it back to
+    /// release it).
+    pub fn swap_kv(&mut self, hold: &mut KvHold) {
+        core::mem::swap(&mut self.computed, &mut hold.computed);
+        core::mem::swap(&mut self.blocks, &mut hold.blocks);
+        core::mem::swap(&mut self.registered_blocks, &mut hold.registered_blocks);
+        core::mem::swap(&mut self.radix_node, &mut hold.radix_node);
+        core::mem::swap(&mut self.radix_tokens, &mut hold.radix_tokens);
+        core::mem::swap(&mut self.private_tokens, &mut hold.private_tokens);
+    }
+
+    /// Parks the live KV as the decode-side reservation (destination-first P/D).
+    pub fn park_dest(&mut self) {
+        let mut hold = core::mem::take(&mut self.dest);
+        self.swap_kv(&mut hold);
+        self.dest = hold;
+    }
+
+    /// Brings a parked decode-side reservation back as the live KV.
+    pub fn unpark_dest(&mut self) {
+        self.park_dest();
+    }
+
+    /// Parks the live KV as the source side (P/D handoff).
+    pub fn park_source(&mut self) {
+        let mut hold = core::mem::take(&mut self.source);
+        self.swap_kv(&mut hold);
+        self.source = hold;
     }
 
     /// Extends `hashes` to cover every full block of known content.
@@ -180,7 +310,7 @@ impl Request {
         }
         self.emitted += 1;
         self.stamps.last_token = now;
-        self.emitted >= self.spec.output_tokens
+        self.emitted >= self.output_target()
     }
 
     /// Drops the content descriptions of a finished request, keeping its record small.
@@ -189,6 +319,8 @@ impl Request {
         self.content = Vec::new();
         self.hashes = Vec::new();
         self.blocks = Vec::new();
+        self.source = KvHold::default();
+        self.dest = KvHold::default();
     }
 
     /// True when the request is in the decode phase: one new token on top of its context.

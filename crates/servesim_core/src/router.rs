@@ -87,7 +87,8 @@ impl Router {
     }
 
     /// Picks a worker for `req` among `workers` (`reqs` are all requests so far, for loads).
-    pub fn route(&mut self, req: &mut Request, workers: &[Worker], reqs: &[Request]) -> Placement {
+    /// The caller has hashed the request's known blocks when prefix caching is on.
+    pub fn route(&mut self, req: &Request, workers: &[Worker], reqs: &[Request]) -> Placement {
         let n = workers.len().max(1);
         match self {
             Router::RoundRobin { next } => {
@@ -126,7 +127,7 @@ fn least_loaded(workers: &[Worker]) -> usize {
 }
 
 /// Leading prompt tokens cached on the worker (best rank).
-fn overlap_tokens(req: &mut Request, w: &Worker) -> u32 {
+fn overlap_tokens(req: &Request, w: &Worker) -> u32 {
     w.ranks.iter().map(|r| r.kv.cached_prefix_tokens(req)).max().unwrap_or(0).min(req.input_tokens)
 }
 
@@ -149,7 +150,7 @@ fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
 fn kv_aware(
     cfg: KvAwareConfig,
     rng: &mut Rng,
-    req: &mut Request,
+    req: &Request,
     workers: &[Worker],
     reqs: &[Request],
 ) -> Placement {

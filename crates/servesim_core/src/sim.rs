@@ -12,11 +12,12 @@ use alloc::vec::Vec;
 
 use crate::engine::{Backend, KvStore, Rank};
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
-use crate::queue::EventQueue;
+use crate::queue::{event_key, EventQueue};
 use crate::request::{ReqId, Request, Status};
 use crate::router::Router;
 use crate::timing::StepTimer;
 use crate::traffic::{Traffic, TrafficSpec};
+use crate::transfer::TransferNet;
 use crate::units::{SimDur, SimTime};
 use crate::worker::{RunBounds, StepOutcome, Worker, WorkerStats};
 
@@ -114,6 +115,8 @@ pub struct SimSetup {
     pub fleet: Fleet,
     /// Fast-forward stable decode batches (identical results, fewer events).
     pub fast_forward: bool,
+    /// Prefill/decode disaggregation, if any.
+    pub pd: Option<PdSetup>,
     /// Longest request (prompt + output tokens) the engine accepts; longer ones are rejected
     /// on arrival, as vLLM refuses requests beyond `max_model_len`.
     pub context_limit: Option<u32>,
@@ -125,13 +128,24 @@ enum Event {
     Arrival { pushed: SimTime },
     /// A worker's step (or run) ends; stale when the worker's generation moved on.
     StepDone { worker: u32, generation: u64 },
+    /// A KV transfer completes; stale when its rate changed since.
+    TransferDone { slot: u32, generation: u64 },
 }
 
-/// Queue key of an event pushed at `pushed` in phase `phase` (0: while handling events;
-/// 1 + w: worker w's step scheduled at settle). Same-time events pop in this order, which is
-/// the order they were inserted whenever every push happens at its real time.
-fn event_key(pushed: SimTime, phase: u32) -> u128 {
-    (u128::from(pushed.as_ns()) << 32) | u128::from(phase)
+/// Prefill/decode disaggregation of a run.
+pub struct PdSetup {
+    /// `workers[..prefill_workers]` are prefill workers, the rest decode workers.
+    pub prefill_workers: usize,
+    /// Places requests on decode workers (overlap-blind for the KV-aware policy).
+    pub decode_router: Router,
+    /// Links and transfers between the pools.
+    pub net: TransferNet,
+    /// Reserve decode KV before prefill (SGLang) instead of after (vLLM, TensorRT-LLM).
+    pub destination_first: bool,
+    /// KV bytes moved per token.
+    pub bytes_per_token: f64,
+    /// Move only the prompt tokens the decode worker lacks (`destination_missing`).
+    pub missing_only: bool,
 }
 
 /// The results of a finished run.
@@ -168,6 +182,9 @@ pub struct Simulation {
     fleet: Fleet,
     context_limit: Option<u32>,
     fast_forward: bool,
+    pd: Option<PdSetup>,
+    cur_key: u128,
+    prefix_caching: bool,
     events: u64,
     finished: u64,
     next_arrival_event: SimTime,
@@ -183,6 +200,8 @@ impl Simulation {
     #[must_use]
     pub fn new(setup: SimSetup, timers: Vec<Box<dyn StepTimer>>) -> Self {
         let n = setup.workers.len();
+        let prefix_caching =
+            setup.workers.iter().any(|w| w.ranks.first().is_some_and(|r| r.kv.prefix_caching()));
         let mut sim = Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
@@ -200,6 +219,9 @@ impl Simulation {
             fleet: setup.fleet,
             context_limit: setup.context_limit,
             fast_forward: setup.fast_forward,
+            prefix_caching,
+            pd: setup.pd,
+            cur_key: 0,
             events: 0,
             finished: 0,
             next_arrival_event: SimTime::MAX,
@@ -253,8 +275,9 @@ impl Simulation {
                 let sample = self.workers.iter().map(sample_of).collect();
                 self.series.record(sample);
             }
-            let Some((t, ev)) = self.queue.pop() else { break };
+            let Some((t, key, ev)) = self.queue.pop_keyed() else { break };
             self.now = t;
+            self.cur_key = key;
             self.events += 1;
             budget -= 1;
             match ev {
@@ -264,6 +287,7 @@ impl Simulation {
                         self.on_step_done(worker);
                     }
                 }
+                Event::TransferDone { slot, generation } => self.on_transfer_done(slot as usize, generation),
             }
             if self.queue.peek_time() != Some(self.now) {
                 self.settle()?;
@@ -314,15 +338,20 @@ impl Simulation {
         }
         if self.traffic.next_arrival().is_some_and(|t| t <= self.now) {
             // The router looks at every worker: bring fast-forwarded runs up to now.
-            for w in &mut self.workers {
-                w.materialize(self.now, Some(pushed), &mut self.requests, &mut self.itl);
-            }
+            self.materialize_all(Some(event_key(pushed, 0)));
         }
         while let Some(spec) = self.traffic.pop_due(self.now) {
+            if self.pd.is_some() {
+                self.arrive_disaggregated(spec);
+                continue;
+            }
             #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
             let id = self.requests.len() as ReqId;
             let mut req = Request::new(spec, self.block_size);
-            let placement = self.router.route(&mut req, &self.workers, &self.requests);
+            if self.prefix_caching {
+                req.hash_known_blocks();
+            }
+            let placement = self.router.route(&req, &self.workers, &self.requests);
             let w = placement.worker;
             req.route_overlap_tokens = placement.overlap_tokens;
             let worker = &mut self.workers[w];
@@ -367,13 +396,251 @@ impl Simulation {
     fn on_step_done(&mut self, w: u32) {
         let wi = w as usize;
         self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
-        for &id in &self.outcome.finished {
-            let r = &mut self.requests[id as usize];
-            self.traffic.on_request_done(self.now, r.spec.session, &r.content);
-            r.release_content();
-            self.finished += 1;
+        let finished = core::mem::take(&mut self.outcome.finished);
+        for &id in &finished {
+            self.complete(id);
         }
+        self.outcome.finished = finished;
         self.dirty[wi] = true;
+        if self.pd.is_some() {
+            let handoffs = core::mem::take(&mut self.outcome.handoffs);
+            if !handoffs.is_empty() {
+                self.materialize_all(Some(self.cur_key));
+            }
+            for &id in &handoffs {
+                self.hand_off(id);
+            }
+            self.outcome.handoffs = handoffs;
+            if self.is_decode_worker(wi) {
+                // Completions freed KV: handoffs waiting for a reservation may fit now.
+                self.try_reserve(wi);
+            }
+        }
+        self.schedule_next_arrival();
+    }
+
+    /// Accounts a request that emitted its last token.
+    fn complete(&mut self, id: ReqId) {
+        let r = &mut self.requests[id as usize];
+        self.traffic.on_request_done(self.now, r.spec.session, &r.content);
+        r.release_content();
+        self.finished += 1;
+    }
+
+    fn materialize_all(&mut self, key: Option<u128>) {
+        for w in &mut self.workers {
+            w.materialize(self.now, key, &mut self.requests, &mut self.itl);
+        }
+    }
+
+    /// A request is about to change worker `w`'s queues or KV: bring its run up to now and
+    /// end it after the step in flight.
+    fn interrupt(&mut self, w: usize) {
+        let worker = &mut self.workers[w];
+        worker.materialize(self.now, Some(self.cur_key), &mut self.requests, &mut self.itl);
+        if let Some(end) = worker.truncate_run() {
+            let generation = worker.generation;
+            #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+            let (wi, key) = (w as u32, event_key(end.pushed, 1 + w as u32));
+            self.queue.push_keyed(end.end, key, Event::StepDone { worker: wi, generation });
+        }
+    }
+
+    fn is_decode_worker(&self, w: usize) -> bool {
+        self.pd.as_ref().is_some_and(|pd| w >= pd.prefill_workers)
+    }
+
+    /// Routes a new request in a disaggregated deployment.
+    fn arrive_disaggregated(&mut self, spec: crate::request::RequestSpec) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        let np = pd.prefill_workers;
+        #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
+        let id = self.requests.len() as ReqId;
+        let mut req = Request::new(spec, self.block_size);
+        req.phase = crate::request::Phase::Prefill;
+        if self.prefix_caching {
+            req.hash_known_blocks();
+        }
+        // A request either pool could never hold is refused, as an engine refuses a prompt
+        // beyond its context.
+        let cap = |ws: &[Worker]| {
+            ws.iter().filter_map(|w| w.ranks.first()).map(|r| r.kv.capacity_tokens()).min().unwrap_or(0)
+        };
+        let fits = u64::from(req.input_tokens.saturating_add(req.spec.output_tokens))
+            <= cap(&self.workers[..np]).min(cap(&self.workers[np..]));
+        let too_long =
+            self.context_limit.is_some_and(|l| req.input_tokens.saturating_add(req.spec.output_tokens) > l);
+        if !fits || too_long {
+            req.status = Status::Rejected;
+            self.traffic.on_request_done(self.now, req.spec.session, &req.content);
+            req.release_content();
+            self.requests.push(req);
+            self.finished += 1;
+            return;
+        }
+        let p = self.router.route(&req, &self.workers[..np], &self.requests);
+        req.prefill_route_overlap_tokens = p.overlap_tokens;
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            req.prefill_worker = Some(p.worker as u32);
+        }
+        if pd.destination_first {
+            let d = pd.decode_router.route(&req, &self.workers[np..], &self.requests);
+            let dw = np + d.worker;
+            req.route_overlap_tokens = d.overlap_tokens;
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                req.decode_worker = Some(dw as u32);
+            }
+            self.interrupt(dw);
+            self.workers[dw].enqueue_handoff(id, &mut req);
+            self.requests.push(req);
+            self.try_reserve(dw);
+        } else {
+            self.interrupt(p.worker);
+            self.workers[p.worker].enqueue(id, &mut req);
+            self.requests.push(req);
+            self.dirty[p.worker] = true;
+        }
+    }
+
+    /// A prefill finished: find the KV a destination and start moving it.
+    fn hand_off(&mut self, id: ReqId) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        let np = pd.prefill_workers;
+        let r = &mut self.requests[id as usize];
+        r.prefill_rank = r.rank;
+        r.hash_known_blocks();
+        if pd.destination_first {
+            // The decode worker reserved KV before prefill started.
+            r.unpark_dest();
+            if let Some(dw) = r.decode_worker {
+                r.worker = dw;
+            }
+            self.start_transfer(id);
+            return;
+        }
+        let d = pd.decode_router.route(&self.requests[id as usize], &self.workers[np..], &self.requests);
+        let dw = np + d.worker;
+        let r = &mut self.requests[id as usize];
+        r.route_overlap_tokens = d.overlap_tokens;
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            r.decode_worker = Some(dw as u32);
+        }
+        self.interrupt(dw);
+        self.workers[dw].enqueue_handoff(id, &mut self.requests[id as usize]);
+        self.try_reserve(dw);
+    }
+
+    /// Reserves decode KV for queued handoffs on worker `w`, in order, as long as they fit.
+    fn try_reserve(&mut self, w: usize) {
+        let Some(dest_first) = self.pd.as_ref().map(|pd| pd.destination_first) else { return };
+        let mut reserved = Vec::new();
+        {
+            let worker = &mut self.workers[w];
+            for rank in &mut worker.ranks {
+                while let Some(&id) = rank.handoffs.front() {
+                    let Some(hit) =
+                        crate::engine::reserve_destination(&worker.cfg, rank, &mut self.requests, id)
+                    else {
+                        break;
+                    };
+                    rank.handoffs.pop_front();
+                    rank.loading.push(id);
+                    let r = &mut self.requests[id as usize];
+                    r.pd.dest_reserved = self.now;
+                    r.decode_reused = hit.min(r.input_tokens);
+                    reserved.push(id);
+                }
+            }
+        }
+        if reserved.is_empty() {
+            return;
+        }
+        self.interrupt(w);
+        for id in reserved {
+            if dest_first {
+                // Keep the reservation aside and send the prompt to its prefill worker.
+                let r = &mut self.requests[id as usize];
+                r.park_dest();
+                let Some(p) = r.prefill_worker.map(|p| p as usize) else { continue };
+                r.status = Status::Waiting;
+                self.interrupt(p);
+                self.workers[p].enqueue(id, &mut self.requests[id as usize]);
+                self.dirty[p] = true;
+            } else {
+                self.start_transfer(id);
+            }
+        }
+    }
+
+    fn start_transfer(&mut self, id: ReqId) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        let np = pd.prefill_workers;
+        let r = &mut self.requests[id as usize];
+        // vLLM's decode worker recomputes the last prompt token, so its KV is not moved.
+        let recompute = self.workers.get(np).is_some_and(|w| w.cfg.backend == Backend::Vllm);
+        let present = if pd.missing_only { r.decode_reused } else { 0 };
+        let tokens = r.input_tokens.saturating_sub(u32::from(recompute)).saturating_sub(present);
+        r.transferred_tokens = tokens;
+        let (Some(p), Some(d)) = (r.prefill_worker, r.decode_worker) else { return };
+        #[allow(clippy::cast_precision_loss)]
+        let bytes = f64::from(tokens) * pd.bytes_per_token;
+        let (_, completions) = pd.net.start(self.now, id, p as usize, d as usize - np, bytes);
+        self.push_completions(&completions);
+    }
+
+    fn push_completions(&mut self, completions: &[crate::transfer::Completion]) {
+        for c in completions {
+            #[allow(clippy::cast_possible_truncation)] // Transfer slots stay far below 2^32.
+            let slot = c.id as u32;
+            self.queue.push_keyed(
+                c.at,
+                event_key(self.now, 0),
+                Event::TransferDone { slot, generation: c.generation },
+            );
+        }
+    }
+
+    fn on_transfer_done(&mut self, slot: usize, generation: u64) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        if pd.net.get(slot).is_none_or(|t| t.generation != generation) {
+            return;
+        }
+        let (done, completions) = pd.net.finish(self.now, slot);
+        self.push_completions(&completions);
+        let Some(t) = done else { return };
+        let id = t.req;
+        self.materialize_all(Some(self.cur_key));
+        // The source KV is released on the prefill worker...
+        let (p, prank) = {
+            let r = &self.requests[id as usize];
+            (r.prefill_worker.unwrap_or(0) as usize, r.prefill_rank as usize)
+        };
+        self.interrupt(p);
+        if let Some(rank) = self.workers[p].ranks.get_mut(prank) {
+            crate::engine::release_source(rank, &mut self.requests[id as usize]);
+        }
+        self.requests[id as usize].pd.source_released = self.now;
+        self.dirty[p] = true;
+        // ...and the request becomes schedulable on its decode worker.
+        let (dw, drank) = {
+            let r = &self.requests[id as usize];
+            (r.decode_worker.unwrap_or(0) as usize, r.rank as usize)
+        };
+        self.interrupt(dw);
+        self.requests[id as usize].pd.dest_activated = self.now;
+        let worker = &mut self.workers[dw];
+        let finished = match worker.ranks.get_mut(drank) {
+            Some(rank) => crate::engine::activate(&worker.cfg, rank, &mut self.requests, id, self.now),
+            None => false,
+        };
+        self.dirty[dw] = true;
+        if finished {
+            self.complete(id);
+            self.try_reserve(dw);
+        }
         self.schedule_next_arrival();
     }
 

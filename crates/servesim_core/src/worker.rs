@@ -19,7 +19,8 @@ use alloc::vec::Vec;
 
 use crate::engine::{self, kvops, KvStore, Rank, RankPlan, SchedulerConfig};
 use crate::metrics::ItlSamples;
-use crate::request::{ReqId, Request, Status, NEVER};
+use crate::queue::event_key;
+use crate::request::{Phase, ReqId, Request, Status, NEVER};
 use crate::timing::{PrefillChunk, RankLoad, StepTimer, TimingError};
 use crate::units::{SimDur, SimTime};
 
@@ -45,6 +46,8 @@ pub struct StepOutcome {
     pub emitted: Vec<ReqId>,
     /// Requests that emitted their last token this step.
     pub finished: Vec<ReqId>,
+    /// P/D: requests whose prefill finished here (KV now held as the source side).
+    pub handoffs: Vec<ReqId>,
 }
 
 /// When a scheduled step (or run of steps) ends, and the ordering key its completion event
@@ -144,6 +147,29 @@ impl Worker {
         }
     }
 
+    /// Queues a P/D handoff on the least-loaded rank for a KV reservation; returns the rank.
+    pub fn enqueue_handoff(&mut self, id: ReqId, req: &mut Request) -> usize {
+        let best = self.least_loaded_rank();
+        req.worker = self.id;
+        #[allow(clippy::cast_possible_truncation)] // Rank counts are small.
+        {
+            req.rank = best as u32;
+        }
+        req.status = Status::Transferring;
+        self.ranks[best].handoffs.push_back(id);
+        best
+    }
+
+    fn least_loaded_rank(&self) -> usize {
+        let mut best = 0;
+        for (i, r) in self.ranks.iter().enumerate() {
+            if r.load() < self.ranks[best].load() {
+                best = i;
+            }
+        }
+        best
+    }
+
     /// Queues a newly routed request on its least-loaded rank (ties: lowest index).
     pub fn enqueue(&mut self, id: ReqId, req: &mut Request) {
         let mut best = 0;
@@ -207,6 +233,9 @@ impl Worker {
                 if r.stamps.first_admit == NEVER {
                     r.stamps.first_admit = now;
                 }
+                if r.phase == Phase::Decode && r.pd.decode_admit == NEVER {
+                    r.pd.decode_admit = now;
+                }
                 if p.decode {
                     load.decode_requests += 1;
                     load.decode_kv_tokens += u64::from(p.context_tokens) + 1;
@@ -249,6 +278,7 @@ impl Worker {
         let mut k = MAX_RUN_STEPS;
         for (rank, plan) in self.ranks.iter().zip(&self.plans) {
             let stable = rank.waiting.is_empty()
+                && rank.handoffs.is_empty()
                 && plan.preemptions == 0
                 && plan.items.len() == rank.running.len()
                 && plan.items.iter().all(|p| p.decode);
@@ -262,7 +292,7 @@ impl Worker {
             // The run ends with the step in which the first request emits its last token.
             for p in &plan.items {
                 let r = &reqs[p.req as usize];
-                k = k.min(r.spec.output_tokens.saturating_sub(r.emitted) as usize);
+                k = k.min(r.output_target().saturating_sub(r.emitted) as usize);
             }
             // KV headroom: every later step's allocation must succeed without preemption.
             k = k.min(match &rank.kv {
@@ -343,23 +373,18 @@ impl Worker {
         Ok(Some(Run { start, ends, applied: 0, allocated: 1, start_computed, phases }))
     }
 
-    /// Brings a run up to time `t`: applies every step that ends before `t`, and a step that
-    /// ends exactly at `t` if its completion event would have been pushed before an event
-    /// pushed at `pushed_at` (i.e. it started earlier). Sampling passes `pushed_at = t`'s
-    /// strict-before rule by giving `None`.
-    pub fn materialize(
-        &mut self,
-        t: SimTime,
-        pushed_at: Option<SimTime>,
-        reqs: &mut [Request],
-        itl: &mut ItlSamples,
-    ) {
+    /// Brings a run up to the event at time `t` with queue key `key`: applies every step that
+    /// ends before `t`, and a step ending exactly at `t` whose own completion event would have
+    /// popped first (a smaller key). `None` (time-series samples) takes only steps that end
+    /// strictly before `t`.
+    pub fn materialize(&mut self, t: SimTime, key: Option<u128>, reqs: &mut [Request], itl: &mut ItlSamples) {
         let Some(run) = &self.run else { return };
+        let phase = 1 + self.id;
         let mut m = run.applied;
         while m < run.len() {
             let end = run.ends[m];
             let started = run.step_start(m + 1);
-            let due = end < t || (end == t && pushed_at.is_some_and(|p| started < p));
+            let due = end < t || (end == t && key.is_some_and(|k| event_key(started, phase) < k));
             if !due {
                 break;
             }
@@ -496,6 +521,7 @@ impl Worker {
     ) {
         out.emitted.clear();
         out.finished.clear();
+        out.handoffs.clear();
         if let Some(len) = self.run.as_ref().map(Run::len) {
             self.apply_run_steps(len, reqs, itl);
             self.run = None;
@@ -503,7 +529,7 @@ impl Worker {
                 for p in &plan.items {
                     let r = &mut reqs[p.req as usize];
                     out.emitted.push(p.req);
-                    if r.emitted >= r.spec.output_tokens {
+                    if r.emitted >= r.output_target() {
                         r.status = Status::Completed;
                         engine::release(rank, r);
                         out.finished.push(p.req);
@@ -529,7 +555,15 @@ impl Worker {
                     self.stats.prefill_tokens += u64::from(p.new_tokens);
                 }
                 engine::after_compute(rank, r, p);
-                if r.pending_tokens() == 0 {
+                if r.pending_tokens() == 0 && r.phase == Phase::Prefill {
+                    // The prompt is done: its KV stays here as the source of the transfer;
+                    // the bootstrap token is not shown to the client.
+                    r.pd.prefill_done = now;
+                    r.phase = Phase::Transfer;
+                    r.status = Status::Transferring;
+                    r.park_source();
+                    out.handoffs.push(p.req);
+                } else if r.pending_tokens() == 0 {
                     let prev = r.stamps.last_token;
                     if prev == self.last_step_end {
                         common_gaps += 1;
@@ -544,7 +578,7 @@ impl Worker {
                     }
                 }
             }
-            if !out.finished.is_empty() {
+            if !out.finished.is_empty() || !out.handoffs.is_empty() {
                 rank.running.retain(|id| reqs[*id as usize].status == Status::Running);
             }
         }

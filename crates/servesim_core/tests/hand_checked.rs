@@ -86,6 +86,7 @@ fn run(c: Case) -> RunResult {
         },
         context_limit: None,
         fast_forward: true,
+        pd: None,
     };
     let mut sim = Simulation::new(setup, vec![timer()]);
     let p = sim.run().unwrap();
@@ -245,4 +246,101 @@ fn sglang_retracts_under_kv_pressure_and_everything_completes() {
     });
     assert_eq!(r.summary.completed_requests, 12);
     assert!(r.summary.num_preemptions > 0, "expected retractions");
+}
+
+/// One prefill and one decode worker; 1,000 bytes of KV per token over 100 MB/s links.
+fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sharing) -> RunResult {
+    use servesim_core::sim::PdSetup;
+    use servesim_core::transfer::TransferNet;
+    let cfg = SchedulerConfig {
+        backend,
+        max_batched_tokens: 8192,
+        max_sequences: 256,
+        chunked_prefill: true,
+        prefill_schedule_interval: 1,
+        sglang: SglangKnobs::default(),
+    };
+    let radix = backend == Backend::Sglang;
+    let (blocks, bs) = if radix { (160_000, 1) } else { (10_000, 16) };
+    let workers = vec![
+        Worker::new(0, cfg.clone(), make_ranks(1, blocks, bs, true, radix), 0),
+        Worker::new(1, cfg, make_ranks(1, blocks, bs, true, radix), 0),
+    ];
+    let setup = SimSetup {
+        seed: 1,
+        traffic: TrafficSpec {
+            source: Source::Synthetic {
+                input_tokens: LengthDist::Fixed(100),
+                output_tokens: LengthDist::Fixed(5),
+            },
+            load: Load::Concurrency(requests),
+            stop: Stop { max_requests: requests, max_sessions: u32::MAX },
+        },
+        workers,
+        router: Router::round_robin(),
+        block_size: bs,
+        limits: Limits::default(),
+        sample_interval: SimDur::from_ms(1),
+        sla: Sla::default(),
+        fleet: Fleet {
+            prefill_workers: 1,
+            prefill_gpus_per_worker: 1,
+            decode_workers: 1,
+            decode_gpus_per_worker: 1,
+        },
+        context_limit: None,
+        fast_forward: true,
+        pd: Some(PdSetup {
+            prefill_workers: 1,
+            decode_router: Router::round_robin(),
+            net: TransferNet::new(Some(1e8), sharing, 1, 1),
+            destination_first: backend == Backend::Sglang,
+            bytes_per_token: 1000.0,
+            missing_only: true,
+        }),
+    };
+    let mut sim = Simulation::new(setup, vec![timer()]);
+    sim.run().unwrap();
+    sim.into_result()
+}
+
+#[test]
+fn pd_vllm_source_first_arithmetic() {
+    let r = run_pd(Backend::Vllm, 1, servesim_core::transfer::Sharing::MaxMin);
+    let q = &r.requests[0];
+    // Prefill 2 ms; 99 tokens (vLLM recomputes the last one) = 99 kB at 100 MB/s = 0.99 ms;
+    // the decode worker's 1-token step (1.01 ms) samples the first token at 4.00 ms.
+    assert_eq!(q.pd.prefill_done.as_ms_f64(), 2.0);
+    assert_eq!(q.pd.dest_reserved.as_ms_f64(), 2.0);
+    assert!((q.pd.dest_activated.as_ms_f64() - 2.99).abs() < 1e-9);
+    assert!((r.summary.ttft.mean - 4.0).abs() < 1e-9, "{}", r.summary.ttft.mean);
+    assert_eq!(q.transferred_tokens, 99);
+    assert!((r.summary.tpot.mean - 1.1).abs() < 1e-9);
+    assert_eq!(q.pd.source_released, q.pd.dest_activated);
+}
+
+#[test]
+fn pd_sglang_destination_first_arithmetic() {
+    let r = run_pd(Backend::Sglang, 1, servesim_core::transfer::Sharing::MaxMin);
+    let q = &r.requests[0];
+    // The decode worker reserves at arrival; prefill 2 ms; 100 tokens move in 1 ms and the
+    // first token arrives with them.
+    assert_eq!(q.pd.dest_reserved.as_ms_f64(), 0.0);
+    assert_eq!(q.pd.prefill_done.as_ms_f64(), 2.0);
+    assert!((r.summary.ttft.mean - 3.0).abs() < 1e-9, "{}", r.summary.ttft.mean);
+    assert_eq!(q.transferred_tokens, 100);
+    assert!((r.summary.e2e_latency.mean - (3.0 + 4.0 * 1.1)).abs() < 1e-9);
+}
+
+#[test]
+fn pd_concurrent_transfers_share_the_link() {
+    use servesim_core::transfer::Sharing;
+    // Two requests prefilled together finish at 3 ms; their transfers overlap.
+    let shared = run_pd(Backend::Vllm, 2, Sharing::MaxMin);
+    let indep = run_pd(Backend::Vllm, 2, Sharing::Independent);
+    let act = |r: &RunResult| r.requests.iter().map(|q| q.pd.dest_activated.as_ms_f64()).fold(0.0, f64::max);
+    // Independent: each 99 kB at 100 MB/s ends 0.99 ms after 3 ms; shared: both at 50 MB/s, 1.98 ms.
+    assert!((act(&indep) - 3.99).abs() < 1e-9, "{}", act(&indep));
+    assert!((act(&shared) - 4.98).abs() < 1e-9, "{}", act(&shared));
+    assert!(shared.summary.ttft.mean > indep.summary.ttft.mean);
 }

@@ -184,8 +184,68 @@ pub struct EngineConfig {
     pub enable_chunked_prefill: bool,
     /// `quantization`.
     pub quantization: Quantization,
-    /// `workers.aggregated` (aggregated mode).
-    pub aggregated: RoleConfig,
+    /// `workers`.
+    pub workers: Workers,
+    /// `kv_transfer` (disaggregated mode).
+    pub kv_transfer: KvTransferConfig,
+}
+
+/// `engine.workers`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workers {
+    /// `aggregated`.
+    Aggregated(RoleConfig),
+    /// `prefill` and `decode` pools.
+    Disaggregated {
+        /// `prefill`.
+        prefill: RoleConfig,
+        /// `decode`.
+        decode: RoleConfig,
+    },
+}
+
+impl Workers {
+    /// Every role with its name, in worker order (prefill before decode).
+    #[must_use]
+    pub fn roles(&self) -> Vec<(&'static str, &RoleConfig)> {
+        match self {
+            Workers::Aggregated(r) => vec![("aggregated", r)],
+            Workers::Disaggregated { prefill, decode } => vec![("prefill", prefill), ("decode", decode)],
+        }
+    }
+}
+
+/// `engine.kv_transfer.timing_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferMode {
+    /// `destination_missing` (default): move only prompt tokens the decode worker lacks.
+    DestinationMissing,
+    /// `full`: move the whole prompt.
+    Full,
+}
+
+/// `engine.kv_transfer`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvTransferConfig {
+    /// `bytes_per_token` (`auto`: one TP shard of the prefill role).
+    pub bytes_per_token: Option<u64>,
+    /// `bandwidth_gb_per_second` (decimal GB/s per worker link; null = no delay).
+    pub bandwidth_gb_per_second: Option<f64>,
+    /// `timing_mode`.
+    pub timing_mode: TransferMode,
+    /// `link_sharing` (servesim extension): `max_min` (default) or `independent` (AISimulate).
+    pub link_sharing: servesim_core::transfer::Sharing,
+}
+
+impl Default for KvTransferConfig {
+    fn default() -> Self {
+        KvTransferConfig {
+            bytes_per_token: None,
+            bandwidth_gb_per_second: None,
+            timing_mode: TransferMode::DestinationMissing,
+            link_sharing: servesim_core::transfer::Sharing::MaxMin,
+        }
+    }
 }
 
 /// `engine.workers.<role>.parallelism`.
@@ -250,8 +310,10 @@ pub struct KvCacheConfig {
 }
 
 /// `engine.workers.<role>`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RoleConfig {
+    /// `hardware` (P/D roles only): this role's GPU type, when it differs from the engine's.
+    pub hardware: Option<String>,
     /// `parallelism`.
     pub parallelism: ParallelismConfig,
     /// `scheduler`.

@@ -7,9 +7,9 @@ use servesim_core::traffic::LengthDist;
 use servesim_perf::spec::Dtype;
 
 use crate::config::{
-    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, LoadConfig, LoadKind,
-    Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy, SchedulerKnobs,
-    SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig,
+    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, KvTransferConfig,
+    LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy,
+    SchedulerKnobs, SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -515,10 +515,7 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
     let mode = match f.take("mode") {
         Some((n, p)) => match choice(n, &p, cx, &["aggregated", "disaggregated", "afd"])? {
             "aggregated" => Some(Mode::Aggregated),
-            "disaggregated" => {
-                cx.unsupported(&p, n, "disaggregated prefill/decode is not simulated by servesim yet");
-                Some(Mode::Disaggregated)
-            }
+            "disaggregated" => Some(Mode::Disaggregated),
             _ => {
                 cx.unsupported(&p, n, "attention-FFN disaggregation (afd) is not estimated by servesim yet");
                 None
@@ -565,7 +562,16 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
         }
         None => Some(true),
     };
-    for k in ["speculation", "nextn", "nextn_accepted", "kv_transfer", "afd", "kv_eviction_policy"] {
+    let kv_transfer = match f.take("kv_transfer") {
+        Some((n, p)) => {
+            if mode == Some(Mode::Aggregated) {
+                cx.schema(&p, n, "kv_transfer applies to engine.mode: disaggregated");
+            }
+            decode_kv_transfer(n, &p, cx)
+        }
+        None => Some(KvTransferConfig::default()),
+    };
+    for k in ["speculation", "nextn", "nextn_accepted", "afd", "kv_eviction_policy"] {
         if let Some((n, p)) = f.take(k) {
             let zero = matches!(n.value, Value::Int(0)) && k == "nextn";
             if !zero {
@@ -578,7 +584,7 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
         None => Some(Quantization::default()),
     };
     let backend_for_defaults = backend.unwrap_or(Backend::Vllm);
-    let aggregated = match f.take("workers") {
+    let workers = match f.take("workers") {
         Some((n, p)) => decode_workers(n, &p, cx, backend_for_defaults, mode.unwrap_or(Mode::Aggregated)),
         None => {
             cx.schema(&crate::diag::join(path, "workers"), node, "required: e.g. workers: {aggregated: {}}");
@@ -595,7 +601,8 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
         context_length: context_length?,
         enable_chunked_prefill: chunked?,
         quantization: quantization?,
-        aggregated: aggregated?,
+        workers: workers?,
+        kv_transfer: kv_transfer?,
     })
 }
 
@@ -616,53 +623,66 @@ fn decode_quantization(node: &Node, path: &str, cx: &mut Cx) -> Option<Quantizat
     })
 }
 
-fn decode_workers(node: &Node, path: &str, cx: &mut Cx, backend: Backend, mode: Mode) -> Option<RoleConfig> {
+fn decode_workers(node: &Node, path: &str, cx: &mut Cx, backend: Backend, mode: Mode) -> Option<Workers> {
     let mut f = Fields::of(node, path, cx)?;
-    let out = match mode {
-        Mode::Aggregated => match f.take("aggregated") {
-            Some((n, p)) => decode_role(n, &p, cx, backend),
+    // A bare `role:` (null) means "all defaults", like `role: {}`.
+    let role = |f: &mut Fields, name: &str, cx: &mut Cx, prefill: bool| -> Option<RoleConfig> {
+        let p = crate::diag::join(path, name);
+        match f.take(name) {
+            Some((n, _)) => decode_role(n, &p, cx, backend, mode, prefill),
+            None if node.get(name).is_some() => {
+                decode_role(&Node::builtin(Value::Null), &p, cx, backend, mode, prefill)
+            }
             None => {
-                if matches!(node.value, Value::Map(_)) || matches!(node.value, Value::Null) {
-                    // `aggregated: {}` is the usual spelling; a bare `aggregated:` is null.
-                    if node.get("aggregated").is_some() {
-                        decode_role(
-                            &Node::builtin(Value::Null),
-                            &crate::diag::join(path, "aggregated"),
-                            cx,
-                            backend,
-                        )
-                    } else {
-                        cx.schema(
-                            &crate::diag::join(path, "aggregated"),
-                            node,
-                            "required in aggregated mode",
-                        );
-                        None
-                    }
-                } else {
-                    None
-                }
+                cx.schema(
+                    &p,
+                    node,
+                    format!(
+                        "required in {} mode",
+                        if mode == Mode::Aggregated { "aggregated" } else { "disaggregated" }
+                    ),
+                );
+                None
             }
-        },
-        Mode::Disaggregated => {
-            for k in ["prefill", "decode"] {
-                f.take(k);
-            }
-            None
         }
     };
-    for k in ["prefill", "decode", "encoder"] {
-        if mode == Mode::Aggregated {
-            if let Some((n, p)) = f.take(k) {
-                cx.schema(&p, n, "only 'aggregated' workers exist in aggregated mode");
+    let out = match mode {
+        Mode::Aggregated => {
+            let r = role(&mut f, "aggregated", cx, false);
+            for k in ["prefill", "decode"] {
+                if let Some((n, p)) = f.take(k) {
+                    cx.schema(&p, n, "prefill and decode pools need engine.mode: disaggregated");
+                }
+            }
+            r.map(Workers::Aggregated)
+        }
+        Mode::Disaggregated => {
+            let prefill = role(&mut f, "prefill", cx, true);
+            let decode = role(&mut f, "decode", cx, false);
+            if let Some((n, p)) = f.take("aggregated") {
+                cx.schema(&p, n, "disaggregated mode uses prefill and decode pools, not aggregated workers");
+            }
+            match (prefill, decode) {
+                (Some(prefill), Some(decode)) => Some(Workers::Disaggregated { prefill, decode }),
+                _ => None,
             }
         }
+    };
+    if let Some((n, p)) = f.take("encoder") {
+        cx.unsupported(&p, n, "encoder pools (EPD) are not simulated by servesim yet");
     }
     f.finish(cx, &["aggregated", "prefill", "decode", "encoder"], "");
     out
 }
 
-fn decode_role(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<RoleConfig> {
+fn decode_role(
+    node: &Node,
+    path: &str,
+    cx: &mut Cx,
+    backend: Backend,
+    mode: Mode,
+    prefill: bool,
+) -> Option<RoleConfig> {
     let mut f = Fields::of(node, path, cx)?;
     let parallelism = match f.take("parallelism") {
         Some((n, p)) => decode_parallelism(n, &p, cx),
@@ -676,19 +696,69 @@ fn decode_role(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option
         }),
     };
     let dp = parallelism.map_or(1, |p| p.attention_data);
-    let scheduler =
-        decode_scheduler(f.take("scheduler"), &crate::diag::join(path, "scheduler"), cx, backend, dp);
+    let scheduler = decode_scheduler(
+        f.take("scheduler"),
+        &crate::diag::join(path, "scheduler"),
+        cx,
+        backend,
+        dp,
+        prefill,
+    );
     let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
     if let Some((n, p)) = f.take("timing") {
         decode_timing(n, &p, cx);
     }
-    for k in ["hardware", "startup_seconds"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(&p, n, format!("'{k}' applies to disaggregated or autoscaled pools, which servesim does not simulate yet"));
+    let hardware = match f.take("hardware") {
+        Some((n, p)) if mode == Mode::Disaggregated => string(n, &p, cx),
+        Some((n, p)) => {
+            cx.schema(
+                &p,
+                n,
+                "a per-role hardware applies to disaggregated pools; set engine.hardware instead",
+            );
+            None
         }
+        None => None,
+    };
+    if let Some((n, p)) = f.take("startup_seconds") {
+        cx.unsupported(
+            &p,
+            n,
+            "'startup_seconds' applies to autoscaled pools, which servesim does not simulate yet",
+        );
     }
     f.finish(cx, &["parallelism", "scheduler", "kv_cache", "timing", "hardware", "startup_seconds"], "");
-    Some(RoleConfig { parallelism: parallelism?, scheduler: scheduler?, kv_cache: kv_cache? })
+    Some(RoleConfig { hardware, parallelism: parallelism?, scheduler: scheduler?, kv_cache: kv_cache? })
+}
+
+fn decode_kv_transfer(node: &Node, path: &str, cx: &mut Cx) -> Option<KvTransferConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let before = cx.diags.len();
+    let mut out = KvTransferConfig::default();
+    if let Some((n, p)) = f.take("bytes_per_token") {
+        if !matches!(&n.value, Value::Str(s) if s == "auto") {
+            out.bytes_per_token = u64_min(n, &p, cx, 1);
+        }
+    }
+    if let Some((n, p)) = f.take("bandwidth_gb_per_second") {
+        out.bandwidth_gb_per_second = positive(n, &p, cx);
+    }
+    if let Some((n, p)) = f.take("timing_mode") {
+        if let Some(m) = choice(n, &p, cx, &["destination_missing", "full"]) {
+            out.timing_mode = if m == "full" { TransferMode::Full } else { TransferMode::DestinationMissing };
+        }
+    }
+    if let Some((n, p)) = f.take("link_sharing") {
+        if let Some(m) = choice(n, &p, cx, &["max_min", "independent"]) {
+            out.link_sharing = if m == "independent" {
+                servesim_core::transfer::Sharing::Independent
+            } else {
+                servesim_core::transfer::Sharing::MaxMin
+            };
+        }
+    }
+    f.finish(cx, &["bytes_per_token", "bandwidth_gb_per_second", "timing_mode", "link_sharing"], "");
+    (cx.diags.len() == before).then_some(out)
 }
 
 fn decode_parallelism(node: &Node, path: &str, cx: &mut Cx) -> Option<ParallelismConfig> {
@@ -762,13 +832,15 @@ fn decode_scheduler(
     cx: &mut Cx,
     backend: Backend,
     dp: u32,
+    prefill: bool,
 ) -> Option<SchedulerKnobs> {
     let mut sg = servesim_core::engine::SglangKnobs::default();
     // Under attention DP the chunk budget is per rank (AISimulate: ÷ attention_data).
     sg.chunked_prefill_size = (sg.chunked_prefill_size / dp.max(1)).max(1);
+    // AISimulate: max_sequences 256, except 1 on a prefill role.
     let defaults = SchedulerKnobs {
         max_batched_tokens: 8192,
-        max_sequences: 256,
+        max_sequences: if prefill { 1 } else { 256 },
         prefill_schedule_interval: 1,
         sglang: sg,
     };

@@ -65,6 +65,22 @@ pub struct RequestRecord {
     pub prefill_worker_idx: Option<u32>,
     /// Decode or aggregated worker.
     pub decode_worker_idx: Option<u32>,
+    /// P/D: first admission on the prefill worker.
+    pub prefill_admit_ms: Option<f64>,
+    /// P/D: prefill finished; the source KV is held from here.
+    pub source_held_ms: Option<f64>,
+    /// P/D: the decode worker reserved KV.
+    pub destination_reserved_ms: Option<f64>,
+    /// P/D: the KV arrived on the decode worker.
+    pub destination_activated_ms: Option<f64>,
+    /// P/D: first decode-worker step including the request.
+    pub decode_admit_ms: Option<f64>,
+    /// P/D: the prefill worker released the source KV.
+    pub source_released_ms: Option<f64>,
+    /// P/D: prompt tokens the decode worker already had cached.
+    pub decode_reused_input_tokens: Option<u32>,
+    /// P/D: KV tokens moved (servesim extension).
+    pub transferred_tokens: Option<u32>,
     /// Prompt tokens cached on the prefill worker when routed (null when aggregated).
     pub prefill_route_overlap_tokens: Option<u32>,
     /// Prompt tokens cached on the decode (or aggregated) worker when routed.
@@ -79,7 +95,10 @@ fn ms(t: SimTime) -> Option<f64> {
     (t != NEVER).then(|| t.as_ms_f64())
 }
 
-fn record(i: usize, r: &Request) -> RequestRecord {
+/// `prefill_workers`: size of the prefill pool in P/D (decode indices are pool-local), or
+/// `None` when aggregated.
+fn record(i: usize, r: &Request, prefill_workers: Option<u32>) -> RequestRecord {
+    let pd = prefill_workers.is_some();
     let a = r.spec.arrival;
     let first = ms(r.stamps.first_token);
     let last = ms(r.stamps.last_token);
@@ -102,15 +121,26 @@ fn record(i: usize, r: &Request) -> RequestRecord {
         requested_output_length: r.spec.output_tokens,
         output_length: r.emitted,
         reused_input_tokens: r.reused_max,
-        prefill_worker_idx: None,
-        decode_worker_idx: Some(r.worker),
-        prefill_route_overlap_tokens: None,
+        prefill_worker_idx: r.prefill_worker,
+        decode_worker_idx: match prefill_workers {
+            Some(np) => r.decode_worker.map(|d| d - np),
+            None => Some(r.worker),
+        },
+        prefill_admit_ms: if pd { ms(r.stamps.first_admit) } else { None },
+        source_held_ms: ms(r.pd.prefill_done),
+        destination_reserved_ms: ms(r.pd.dest_reserved),
+        destination_activated_ms: ms(r.pd.dest_activated),
+        decode_admit_ms: ms(r.pd.decode_admit),
+        source_released_ms: ms(r.pd.source_released),
+        decode_reused_input_tokens: pd.then_some(r.decode_reused),
+        transferred_tokens: pd.then_some(r.transferred_tokens),
+        prefill_route_overlap_tokens: pd.then_some(r.prefill_route_overlap_tokens),
         decode_route_overlap_tokens: Some(r.route_overlap_tokens),
         num_preemptions: r.preemptions,
         terminal_status: match r.status {
             Status::Completed => "completed",
             Status::Rejected => "rejected",
-            Status::Waiting | Status::Running => "canceled",
+            Status::Waiting | Status::Running | Status::Transferring => "canceled",
         },
     }
 }
@@ -189,7 +219,7 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
         .iter()
         .enumerate()
         .filter(|(_, r)| matches!(r.status, Status::Completed | Status::Rejected))
-        .map(|(i, r)| record(i, r))
+        .map(|(i, r)| record(i, r, p.disaggregated().then(|| p.roles[0].config.parallelism.replicas)))
         .collect();
     // Sorted by arrival then uuid; ids are zero-padded-free integers, so compare their index.
     requests.sort_by(|a, b| {
@@ -207,8 +237,6 @@ fn uuid_index(u: &str) -> u64 {
 #[allow(clippy::cast_precision_loss)]
 fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     let e = &p.config.engine;
-    let role = &e.aggregated;
-    let mem = &p.memory;
     let series = &r.series;
     let interval_s = series.interval.as_secs_f64();
     let workers: Vec<Value> = (0..r.worker_stats.len())
@@ -224,8 +252,14 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 rate.push(if dt > 0.0 { (cumulative[k] - cumulative[k - 1]) as f64 / dt } else { 0.0 });
             }
             let st = &r.worker_stats[w];
+            let np = if p.disaggregated() {
+                p.roles.first().map_or(0, |x| x.config.parallelism.replicas as usize)
+            } else {
+                0
+            };
             json!({
                 "worker": w,
+                "role": if !p.disaggregated() { "aggregated" } else if w < np { "prefill" } else { "decode" },
                 "waiting": col(&|x| f64::from(x.waiting)),
                 "running": col(&|x| f64::from(x.running)),
                 "kv_blocks_used": col(&|x| f64::from(x.kv_blocks_used)),
@@ -239,6 +273,45 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
         })
         .collect();
     let rejected = r.requests.iter().filter(|q| q.status == Status::Rejected).count();
+    let roles: Vec<Value> = p
+        .roles
+        .iter()
+        .map(|role| {
+            let rc = &role.config;
+            json!({
+                "role": role.name,
+                "hardware": role.hardware.id,
+                "replicas": rc.parallelism.replicas,
+                "tensor": rc.parallelism.tensor,
+                "attention_data": rc.parallelism.attention_data,
+                "gpus_per_worker": role.parallelism.gpus(),
+                "block_size": rc.kv_cache.block_size,
+                "prefix_caching": rc.kv_cache.prefix_caching,
+                "max_batched_tokens": rc.scheduler.max_batched_tokens,
+                "max_sequences": rc.scheduler.max_sequences,
+            })
+        })
+        .collect();
+    let mut memory = Map::new();
+    for role in &p.roles {
+        let mem = &role.memory;
+        memory.insert(
+            role.name.to_string(),
+            json!({
+                "total_gpu_capacity_bytes": mem.total_gpu_capacity_bytes,
+                "weights_bytes": mem.weights_bytes,
+                "activations_bytes": mem.activations_bytes,
+                "runtime_overhead_bytes": mem.runtime_overhead_bytes,
+                "comm_overhead_bytes": mem.comm_overhead_bytes,
+                "cuda_graph_reserved_bytes": mem.cuda_graph_reserved_bytes,
+                "kv_cache_bytes": mem.kv_cache_bytes,
+                "kv_size_per_token_bytes": mem.kv_bytes_per_token,
+                "total_kv_size_tokens": mem.kv_tokens,
+                "kv_blocks_per_rank": role.blocks_per_rank,
+            }),
+        );
+    }
+    let transferred: u64 = r.requests.iter().map(|q| u64::from(q.transferred_tokens)).sum();
     json!({
         "schema_version": SERVESIM_SECTION_VERSION,
         "version": env!("CARGO_PKG_VERSION"),
@@ -253,37 +326,27 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             "itl": r.summary.itl.count,
         },
         "deployment": {
-            "mode": "aggregated",
+            "mode": if p.disaggregated() { "disaggregated" } else { "aggregated" },
             "model": p.model.id,
-            "hardware": p.hardware.id,
             "backend": match e.backend {
                 servesim_core::engine::Backend::Vllm => "vllm",
                 servesim_core::engine::Backend::Sglang => "sglang",
                 servesim_core::engine::Backend::TrtLlm => "trtllm",
             },
             "backend_version": e.backend_version,
-            "replicas": role.parallelism.replicas,
-            "tensor": role.parallelism.tensor,
-            "attention_data": role.parallelism.attention_data,
             "gpus": p.gpus(),
             "gemm_dtype": p.gemm_dtype.name(),
             "kv_cache_dtype": p.kv_dtype.name(),
-            "block_size": role.kv_cache.block_size,
-            "prefix_caching": role.kv_cache.prefix_caching,
-            "max_batched_tokens": role.scheduler.max_batched_tokens,
-            "max_sequences": role.scheduler.max_sequences,
+            "roles": roles,
         },
-        "memory": {
-            "total_gpu_capacity_bytes": mem.total_gpu_capacity_bytes,
-            "weights_bytes": mem.weights_bytes,
-            "activations_bytes": mem.activations_bytes,
-            "runtime_overhead_bytes": mem.runtime_overhead_bytes,
-            "comm_overhead_bytes": mem.comm_overhead_bytes,
-            "cuda_graph_reserved_bytes": mem.cuda_graph_reserved_bytes,
-            "kv_cache_bytes": mem.kv_cache_bytes,
-            "kv_size_per_token_bytes": mem.kv_bytes_per_token,
-            "total_kv_size_tokens": mem.kv_tokens,
-            "kv_blocks_per_rank": p.blocks_per_rank,
+        "memory": memory,
+        "kv_transfer": {
+            "transferred_tokens": transferred,
+            "bandwidth_gb_per_second": e.kv_transfer.bandwidth_gb_per_second,
+            "link_sharing": match e.kv_transfer.link_sharing {
+                servesim_core::transfer::Sharing::MaxMin => "max_min",
+                servesim_core::transfer::Sharing::Independent => "independent",
+            },
         },
         "timing": {
             "model": "roofline",
@@ -323,14 +386,33 @@ pub fn summary_table(p: &Prediction) -> String {
     let s = &p.summary;
     let dep = &p.json["servesim"]["deployment"];
     let mut out = String::new();
+    let roles: Vec<String> = dep["roles"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|x| {
+                    format!(
+                        "{} {}x {} TP{}{}",
+                        x["role"].as_str().unwrap_or("?"),
+                        x["replicas"],
+                        x["hardware"].as_str().unwrap_or("?"),
+                        x["tensor"],
+                        if x["attention_data"].as_u64().unwrap_or(1) > 1 {
+                            format!(" DP{}", x["attention_data"])
+                        } else {
+                            String::new()
+                        }
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     out.push_str(&format!(
-        "servesim predict: {} on {} x{} ({}, {} replica(s), TP{})\n",
+        "servesim predict: {} with {} ({} GPUs, {})\n",
         dep["model"].as_str().unwrap_or("?"),
-        dep["hardware"].as_str().unwrap_or("?"),
-        dep["gpus"],
         dep["backend"].as_str().unwrap_or("?"),
-        dep["replicas"],
-        dep["tensor"],
+        dep["gpus"],
+        roles.join(" + "),
     ));
     out.push_str(&format!(
         "requests: {} completed of {}, duration {:.1} s, {:.3} req/s, {:.1} output tok/s, {:.4} GPU-hours\n\n",

@@ -6,8 +6,9 @@ use std::fmt;
 use servesim_core::engine::SchedulerConfig;
 use servesim_core::metrics::Fleet;
 use servesim_core::router::Router;
-use servesim_core::sim::{make_ranks, Limits, SimSetup, Simulation};
+use servesim_core::sim::{make_ranks, Limits, PdSetup, SimSetup, Simulation};
 use servesim_core::timing::StepTimer;
+use servesim_core::transfer::TransferNet;
 use std::sync::Arc;
 
 use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec};
@@ -20,7 +21,8 @@ use servesim_perf::spec::{Dtype, Hardware, ModelArch};
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Capacity, Config, ContextLength, LoadKind, RouterPolicy, SourceConfig, TraceFormatConfig,
+    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TraceFormatConfig,
+    TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
@@ -162,6 +164,31 @@ pub fn parse_with_overrides(text: &str, source: &str, overrides: &[Override]) ->
     Ok(root)
 }
 
+/// One worker role, resolved.
+#[derive(Clone, Debug)]
+pub struct PreparedRole {
+    /// `aggregated`, `prefill` or `decode`.
+    pub name: &'static str,
+    /// Its config.
+    pub config: RoleConfig,
+    /// Its GPU type.
+    pub hardware: Hardware,
+    /// Layout of one worker.
+    pub parallelism: Parallelism,
+    /// Memory of one GPU.
+    pub memory: MemoryPlan,
+    /// KV blocks (tokens for SGLang) per attention-DP rank.
+    pub blocks_per_rank: u32,
+}
+
+impl PreparedRole {
+    /// GPUs of the whole role (all replicas).
+    #[must_use]
+    pub fn gpus(&self) -> u32 {
+        self.parallelism.gpus() * self.config.parallelism.replicas
+    }
+}
+
 /// Everything resolved about a scenario before it runs.
 #[derive(Clone, Debug)]
 pub struct Prepared {
@@ -171,18 +198,12 @@ pub struct Prepared {
     pub seed: u64,
     /// The model.
     pub model: ModelArch,
-    /// The GPU.
-    pub hardware: Hardware,
-    /// Worker layout.
-    pub parallelism: Parallelism,
+    /// Worker roles in worker order: `aggregated`, or `prefill` then `decode`.
+    pub roles: Vec<PreparedRole>,
     /// GEMM format.
     pub gemm_dtype: Dtype,
     /// KV-cache format.
     pub kv_dtype: Dtype,
-    /// Memory of one GPU.
-    pub memory: MemoryPlan,
-    /// KV blocks per attention-DP rank.
-    pub blocks_per_rank: u32,
     /// The arrival process.
     pub traffic: TrafficSpec,
     /// Run limits (simulated-time cutoff of `stop.max_virtual_time_seconds`).
@@ -261,88 +282,138 @@ pub fn prepare(
         }
         n.origin.clone()
     };
-    let role = &engine.aggregated;
-    let par = role.parallelism;
-    let parallelism = Parallelism {
-        tensor: par.tensor,
-        pipeline: par.pipeline,
-        attention_data: par.attention_data,
-        moe_expert: par.moe_expert,
-        moe_tensor: par.moe_tensor,
-    };
-    if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
-        cx.report(
-            DiagKind::Domain,
-            "engine.workers.aggregated.parallelism",
-            &at("engine.workers.aggregated.parallelism"),
-            format!("{} is a dense model: moe_expert and moe_tensor must be 1", model.id),
-        );
-    }
-    if model.num_heads % par.tensor != 0 {
-        cx.report(
-            DiagKind::Domain,
-            "engine.workers.aggregated.parallelism.tensor",
-            &at("engine.workers.aggregated.parallelism.tensor"),
-            format!(
-                "{} attention heads are not divisible by tensor parallelism {}",
-                model.num_heads, par.tensor
-            ),
-        );
-    }
-    if par.tensor > hardware.gpus_per_node {
-        cx.report(
-            DiagKind::Domain,
-            "engine.workers.aggregated.parallelism.tensor",
-            &at("engine.workers.aggregated.parallelism.tensor"),
-            format!(
-                "tensor parallelism {} exceeds the {} GPUs of one {} node",
-                par.tensor, hardware.gpus_per_node, hardware.id
-            ),
-        );
+    let gemm_dtype = engine.quantization.gemm.unwrap_or(model.weight_dtype);
+    let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
+    let mut roles = Vec::new();
+    for (name, role) in engine.workers.roles() {
+        let base = format!("engine.workers.{name}");
+        // A role may run on its own GPU type (heterogeneous P/D).
+        let hw = match &role.hardware {
+            Some(id) => match catalog.gpu(id) {
+                Some(h) => h,
+                None => {
+                    let known: Vec<&str> = catalog.hardware.iter().map(|h| h.id.as_str()).collect();
+                    cx.report(
+                        DiagKind::Domain,
+                        &format!("{base}.hardware"),
+                        &at(&format!("{base}.hardware")),
+                        format!("unknown hardware '{id}'; known: {}", known.join(", ")),
+                    );
+                    continue;
+                }
+            },
+            None => hardware,
+        };
+        let par = role.parallelism;
+        let parallelism = Parallelism {
+            tensor: par.tensor,
+            pipeline: par.pipeline,
+            attention_data: par.attention_data,
+            moe_expert: par.moe_expert,
+            moe_tensor: par.moe_tensor,
+        };
+        let ppath = format!("{base}.parallelism");
+        if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
+            cx.report(
+                DiagKind::Domain,
+                &ppath,
+                &at(&ppath),
+                format!("{} is a dense model: moe_expert and moe_tensor must be 1", model.id),
+            );
+        }
+        let tpath = format!("{ppath}.tensor");
+        if model.num_heads % par.tensor != 0 {
+            cx.report(
+                DiagKind::Domain,
+                &tpath,
+                &at(&tpath),
+                format!(
+                    "{} attention heads are not divisible by tensor parallelism {}",
+                    model.num_heads, par.tensor
+                ),
+            );
+        }
+        if par.tensor > hw.gpus_per_node {
+            cx.report(
+                DiagKind::Domain,
+                &tpath,
+                &at(&tpath),
+                format!(
+                    "tensor parallelism {} exceeds the {} GPUs of one {} node",
+                    par.tensor, hw.gpus_per_node, hw.id
+                ),
+            );
+        }
+        if !cx.diags.is_empty() {
+            continue;
+        }
+        let (memory_fraction, graphs) = match role.kv_cache.capacity {
+            Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
+                (memory_fraction, cuda_graph_reserved_bytes)
+            }
+            Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (0.9, 0),
+        };
+        let mut memory = memory::plan(
+            model,
+            hw,
+            &MemoryInputs {
+                parallelism,
+                weight_dtype: gemm_dtype,
+                kv_dtype,
+                memory_fraction,
+                max_batched_tokens: role.scheduler.max_batched_tokens,
+                block_size: role.kv_cache.block_size,
+                cuda_graph_reserved_bytes: graphs,
+            },
+        )
+        .map_err(|e| ScenarioError::Resource { message: format!("{name} workers: {}", e.message) })?;
+        if let Some(b) = role.kv_cache.bytes_per_token {
+            memory.kv_bytes_per_token = b;
+            memory.kv_tokens = memory.kv_cache_bytes / b;
+            memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
+        }
+        let block = u64::from(role.kv_cache.block_size);
+        let blocks = match role.kv_cache.capacity {
+            Capacity::Default { .. } => memory.kv_blocks,
+            Capacity::FixedBlocks(b) => b,
+            Capacity::FixedBytes(bytes) => bytes / (block * memory.kv_bytes_per_token.max(1)),
+        };
+        if blocks == 0 {
+            return Err(ScenarioError::Resource {
+                message: format!("{name} workers: the KV cache holds no block"),
+            });
+        }
+        roles.push(PreparedRole {
+            name,
+            config: role.clone(),
+            hardware: hw.clone(),
+            parallelism,
+            memory,
+            blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
+        });
     }
     if !cx.diags.is_empty() {
         return Err(config_error(source, cx.diags));
     }
-    let gemm_dtype = engine.quantization.gemm.unwrap_or(model.weight_dtype);
-    let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
-    let (memory_fraction, graphs) = match role.kv_cache.capacity {
-        Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
-            (memory_fraction, cuda_graph_reserved_bytes)
+    if let [p, d] = &roles[..] {
+        if p.config.kv_cache.block_size != d.config.kv_cache.block_size {
+            let path = "engine.workers.decode.kv_cache.block_size";
+            cx.report(
+                DiagKind::Domain,
+                path,
+                &at(path),
+                "prefill and decode pools must use the same KV block size",
+            );
+            return Err(config_error(source, cx.diags));
         }
-        Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (0.9, 0),
-    };
-    let mut memory = memory::plan(
-        model,
-        hardware,
-        &MemoryInputs {
-            parallelism,
-            weight_dtype: gemm_dtype,
-            kv_dtype,
-            memory_fraction,
-            max_batched_tokens: role.scheduler.max_batched_tokens,
-            block_size: role.kv_cache.block_size,
-            cuda_graph_reserved_bytes: graphs,
-        },
-    )
-    .map_err(|e| ScenarioError::Resource { message: e.message })?;
-    if let Some(b) = role.kv_cache.bytes_per_token {
-        memory.kv_bytes_per_token = b;
-        memory.kv_tokens = memory.kv_cache_bytes / b;
-        memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
     }
-    let block = u64::from(role.kv_cache.block_size);
-    let blocks = match role.kv_cache.capacity {
-        Capacity::Default { .. } => memory.kv_blocks,
-        Capacity::FixedBlocks(b) => b,
-        Capacity::FixedBytes(bytes) => bytes / (block * memory.kv_bytes_per_token.max(1)),
+    // The decode (or aggregated) role's KV capacity sizes kv_capacity_fraction loads.
+    let Some(load_role) = roles.last() else {
+        return Err(ScenarioError::Run { message: "no worker role".into() });
     };
-    if blocks == 0 {
-        return Err(ScenarioError::Resource { message: "the KV cache holds no block".into() });
-    }
-    let blocks_per_rank = u32::try_from(blocks).unwrap_or(u32::MAX);
-
-    let traffic =
-        build_traffic(&config, root, source, files, blocks * block, par.attention_data * par.replicas)?;
+    let kv_tokens = u64::from(load_role.blocks_per_rank) * u64::from(load_role.config.kv_cache.block_size);
+    let ranks = load_role.parallelism.attention_data * load_role.config.parallelism.replicas;
+    let traffic = build_traffic(&config, root, source, files, kv_tokens, ranks)?;
     let context_limit = match engine.context_length {
         ContextLength::Tokens(n) => Some(n),
         ContextLength::Max => u32::try_from(model.max_position_embeddings).ok(),
@@ -350,12 +421,9 @@ pub fn prepare(
     Ok(Prepared {
         seed: seed.unwrap_or(config.traffic.load.seed),
         model: model.clone(),
-        hardware: hardware.clone(),
-        parallelism,
+        roles,
         gemm_dtype,
         kv_dtype,
-        memory,
-        blocks_per_rank,
         limits: Limits {
             max_sim_time: config
                 .traffic
@@ -552,71 +620,121 @@ impl Prepared {
     /// GPUs the deployment uses.
     #[must_use]
     pub fn gpus(&self) -> u32 {
-        self.parallelism.gpus() * self.config.engine.aggregated.parallelism.replicas
+        self.roles.iter().map(PreparedRole::gpus).sum()
+    }
+
+    /// Whether prefill and decode run on separate pools.
+    #[must_use]
+    pub fn disaggregated(&self) -> bool {
+        self.roles.len() == 2
+    }
+
+    fn router(&self, decode: bool) -> Router {
+        let rng = || servesim_core::rng::Rng::stream(self.seed, servesim_core::rng::Stream::Routing);
+        match self.config.router.policy {
+            RouterPolicy::RoundRobin => Router::round_robin(),
+            RouterPolicy::LeastLoaded => Router::LeastLoaded,
+            RouterPolicy::SessionAffinity => {
+                Router::SessionAffinity { homes: std::collections::BTreeMap::new() }
+            }
+            RouterPolicy::KvAware(mut cfg) => {
+                // Decode routers are overlap-blind: the prompt's KV arrives with the request.
+                if decode {
+                    cfg.overlap_score_credit = 0.0;
+                }
+                Router::KvAware { cfg, rng: rng() }
+            }
+        }
     }
 
     /// Builds the simulation, ready to run.
     #[must_use]
     pub fn start(&self) -> Simulation {
-        let role = &self.config.engine.aggregated;
-        let cfg = SchedulerConfig {
-            backend: self.config.engine.backend,
-            max_batched_tokens: role.scheduler.max_batched_tokens,
-            max_sequences: role.scheduler.max_sequences,
-            chunked_prefill: self.config.engine.enable_chunked_prefill,
-            prefill_schedule_interval: role.scheduler.prefill_schedule_interval,
-            sglang: role.scheduler.sglang,
-        };
-        let replicas = role.parallelism.replicas;
-        let workers: Vec<Worker> = (0..replicas)
-            .map(|w| {
+        let backend = self.config.engine.backend;
+        let mut workers: Vec<Worker> = Vec::new();
+        let mut timers: Vec<Box<dyn StepTimer>> = Vec::new();
+        for (ti, role) in self.roles.iter().enumerate() {
+            let rc = &role.config;
+            let cfg = SchedulerConfig {
+                backend,
+                max_batched_tokens: rc.scheduler.max_batched_tokens,
+                max_sequences: rc.scheduler.max_sequences,
+                chunked_prefill: self.config.engine.enable_chunked_prefill,
+                prefill_schedule_interval: rc.scheduler.prefill_schedule_interval,
+                sglang: rc.scheduler.sglang,
+            };
+            for _ in 0..rc.parallelism.replicas {
                 let ranks = make_ranks(
-                    self.parallelism.attention_data,
-                    self.blocks_per_rank,
-                    role.kv_cache.block_size,
-                    role.kv_cache.prefix_caching,
-                    self.config.engine.backend == servesim_core::engine::Backend::Sglang,
+                    role.parallelism.attention_data,
+                    role.blocks_per_rank,
+                    rc.kv_cache.block_size,
+                    rc.kv_cache.prefix_caching,
+                    backend == servesim_core::engine::Backend::Sglang,
                 );
-                Worker::new(w, cfg.clone(), ranks, 0)
-            })
-            .collect();
-        let timer: Box<dyn StepTimer> = Box::new(RooflineTimer::new(
-            self.model.clone(),
-            self.hardware.clone(),
-            self.parallelism,
-            self.gemm_dtype,
-            self.kv_dtype,
-        ));
+                #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                let id = workers.len() as u32;
+                workers.push(Worker::new(id, cfg.clone(), ranks, ti));
+            }
+            timers.push(Box::new(RooflineTimer::new(
+                self.model.clone(),
+                role.hardware.clone(),
+                role.parallelism,
+                self.gemm_dtype,
+                self.kv_dtype,
+            )));
+        }
+        let fleet = match &self.roles[..] {
+            [p, d] => Fleet {
+                prefill_workers: p.config.parallelism.replicas,
+                prefill_gpus_per_worker: p.parallelism.gpus(),
+                decode_workers: d.config.parallelism.replicas,
+                decode_gpus_per_worker: d.parallelism.gpus(),
+            },
+            [a, ..] => Fleet {
+                prefill_workers: 0,
+                prefill_gpus_per_worker: 0,
+                decode_workers: a.config.parallelism.replicas,
+                decode_gpus_per_worker: a.parallelism.gpus(),
+            },
+            [] => Fleet::default(),
+        };
+        let pd = match &self.roles[..] {
+            [p, d] => {
+                let t = self.config.engine.kv_transfer;
+                // `auto`: one TP shard of the prefill role (each TP rank moves its shard over
+                // its own link in parallel).
+                #[allow(clippy::cast_precision_loss)]
+                let bytes_per_token = t.bytes_per_token.unwrap_or(p.memory.kv_bytes_per_token) as f64;
+                let np = p.config.parallelism.replicas as usize;
+                let nd = d.config.parallelism.replicas as usize;
+                Some(PdSetup {
+                    prefill_workers: np,
+                    decode_router: self.router(true),
+                    net: TransferNet::new(t.bandwidth_gb_per_second.map(|g| g * 1e9), t.link_sharing, np, nd),
+                    destination_first: backend == servesim_core::engine::Backend::Sglang,
+                    bytes_per_token,
+                    missing_only: t.timing_mode == TransferMode::DestinationMissing,
+                })
+            }
+            _ => None,
+        };
+        let block_size = self.roles.first().map_or(1, |r| r.config.kv_cache.block_size);
         let setup = SimSetup {
             seed: self.seed,
             traffic: self.traffic.clone(),
             workers,
-            router: match self.config.router.policy {
-                RouterPolicy::RoundRobin => Router::round_robin(),
-                RouterPolicy::LeastLoaded => Router::LeastLoaded,
-                RouterPolicy::SessionAffinity => {
-                    Router::SessionAffinity { homes: std::collections::BTreeMap::new() }
-                }
-                RouterPolicy::KvAware(cfg) => Router::KvAware {
-                    cfg,
-                    rng: servesim_core::rng::Rng::stream(self.seed, servesim_core::rng::Stream::Routing),
-                },
-            },
-            block_size: role.kv_cache.block_size,
+            router: self.router(false),
+            block_size,
             limits: self.limits,
             // 100 ms to start; the series halves its resolution as the run grows.
             sample_interval: SimDur::from_ms(100),
             sla: self.config.evaluation.sla,
-            fleet: Fleet {
-                prefill_workers: 0,
-                prefill_gpus_per_worker: 0,
-                decode_workers: replicas,
-                decode_gpus_per_worker: self.parallelism.gpus(),
-            },
+            fleet,
             context_limit: self.context_limit,
             fast_forward: self.fast_forward,
+            pd,
         };
-        Simulation::new(setup, vec![timer])
+        Simulation::new(setup, timers)
     }
 
     /// Runs a stopped simulation's results into a prediction.

@@ -78,6 +78,16 @@ pub fn admission_cost(pool: &BlockPool, probe: Probe, new_tokens: u32) -> u64 {
 /// Admits a probed request: references the hit blocks and allocates the rest for
 /// `hit + new_tokens` tokens. The caller has checked [`admission_cost`] fits.
 pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: u32, scratch: &[u32]) {
+    reserve(pool, req, probe, new_tokens, scratch);
+    let reused = probe.hit_tokens.min(req.input_tokens);
+    if req.first_admission_reused.is_none() {
+        req.first_admission_reused = Some(reused);
+    }
+    req.reused_max = req.reused_max.max(reused);
+}
+
+/// Like [`admit`] without counting prefix reuse (a P/D destination reservation).
+pub fn reserve(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: u32, scratch: &[u32]) {
     debug_assert!(req.blocks.is_empty());
     for &b in scratch {
         pool.touch(b);
@@ -87,11 +97,6 @@ pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: 
     req.registered_blocks = u32::try_from(scratch.len()).unwrap_or(u32::MAX);
     let ok = try_grow(pool, req, probe.hit_tokens + new_tokens);
     debug_assert!(ok, "admission was checked to fit");
-    let reused = probe.hit_tokens.min(req.input_tokens);
-    if req.first_admission_reused.is_none() {
-        req.first_admission_reused = Some(reused);
-    }
-    req.reused_max = req.reused_max.max(reused);
 }
 
 /// Registers every newly completed block of a request in the prefix index.

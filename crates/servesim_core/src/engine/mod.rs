@@ -171,14 +171,15 @@ impl KvStore {
         }
     }
 
-    /// Leading tokens of the request's known content cached here now (no side effects).
-    pub fn cached_prefix_tokens(&self, req: &mut Request) -> u32 {
+    /// Leading tokens of the request's known content cached here now (no side effects; the
+    /// request's known blocks must be hashed already).
+    #[must_use]
+    pub fn cached_prefix_tokens(&self, req: &Request) -> u32 {
         match self {
             KvStore::Paged(p) => {
                 if !p.prefix_caching() {
                     return 0;
                 }
-                req.hash_known_blocks();
                 #[allow(clippy::cast_possible_truncation)] // Bounded by the prompt length.
                 let t = (p.match_len(&req.hashes) as u32).saturating_mul(p.block_size());
                 t.min(req.known_tokens())
@@ -208,6 +209,10 @@ pub struct Rank {
     pub waiting: VecDeque<ReqId>,
     /// Requests holding KV, in priority order (last is preempted first).
     pub running: Vec<ReqId>,
+    /// P/D decode side: requests waiting for a KV reservation, in arrival order.
+    pub handoffs: VecDeque<ReqId>,
+    /// P/D decode side: requests with KV reserved while their KV arrives.
+    pub loading: Vec<ReqId>,
     /// KV cache of this rank.
     pub kv: KvStore,
     /// Policy state.
@@ -223,16 +228,18 @@ impl Rank {
         Rank {
             waiting: VecDeque::new(),
             running: Vec::new(),
+            handoffs: VecDeque::new(),
+            loading: Vec::new(),
             kv,
             state: PolicyState::default(),
             scratch: Vec::new(),
         }
     }
 
-    /// Requests queued or running here.
+    /// Requests queued, running, or being handed to this rank.
     #[must_use]
     pub fn load(&self) -> usize {
-        self.waiting.len() + self.running.len()
+        self.waiting.len() + self.running.len() + self.handoffs.len() + self.loading.len()
     }
 }
 
@@ -257,6 +264,115 @@ pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned) {
             }
         }
     }
+}
+
+/// Reserves KV on a decode rank for a handed-off request's prompt, reusing what this rank
+/// already caches. Returns the cached prompt tokens (not transferred), or `None` when the
+/// rank cannot hold it now (nothing changes then). TensorRT-LLM keeps its no-evict rule:
+/// the request's KV to completion must fit after every admitted request's.
+pub fn reserve_destination(
+    cfg: &SchedulerConfig,
+    rank: &mut Rank,
+    reqs: &mut [Request],
+    id: ReqId,
+) -> Option<u32> {
+    let active = (rank.running.len() + rank.loading.len()) as u64;
+    if active >= u64::from(cfg.max_sequences) {
+        return None;
+    }
+    let input = reqs[id as usize].input_tokens;
+    match &mut rank.kv {
+        KvStore::Paged(pool) => {
+            let probe = kvops::probe(pool, &mut reqs[id as usize], &mut rank.scratch);
+            let n = input - probe.hit_tokens;
+            let mut need = kvops::admission_cost(pool, probe, n);
+            if cfg.backend == Backend::TrtLlm {
+                let reserved: u64 = rank
+                    .running
+                    .iter()
+                    .chain(&rank.loading)
+                    .map(|q| {
+                        let r = &reqs[*q as usize];
+                        pool.blocks_for(u64::from(r.max_tokens())).saturating_sub(r.blocks.len() as u64)
+                    })
+                    .sum();
+                let r = &reqs[id as usize];
+                let hit_blocks = u64::from(probe.hit_tokens / pool.block_size());
+                need = pool.blocks_for(u64::from(r.max_tokens())).saturating_sub(hit_blocks)
+                    + u64::from(probe.free_hits)
+                    + reserved;
+            }
+            if need > u64::from(pool.num_free()) {
+                return None;
+            }
+            kvops::reserve(pool, &mut reqs[id as usize], probe, n, &rank.scratch);
+            Some(probe.hit_tokens)
+        }
+        KvStore::Radix(cache) => {
+            let r = &mut reqs[id as usize];
+            let key = crate::radix::pieces(&r.content, input);
+            let (matched, node) = cache.match_prefix(&key, input.saturating_sub(1));
+            cache.lock(node);
+            if !cache.alloc(u64::from(input - matched)) {
+                cache.unlock(node);
+                return None;
+            }
+            r.radix_node = node;
+            r.radix_tokens = matched;
+            r.private_tokens = input - matched;
+            r.computed = matched;
+            Some(matched)
+        }
+    }
+}
+
+/// Makes a request whose KV arrived schedulable on its decode rank. vLLM recomputes the last
+/// prompt token there to sample the first output token; SGLang and TensorRT-LLM receive the
+/// first token with the KV, so it is emitted now. Returns true when that token was the
+/// request's last (it finished).
+pub fn activate(
+    cfg: &SchedulerConfig,
+    rank: &mut Rank,
+    reqs: &mut [Request],
+    id: ReqId,
+    now: crate::units::SimTime,
+) -> bool {
+    rank.loading.retain(|x| *x != id);
+    let r = &mut reqs[id as usize];
+    r.phase = crate::request::Phase::Decode;
+    match cfg.backend {
+        Backend::Vllm => {
+            r.computed = r.input_tokens - 1;
+            if let KvStore::Paged(pool) = &mut rank.kv {
+                kvops::register_full_blocks(pool, r);
+            }
+            r.status = crate::request::Status::Waiting;
+            rank.waiting.push_front(id);
+            false
+        }
+        Backend::Sglang | Backend::TrtLlm => {
+            r.computed = r.input_tokens;
+            if let KvStore::Paged(pool) = &mut rank.kv {
+                kvops::register_full_blocks(pool, r);
+            }
+            if r.emit_token(now) {
+                r.status = crate::request::Status::Completed;
+                release(rank, r);
+                return true;
+            }
+            r.status = crate::request::Status::Running;
+            rank.running.push(id);
+            false
+        }
+    }
+}
+
+/// Releases the source-side KV of a handed-off request on its prefill rank.
+pub fn release_source(rank: &mut Rank, req: &mut Request) {
+    let mut hold = core::mem::take(&mut req.source);
+    req.swap_kv(&mut hold);
+    release(rank, req);
+    req.swap_kv(&mut hold);
 }
 
 /// Releases everything a finished request holds (its KV stays cached where the engine

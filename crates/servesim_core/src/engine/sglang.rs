@@ -62,7 +62,7 @@ pub fn release(cache: &mut RadixCache, req: &mut Request) {
 }
 
 fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
-    r.spec.output_tokens.saturating_sub(r.emitted).min(cfg.sglang.clip_max_new_tokens)
+    r.output_target().saturating_sub(r.emitted).min(cfg.sglang.clip_max_new_tokens)
 }
 
 /// Fills `plan` for one rank.
@@ -215,7 +215,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             plan.preemptions += 1;
         }
         let decoded: u64 = decoding.iter().map(|id| u64::from(reqs[*id as usize].emitted)).sum();
-        let total: u64 = decoding.iter().map(|id| u64::from(reqs[*id as usize].spec.output_tokens)).sum();
+        let total: u64 = decoding.iter().map(|id| u64::from(reqs[*id as usize].output_target())).sum();
         #[allow(clippy::cast_precision_loss)]
         let ratio = (decoded + u64::from(k.retract_decode_steps) * decoding.len() as u64) as f64
             / total.max(1) as f64;

@@ -16,7 +16,7 @@ use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, kv, scratch, .. } = rank;
+    let Rank { waiting, running, loading, kv, scratch, .. } = rank;
     let KvStore::Paged(pool) = kv else { return };
     let mut budget = cfg.max_batched_tokens;
 
@@ -43,6 +43,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     // Blocks running requests may still need to finish.
     let mut reserved: u64 = running
         .iter()
+        .chain(loading.iter())
         .map(|id| {
             let r = &reqs[*id as usize];
             pool.blocks_for(u64::from(r.max_tokens())).saturating_sub(r.blocks.len() as u64)

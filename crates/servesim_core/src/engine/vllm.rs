@@ -16,7 +16,7 @@ use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, kv, scratch, state } = rank;
+    let Rank { waiting, running, kv, scratch, state, .. } = rank;
     let KvStore::Paged(pool) = kv else { return };
     state.steps += 1;
     let mut budget = cfg.max_batched_tokens;
@@ -71,6 +71,20 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     while budget > 0 && (running.len() as u64) < u64::from(cfg.max_sequences) {
         let Some(&id) = waiting.front() else { break };
         let r = &mut reqs[id as usize];
+        if !r.blocks.is_empty() {
+            // A P/D handoff whose KV arrived: its blocks are reserved; compute what is left
+            // (the last prompt token) to sample the first output token.
+            let n = r.pending_tokens().min(budget);
+            if !kvops::try_grow(pool, r, r.computed + n) {
+                break;
+            }
+            r.status = Status::Running;
+            waiting.pop_front();
+            running.push(id);
+            plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
+            budget -= n;
+            continue;
+        }
         let probe = kvops::probe(pool, r, scratch);
         let remaining = r.known_tokens() - probe.hit_tokens;
         if !cfg.chunked_prefill && remaining > budget {

@@ -1,0 +1,158 @@
+//! Bad configs give every problem with its dotted path and position, never a panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use servesim_scenario::catalog::Catalog;
+use servesim_scenario::scenario::{parse_with_overrides, prepare};
+use servesim_scenario::{NoFiles, ScenarioError};
+
+const BASE: &str = "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n";
+
+fn errors(text: &str) -> (i32, String) {
+    let catalog = Catalog::builtin().unwrap();
+    let result = parse_with_overrides(text, "t.yaml", &[])
+        .and_then(|root| prepare(&root, "t.yaml", &catalog, None, &NoFiles));
+    match result {
+        Ok(_) => (0, String::new()),
+        Err(e) => (e.exit_code(), e.to_string()),
+    }
+}
+
+/// (config, exit code, every substring the message must contain)
+const CASES: &[(&str, i32, &[&str])] = &[
+    ("engine: [1, 2\n", 2, &["(document) (line"]),
+    ("traffic: {}\n", 2, &["engine (line 1, column 1): required section is missing"]),
+    ("engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n", 2, &["engine.workers (line 2, column 3): required"]),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  mode: disaggregated\n  workers: {prefill: {}}\n",
+        2,
+        &["engine.workers.decode", "required in disaggregated mode"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {hardware: h200_sxm}}\n",
+        2,
+        &["engine.workers.aggregated.hardware", "disaggregated pools"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  kv_transfer: {bandwidth_gb_per_second: 10}\n  workers: {aggregated: {}}\n",
+        2,
+        &["engine.kv_transfer", "disaggregated"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  mode: disaggregated\n  kv_transfer: {bandwidth_gb_per_second: -1, timing_mode: partial}\n  workers: {prefill: {hardware: x100}, decode: {}}\n",
+        2,
+        &[
+            "engine.kv_transfer.bandwidth_gb_per_second (line 5",
+            "engine.kv_transfer.timing_mode",
+            "not one of: destination_missing, full",
+        ],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  enable_chunked_prefill: false\n  workers: {aggregated: {scheduler: {schedule_policy: random}}}\n",
+        2,
+        &["enable_chunked_prefill", "schedule_policy", "not one of: fcfs, fifo, lpm"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {scheduler: {schedule_policy: lpm}}}\n",
+        2,
+        &["'schedule_policy' is an SGLang knob"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {parallelism: {tensor: 3}}}\n",
+        2,
+        &["engine.workers.aggregated.parallelism.tensor", "not divisible"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: trace}\n",
+        2,
+        &["traffic.source.paths", "required for source type 'trace'"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: trace, paths: [x.jsonl]}\n",
+        2,
+        &["traffic.source.paths[0]", "cannot read 'x.jsonl'"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  load: {type: trace_timestamps}\n",
+        2,
+        &["traffic.load.type", "not one of: concurrency, poisson, constant_rate, gamma, kv_capacity_fraction"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: synthetic-session}\n  load: {type: poisson, requests_per_second: 3}\n",
+        2,
+        &["traffic.load.sessions_per_second", "required for load type 'poisson'", "traffic.load.requests_per_second", "does not apply"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source:\n    input_tokens: {dist: lognormal, mean: 100}\n    output_tokens: {dist: uniform, min: 9, max: 3}\n",
+        2,
+        &["traffic.source.input_tokens.std", "min (9) must not exceed max (3)"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\nrouter: {policy: kv_aware, temperature: -1, prefill_load_model: aic}\n",
+        2,
+        &["router.temperature", "prefill_load_model 'aic'"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\nrouter: {policy: round_robin, temperature: 0.5}\n",
+        2,
+        &["router.temperature", "does not apply to router policy 'round_robin'"],
+    ),
+    (
+        "engine:\n  model: meta-llama/Llama-3.1-70B-Instruct\n  hardware: h100_sxm\n  mode: disaggregated\n  workers: {prefill: {parallelism: {tensor: 8}}, decode: {}}\n",
+        3,
+        &["decode workers", "does not fit"],
+    ),
+];
+
+#[test]
+fn every_bad_config_is_explained() {
+    for (text, code, needles) in CASES {
+        let (got, msg) = errors(text);
+        assert_eq!(got, *code, "{text}\n{msg}");
+        for n in *needles {
+            assert!(msg.contains(n), "missing '{n}' in:\n{msg}\nfor:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn a_valid_base_is_valid() {
+    assert_eq!(errors(&format!("{BASE}  workers: {{aggregated: {{}}}}\n")).0, 0);
+    assert_eq!(
+        errors(&format!("{BASE}  mode: disaggregated\n  workers: {{prefill: {{}}, decode: {{}}}}\n")).0,
+        0
+    );
+}
+
+proptest::proptest! {
+    /// Fuzz: arbitrary text through the whole config pipeline gives a result or an error.
+    #[test]
+    fn arbitrary_text_never_panics(text in "[ -~\n\t]{0,300}") {
+        let _ = errors(&text);
+    }
+
+    /// Fuzz: mutations of a valid config (random keys and values spliced in) never panic.
+    #[test]
+    fn spliced_configs_never_panic(
+        key in "(engine|traffic|router|evaluation|workers|load|source|stop|scheduler|kv_cache|parallelism|mode|backend)",
+        value in "(\\{\\}|\\[\\]|-?[0-9]{1,6}|[a-z_]{1,10}|\\{type: [a-z_-]{1,12}\\}|null|true|1e99|-0\\.5)",
+        at in 0usize..6,
+    ) {
+        let lines: Vec<&str> = "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers:\n    aggregated: {}\ntraffic:\n  load: {type: concurrency}\n".lines().collect();
+        let mut out = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            out.push_str(l);
+            out.push('\n');
+            if i == at {
+                let indent = l.len() - l.trim_start().len();
+                out.push_str(&format!("{}{key}: {value}\n", " ".repeat(indent)));
+            }
+        }
+        let _ = errors(&out);
+    }
+}
+
+#[test]
+fn scenario_error_kinds_map_to_exit_codes() {
+    assert_eq!(ScenarioError::Run { message: String::new() }.exit_code(), 1);
+    assert_eq!(ScenarioError::Resource { message: String::new() }.exit_code(), 3);
+}
