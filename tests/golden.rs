@@ -89,22 +89,34 @@ fn every_scenario_matches_its_snapshot() {
     }
 }
 
-/// The default scenario's full prediction.json, byte for byte. The browser test compares the
-/// wasm build against this same file, so native and WebAssembly agree exactly.
+/// Scenarios whose full prediction.json is kept byte for byte in `tests/golden/`. The browser
+/// test (`web/tests/web.rs`) runs the same scenarios in WebAssembly against the same files, so
+/// native and wasm agree exactly for every engine and for P/D.
+pub const BYTE_GOLDENS: &[(&str, &str)] = &[
+    ("default", "data/scenarios/default.yaml"),
+    ("sglang_default", "tests/scenarios/sglang_default.yaml"),
+    ("trtllm_tp4_poisson", "tests/scenarios/trtllm_tp4_poisson.yaml"),
+    ("pd_vllm", "tests/scenarios/pd_vllm.yaml"),
+    ("pd_sglang_kv_aware", "tests/scenarios/pd_sglang_kv_aware.yaml"),
+];
+
 #[test]
-fn default_prediction_json_is_byte_identical() {
+fn full_predictions_are_byte_identical() {
     let root = repo_root();
-    let p = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None, &NoFiles).unwrap();
-    let got = to_pretty_json(&p.json);
-    let path = root.join("tests/golden/default.prediction.json");
-    if std::env::var_os("SERVESIM_BLESS").is_some() {
-        fs::write(&path, &got).unwrap();
-        return;
+    for (name, rel) in BYTE_GOLDENS {
+        let text = fs::read_to_string(root.join(rel)).unwrap();
+        let p = predict(&text, name, &[], None, &NoFiles).unwrap();
+        let got = to_pretty_json(&p.json);
+        let path = root.join("tests/golden").join(format!("{name}.prediction.json"));
+        if std::env::var_os("SERVESIM_BLESS").is_some() {
+            fs::write(&path, &got).unwrap();
+            continue;
+        }
+        assert_eq!(got, fs::read_to_string(&path).unwrap(), "{name}");
+        // A second run in the same process gives the same bytes.
+        let again = predict(&text, name, &[], None, &NoFiles).unwrap();
+        assert_eq!(got, to_pretty_json(&again.json), "{name}: second run differs");
     }
-    assert_eq!(got, fs::read_to_string(path).unwrap());
-    // And a second run in the same process gives the same bytes.
-    let again = predict(servesim_scenario::DEFAULT_SCENARIO, "default", &[], None, &NoFiles).unwrap();
-    assert_eq!(got, to_pretty_json(&again.json));
 }
 
 /// Fast-forwarding stable decode batches changes nothing but the number of events: every

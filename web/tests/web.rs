@@ -19,17 +19,38 @@ async fn sleep_ms(ms: i32) {
 }
 
 /// The same seed gives the same bytes natively and in WebAssembly: the native golden test
-/// checks this very file.
+/// (`tests/golden.rs`, `BYTE_GOLDENS`) checks these very files.
 #[wasm_bindgen_test]
-fn default_prediction_is_byte_identical_to_native() {
-    let mut out = Vec::new();
-    handle(
-        ToWorker::Run { id: 1, config: servesim_scenario::DEFAULT_SCENARIO.into(), source: "default".into() },
-        &|| 0.0,
-        &mut |m| out.push(m),
-    );
-    let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("run failed: {out:?}") };
-    assert_eq!(prediction, include_str!("../../tests/golden/default.prediction.json"));
+fn predictions_are_byte_identical_to_native() {
+    let cases = [
+        (servesim_scenario::DEFAULT_SCENARIO, include_str!("../../tests/golden/default.prediction.json")),
+        (
+            include_str!("../../tests/scenarios/sglang_default.yaml"),
+            include_str!("../../tests/golden/sglang_default.prediction.json"),
+        ),
+        (
+            include_str!("../../tests/scenarios/trtllm_tp4_poisson.yaml"),
+            include_str!("../../tests/golden/trtllm_tp4_poisson.prediction.json"),
+        ),
+        (
+            include_str!("../../tests/scenarios/pd_vllm.yaml"),
+            include_str!("../../tests/golden/pd_vllm.prediction.json"),
+        ),
+        (
+            include_str!("../../tests/scenarios/pd_sglang_kv_aware.yaml"),
+            include_str!("../../tests/golden/pd_sglang_kv_aware.prediction.json"),
+        ),
+    ];
+    for (i, (config, want)) in cases.into_iter().enumerate() {
+        let mut out = Vec::new();
+        #[allow(clippy::cast_possible_truncation)]
+        let id = i as u32;
+        handle(ToWorker::Run { id, config: config.into(), source: "golden".into() }, &|| 0.0, &mut |m| {
+            out.push(m)
+        });
+        let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("case {i} failed: {out:?}") };
+        assert!(prediction == want, "case {i}: wasm prediction differs from native");
+    }
 }
 
 #[wasm_bindgen_test]

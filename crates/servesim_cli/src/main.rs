@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use servesim_scenario::catalog::Catalog;
-use servesim_scenario::report::{summary_table, to_jsonl, to_pretty_json};
+use servesim_scenario::report::{add_details, summary_table, to_jsonl, to_pretty_json, Details};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
 
@@ -37,7 +37,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
     /// A summary table on stdout.
     Table,
@@ -70,6 +70,9 @@ enum Command {
         /// Root seed of every random stream (default: traffic.load.seed, 42).
         #[arg(long)]
         seed: Option<u64>,
+        /// Extra sections in prediction.json: summary, memory, all (comma-separated).
+        #[arg(long, value_name = "LIST", default_value = "summary")]
+        detail: String,
     },
 }
 
@@ -88,9 +91,24 @@ impl From<ScenarioError> for Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Predict { config, set, output_dir, overwrite, format, capture_per_request, seed } => {
-            predict(&config, &set, &output_dir, overwrite, format, capture_per_request, seed)
-        }
+        Command::Predict {
+            config,
+            set,
+            output_dir,
+            overwrite,
+            format,
+            capture_per_request,
+            seed,
+            detail,
+        } => match Details::parse(&detail) {
+            Ok(details) => predict(
+                &config,
+                &set,
+                &output_dir,
+                &Options { overwrite, format, capture: capture_per_request, seed, details },
+            ),
+            Err(message) => Err(Failure { code: 2, message }),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,15 +125,17 @@ fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
         .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })
 }
 
-fn predict(
-    config: &Path,
-    set: &[String],
-    output_dir: &Path,
+/// How `predict` writes its results.
+struct Options {
     overwrite: bool,
     format: Format,
     capture: bool,
     seed: Option<u64>,
-) -> Result<(), Failure> {
+    details: Details,
+}
+
+fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> Result<(), Failure> {
+    let Options { overwrite, format, capture, seed, details } = *opts;
     let started = Instant::now();
     let source = config.display().to_string();
     let text = std::fs::read_to_string(config)
@@ -169,7 +189,8 @@ fn predict(
     if show_progress {
         eprintln!();
     }
-    let prediction = prepared.finish(sim);
+    let mut prediction = prepared.finish(sim);
+    add_details(&prepared, &mut prediction, details);
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
 
     std::fs::create_dir_all(output_dir)

@@ -190,3 +190,26 @@ fn existing_output_needs_overwrite() {
     with.push("--overwrite");
     assert!(servesim(&with).status.success());
 }
+
+#[test]
+fn detail_memory_adds_the_breakdown_and_unknown_details_exit_2() {
+    let d = tmp("detail");
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--format",
+        "json",
+        "--detail",
+        "memory",
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["details"]["memory"]["aggregated"];
+    assert_eq!(m["memory_breakdown"]["weights_bytes"], 34_317_271_040u64);
+    assert_eq!(m["estimated_num_gpu_blocks"], 11_528);
+    let out = servesim(&["predict", "-c", "data/scenarios/default.yaml", "--detail", "energy"]);
+    assert_eq!(out.status.code(), Some(2));
+}

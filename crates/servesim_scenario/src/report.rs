@@ -361,6 +361,73 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     })
 }
 
+/// Extra sections of prediction.json asked for with `--detail` (AISimulate's `details`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Details {
+    /// `memory`: the per-role memory breakdown and KV sizing.
+    pub memory: bool,
+}
+
+impl Details {
+    /// Parses `summary,memory,time,energy,source,all` (comma-separated).
+    ///
+    /// # Errors
+    /// A message naming an unknown or unsupported detail.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut d = Details::default();
+        for item in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            match item {
+                "summary" => {}
+                "memory" | "all" => d.memory = true,
+                "time" | "energy" | "source" => {
+                    return Err(format!(
+                        "--detail {item} is not available yet (summary, memory and all are)"
+                    ));
+                }
+                other => return Err(format!("unknown --detail '{other}' (use summary, memory, all)")),
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// Adds the requested `details` section to a prediction.
+pub fn add_details(p: &Prepared, prediction: &mut Prediction, details: Details) {
+    if !details.memory {
+        return;
+    }
+    let mut memory = Map::new();
+    for role in &p.roles {
+        let m = &role.memory;
+        let bs = u64::from(role.config.kv_cache.block_size);
+        memory.insert(
+            role.name.to_string(),
+            json!({
+                "stage": "before_native_capacity_adjustments",
+                "total_gpu_capacity_bytes": m.total_gpu_capacity_bytes,
+                "memory_breakdown": {
+                    "weights_bytes": m.weights_bytes,
+                    "activations_bytes": m.activations_bytes,
+                    "runtime_overhead_bytes": m.runtime_overhead_bytes,
+                    "comm_overhead_bytes": m.comm_overhead_bytes,
+                    "cuda_graph_reserved_bytes": m.cuda_graph_reserved_bytes,
+                },
+                "kv_cache_bytes": m.kv_cache_bytes,
+                "kv_size_per_token_bytes": m.kv_bytes_per_token,
+                "total_kv_size_tokens": m.kv_tokens,
+                "estimated_num_gpu_blocks": m.kv_tokens / bs.max(1),
+                "scheduler_block_size_tokens": bs,
+                "kv_blocks_per_rank_used": role.blocks_per_rank,
+                "tolerance_adjusted": false,
+                "source": "servesim_perf::memory (AISimulate/AIConfigurator budget rule)",
+            }),
+        );
+    }
+    if let Value::Object(o) = &mut prediction.json {
+        o.insert("details".into(), json!({"schema_version": "1.0", "memory": memory}));
+    }
+}
+
 /// Pretty JSON text of prediction.json (two-space indent, trailing newline).
 #[must_use]
 pub fn to_pretty_json(v: &Value) -> String {
