@@ -12,8 +12,12 @@ use servesim_tests::repo_root;
 struct Graph {
     /// Workspace member names.
     members: BTreeSet<String>,
-    /// Package name → names of its normal (non-dev) dependencies.
+    /// Package name → names of its normal (non-dev) dependencies (all versions merged).
     deps: BTreeMap<String, BTreeSet<String>>,
+    /// The same by package id (one version each), for exact reachability.
+    by_id: BTreeMap<String, BTreeSet<String>>,
+    /// Package id → name.
+    names: BTreeMap<String, String>,
 }
 
 fn graph() -> Graph {
@@ -38,32 +42,48 @@ fn graph() -> Graph {
         .map(|id| names[id.as_str().unwrap()].clone())
         .collect();
     let mut deps = BTreeMap::new();
+    let mut by_id = BTreeMap::new();
     for node in v["resolve"]["nodes"].as_array().unwrap() {
-        let name = names[node["id"].as_str().unwrap()].clone();
-        let set: BTreeSet<String> = node["deps"]
+        let id = node["id"].as_str().unwrap().to_string();
+        let ids: BTreeSet<String> = node["deps"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
-            .map(|d| names[d["pkg"].as_str().unwrap()].clone())
+            .map(|d| d["pkg"].as_str().unwrap().to_string())
             .collect();
-        deps.entry(name).or_insert_with(BTreeSet::new).extend(set);
+        deps.entry(names[&id].clone())
+            .or_insert_with(BTreeSet::new)
+            .extend(ids.iter().map(|d| names[d].clone()));
+        by_id.insert(id, ids);
     }
-    Graph { members, deps }
+    Graph { members, deps, by_id, names }
 }
 
+/// Third-party crates whose own dependencies on browser crates are not servesim's reach:
+/// `iana-time-zone` (pulled by chrono's `clock` feature, which arrow-array requires) asks the
+/// browser for the local time zone on wasm32 — servesim never asks for local time.
+const INERT: &[&str] = &["iana-time-zone"];
+
 impl Graph {
+    /// Names of every package `root` (a workspace member) reaches, following exact versions.
     fn closure(&self, root: &str) -> BTreeSet<String> {
-        let mut seen = BTreeSet::new();
-        let mut stack = vec![root.to_string()];
-        while let Some(n) = stack.pop() {
-            for d in self.deps.get(&n).into_iter().flatten() {
-                if seen.insert(d.clone()) {
+        let mut seen_ids = BTreeSet::new();
+        let mut out = BTreeSet::new();
+        let mut stack: Vec<String> =
+            self.names.iter().filter(|(_, n)| n.as_str() == root).map(|(id, _)| id.clone()).collect();
+        while let Some(id) = stack.pop() {
+            if INERT.contains(&self.names[&id].as_str()) {
+                continue;
+            }
+            for d in self.by_id.get(&id).into_iter().flatten() {
+                if seen_ids.insert(d.clone()) {
+                    out.insert(self.names[d].clone());
                     stack.push(d.clone());
                 }
             }
         }
-        seen
+        out
     }
 }
 

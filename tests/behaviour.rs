@@ -65,7 +65,7 @@ fn kv_aware_routing_reuses_more_and_queues_less_than_round_robin() {
         predict_file_with("tests/scenarios/router_kv_aware_mooncake.yaml", &["router={policy: round_robin}"])
             .unwrap()
             .summary;
-    assert!(kv.prefix_cache_reused_ratio > rr.prefix_cache_reused_ratio * 1.2, "{kv:?} vs {rr:?}");
+    assert!(kv.prefix_cache_reused_ratio > rr.prefix_cache_reused_ratio * 1.1, "{kv:?} vs {rr:?}");
     assert!(kv.ttft.mean < rr.ttft.mean, "kv {} rr {}", kv.ttft.mean, rr.ttft.mean);
 }
 

@@ -14,6 +14,13 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// `../shared` beside the checkout (traces, validation data, reference figures), if present.
+#[must_use]
+pub fn shared_dir() -> Option<PathBuf> {
+    let p = repo_root().join("../shared");
+    p.is_dir().then_some(p)
+}
+
 /// The README's capability table, generated from features.toml (grouped by category).
 #[must_use]
 pub fn features_markdown(features: &toml::Table) -> String {
@@ -49,6 +56,36 @@ impl servesim_scenario::Files for DirFiles {
     fn read(&self, path: &str) -> Result<Vec<u8>, String> {
         let p = self.0.join(path);
         std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        data_file(path)
+    }
+}
+
+/// A file of the repository's `data/` directory, or `None` if absent.
+///
+/// # Errors
+/// When it exists but cannot be read.
+pub fn data_file(path: &str) -> Result<Option<Vec<u8>>, String> {
+    let p = repo_root().join("data").join(path);
+    match std::fs::read(&p) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+    }
+}
+
+/// [`servesim_scenario::Files`] with no config-relative files but the repository's data.
+pub struct DataOnly;
+
+impl servesim_scenario::Files for DataOnly {
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        Err(format!("cannot read '{path}': no files are available here"))
+    }
+
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        data_file(path)
     }
 }
 

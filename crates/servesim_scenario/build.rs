@@ -41,6 +41,13 @@ fn main() {
         );
     }
     src.push_str("];\n");
+    let aliases = models_dir.join("aliases.yaml");
+    println!("cargo:rerun-if-changed={}", aliases.display());
+    let _ = writeln!(
+        src,
+        "/// Model id aliases (YAML).\npub const ALIASES: &str = include_str!({:?});",
+        aliases.canonicalize().unwrap_or(aliases.clone()).display().to_string()
+    );
     let hw = data.join("catalog/hardware.yaml");
     println!("cargo:rerun-if-changed={}", hw.display());
     let _ = writeln!(

@@ -112,19 +112,99 @@ impl SimWorker {
     }
 }
 
+thread_local! {
+    /// Data files fetched so far (a worker serves many runs; each file is fetched once).
+    static DATA: RefCell<crate::protocol::MemFiles> = RefCell::new(crate::protocol::MemFiles::default());
+    /// Paths listed in `data/perf/manifest.json` (`None` until read).
+    static LISTED: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// Where the data directory is served, relative to the worker script.
+const DATA_URL: &str = "./data/";
+
+async fn fetch_bytes(scope: &web_sys::WorkerGlobalScope, url: &str) -> Result<Option<Vec<u8>>, String> {
+    let resp = wasm_bindgen_futures::JsFuture::from(scope.fetch_with_str(url))
+        .await
+        .map_err(|e| format!("cannot fetch {url}: {e:?}"))?;
+    let resp: web_sys::Response =
+        resp.dyn_into().map_err(|_| format!("cannot fetch {url}: not a response"))?;
+    if resp.status() == 404 {
+        return Ok(None);
+    }
+    if !resp.ok() {
+        return Err(format!("cannot fetch {url}: HTTP {}", resp.status()));
+    }
+    let buf = wasm_bindgen_futures::JsFuture::from(
+        resp.array_buffer().map_err(|e| format!("cannot read {url}: {e:?}"))?,
+    )
+    .await
+    .map_err(|e| format!("cannot read {url}: {e:?}"))?;
+    Ok(Some(js_sys::Uint8Array::new(&buf).to_vec()))
+}
+
+/// The paths the data manifest lists (so a host that answers unknown paths with the page
+/// itself is never asked for a file that does not exist).
+async fn listed(scope: &web_sys::WorkerGlobalScope) -> Result<Vec<String>, String> {
+    if let Some(l) = LISTED.with(|l| l.borrow().clone()) {
+        return Ok(l);
+    }
+    let url = format!("{DATA_URL}perf/manifest.json");
+    let list = match fetch_bytes(scope, &url).await? {
+        Some(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => v["files"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|f| f["path"].as_str()).map(|p| format!("perf/{p}")).collect())
+                .unwrap_or_default(),
+            // Not JSON: no data directory is served here.
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    LISTED.with(|l| *l.borrow_mut() = Some(list.clone()));
+    Ok(list)
+}
+
+/// Fetches the data files a config needs that are not cached yet.
+async fn fetch_data(scope: &web_sys::WorkerGlobalScope, config: &str) -> Result<(), String> {
+    let available = listed(scope).await?;
+    for path in servesim_scenario::perfdata::paths_for_config(config) {
+        let have = DATA.with(|d| d.borrow().data.contains_key(&path));
+        if have || !available.contains(&path) {
+            continue;
+        }
+        if let Some(bytes) = fetch_bytes(scope, &format!("{DATA_URL}{path}")).await? {
+            DATA.with(|d| d.borrow_mut().data.insert(path, bytes));
+        }
+    }
+    Ok(())
+}
+
 /// The worker side: installs the message handler and announces readiness.
 pub fn worker_main() {
     console_error_panic_hook::set_once();
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     let reply_scope = scope.clone();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-        let perf = reply_scope.performance();
-        let now = move || perf.as_ref().map_or(0.0, web_sys::Performance::now);
-        let mut post = |m: FromWorker| {
-            let _ = reply_scope.post_message(&JsValue::from_str(&encode(&m)));
+        let scope = reply_scope.clone();
+        let post = move |m: FromWorker| {
+            let _ = scope.post_message(&JsValue::from_str(&encode(&m)));
         };
         match e.data().as_string().map(|t| crate::protocol::decode_to_worker(&t)) {
-            Some(Ok(msg)) => crate::protocol::handle(msg, &now, &mut post),
+            Some(Ok(msg)) => {
+                let scope = reply_scope.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let mut post = post;
+                    let ToWorker::Run { id, config, .. } = &msg;
+                    if let Err(message) = fetch_data(&scope, config).await {
+                        post(FromWorker::Failed { id: *id, message, exit_code: 1 });
+                        return;
+                    }
+                    let perf = scope.performance();
+                    let now = move || perf.as_ref().map_or(0.0, web_sys::Performance::now);
+                    let files = DATA.with(|d| d.borrow().clone());
+                    crate::protocol::handle(msg, &files, &now, &mut post);
+                });
+            }
             Some(Err(reply)) => post(reply),
             None => post(FromWorker::Failed {
                 id: 0,

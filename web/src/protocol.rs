@@ -7,7 +7,26 @@ use serde::{Deserialize, Serialize};
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::{to_jsonl, to_pretty_json};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
-use servesim_scenario::ScenarioError;
+use servesim_scenario::{Files, ScenarioError};
+
+/// servesim's data files (kernel tables) the worker fetched from the page's origin, by path
+/// under `data/`. Configs that name their own files (traces) are refused until the Data
+/// page supplies them.
+#[derive(Clone, Debug, Default)]
+pub struct MemFiles {
+    /// Data files by path (`perf/h200_sxm/vllm/0.24.0/gemm.parquet`).
+    pub data: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+impl Files for MemFiles {
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        Err(format!("cannot read '{path}': no files are available here"))
+    }
+
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.data.get(path).cloned())
+    }
+}
 
 /// Page → worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,12 +88,14 @@ const SLICE_EVENTS: u64 = 20_000;
 /// Minimum host time between progress messages (ms).
 const PROGRESS_EVERY_MS: f64 = 50.0;
 
-/// Handles one message. `now_ms` reads a host clock; `post` sends a reply.
-pub fn handle(msg: ToWorker, now_ms: &dyn Fn() -> f64, post: &mut dyn FnMut(FromWorker)) {
+/// Handles one message. `files` holds the data files the run may need (see
+/// [`servesim_scenario::perfdata::paths_for_config`]); `now_ms` reads a host clock; `post`
+/// sends a reply.
+pub fn handle(msg: ToWorker, files: &dyn Files, now_ms: &dyn Fn() -> f64, post: &mut dyn FnMut(FromWorker)) {
     match msg {
         ToWorker::Run { id, config, source } => {
             let started = now_ms();
-            match run(id, &config, &source, now_ms, post) {
+            match run(id, &config, &source, files, now_ms, post) {
                 Ok((prediction, requests)) => {
                     post(FromWorker::Done { id, prediction, requests, wall_ms: now_ms() - started });
                 }
@@ -88,13 +109,13 @@ fn run(
     id: u32,
     config: &str,
     source: &str,
+    files: &dyn Files,
     now_ms: &dyn Fn() -> f64,
     post: &mut dyn FnMut(FromWorker),
 ) -> Result<(String, String), ScenarioError> {
     let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
     let root = parse_with_overrides(config, source, &[])?;
-    // Trace files arrive with the Data page; until then configs that name files are refused.
-    let prepared = prepare(&root, source, &catalog, None, &servesim_scenario::NoFiles)?;
+    let prepared = prepare(&root, source, &catalog, None, files)?;
     let mut sim = prepared.start();
     let mut last_post = f64::NEG_INFINITY;
     loop {
@@ -141,6 +162,37 @@ pub fn encode<T: Serialize>(msg: &T) -> String {
 mod tests {
     use super::*;
 
+    /// What the worker fetches for the default scenario (H200, vLLM tables).
+    fn data_for(_config: &str) -> MemFiles {
+        let mut m = MemFiles::default();
+        macro_rules! add {
+            ($($f:literal),*) => {$(
+                m.data.insert(
+                    concat!("perf/h200_sxm/vllm/0.24.0/", $f, ".parquet").to_string(),
+                    include_bytes!(concat!("../../data/perf/h200_sxm/vllm/0.24.0/", $f, ".parquet")).to_vec(),
+                );
+            )*};
+        }
+        add!("gemm", "context_attention", "generation_attention", "allreduce", "moe");
+        m.data.insert(
+            "perf/h200_sxm/nccl.parquet".to_string(),
+            include_bytes!("../../data/perf/h200_sxm/nccl.parquet").to_vec(),
+        );
+        m
+    }
+
+    struct Both(MemFiles);
+
+    impl Files for Both {
+        fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+            self.0.read(path)
+        }
+
+        fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+            self.0.data(path)
+        }
+    }
+
     fn run_default() -> Vec<FromWorker> {
         let mut out = Vec::new();
         let msg = ToWorker::Run {
@@ -148,7 +200,7 @@ mod tests {
             config: servesim_scenario::DEFAULT_SCENARIO.into(),
             source: "default".into(),
         };
-        handle(msg, &|| 0.0, &mut |m| out.push(m));
+        handle(msg, &data_for(servesim_scenario::DEFAULT_SCENARIO), &|| 0.0, &mut |m| out.push(m));
         out
     }
 
@@ -162,7 +214,7 @@ mod tests {
             "default",
             &[],
             None,
-            &servesim_scenario::NoFiles,
+            &Both(data_for(servesim_scenario::DEFAULT_SCENARIO)),
         )
         .unwrap();
         assert_eq!(*prediction, to_pretty_json(&cli.json));
@@ -173,6 +225,7 @@ mod tests {
         let mut out = Vec::new();
         handle(
             ToWorker::Run { id: 1, config: "engine: [".into(), source: "page".into() },
+            &MemFiles::default(),
             &|| 0.0,
             &mut |m| out.push(m),
         );

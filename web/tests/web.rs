@@ -4,7 +4,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use servesim_web::protocol::{handle, FromWorker, ToWorker};
+use servesim_web::protocol::{handle, FromWorker, MemFiles, ToWorker};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
@@ -16,6 +16,78 @@ async fn sleep_ms(ms: i32) {
             web_sys::window().unwrap().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
     });
     let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+}
+
+/// The kernel tables the golden scenarios use (H200 and H100, every engine), as the worker
+/// would fetch them.
+fn data() -> MemFiles {
+    let mut m = MemFiles::default();
+    macro_rules! table {
+        ($sys:literal, $be:literal, $ver:literal, [$($fam:literal),*]) => {$(
+            m.data.insert(
+                concat!("perf/", $sys, "/", $be, "/", $ver, "/", $fam, ".parquet").to_string(),
+                include_bytes!(concat!("../../data/perf/", $sys, "/", $be, "/", $ver, "/", $fam, ".parquet")).to_vec(),
+            );
+        )*};
+    }
+    macro_rules! nccl {
+        ($($sys:literal),*) => {$(
+            m.data.insert(
+                concat!("perf/", $sys, "/nccl.parquet").to_string(),
+                include_bytes!(concat!("../../data/perf/", $sys, "/nccl.parquet")).to_vec(),
+            );
+        )*};
+    }
+    table!(
+        "h200_sxm",
+        "vllm",
+        "0.24.0",
+        ["gemm", "context_attention", "generation_attention", "allreduce", "moe"]
+    );
+    table!(
+        "h200_sxm",
+        "sglang",
+        "0.5.14",
+        [
+            "gemm",
+            "context_attention",
+            "generation_attention",
+            "allreduce",
+            "moe",
+            "context_mla",
+            "generation_mla"
+        ]
+    );
+    table!(
+        "h200_sxm",
+        "trtllm",
+        "1.3.0rc20",
+        [
+            "gemm",
+            "context_attention",
+            "generation_attention",
+            "allreduce",
+            "moe",
+            "context_mla",
+            "generation_mla"
+        ]
+    );
+    table!(
+        "h100_sxm",
+        "sglang",
+        "0.5.14",
+        [
+            "gemm",
+            "context_attention",
+            "generation_attention",
+            "allreduce",
+            "moe",
+            "context_mla",
+            "generation_mla"
+        ]
+    );
+    nccl!("h200_sxm", "h100_sxm");
+    m
 }
 
 /// The same seed gives the same bytes natively and in WebAssembly: the native golden test
@@ -41,15 +113,24 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/pd_sglang_kv_aware.prediction.json"),
         ),
     ];
+    let files = data();
     for (i, (config, want)) in cases.into_iter().enumerate() {
         let mut out = Vec::new();
         #[allow(clippy::cast_possible_truncation)]
         let id = i as u32;
-        handle(ToWorker::Run { id, config: config.into(), source: "golden".into() }, &|| 0.0, &mut |m| {
-            out.push(m)
-        });
+        handle(
+            ToWorker::Run { id, config: config.into(), source: "golden".into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
         let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("case {i} failed: {out:?}") };
-        assert!(prediction == want, "case {i}: wasm prediction differs from native");
+        if prediction != want {
+            let line = prediction.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
+            let got = prediction.lines().nth(line).unwrap_or("");
+            let exp = want.lines().nth(line).unwrap_or("");
+            panic!("case {i}: wasm prediction differs from native at line {}: {got:?} vs {exp:?}", line + 1);
+        }
     }
 }
 
@@ -57,7 +138,12 @@ fn predictions_are_byte_identical_to_native() {
 fn worker_protocol_reports_config_errors() {
     let mut out = Vec::new();
     let bad = "engine:\n  model: nope/nope\n  hardware: h200_sxm\n  workers: {aggregated: {}}\n";
-    handle(ToWorker::Run { id: 2, config: bad.into(), source: "page".into() }, &|| 0.0, &mut |m| out.push(m));
+    handle(
+        ToWorker::Run { id: 2, config: bad.into(), source: "page".into() },
+        &MemFiles::default(),
+        &|| 0.0,
+        &mut |m| out.push(m),
+    );
     match &out[..] {
         [FromWorker::Failed { id: 2, exit_code: 2, message }] => {
             assert!(message.contains("engine.model"), "{message}")

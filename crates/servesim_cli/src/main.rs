@@ -14,15 +14,35 @@ use servesim_scenario::report::{add_details, summary_table, to_jsonl, to_pretty_
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
 
-/// Files named by a config, resolved relative to the config file's directory.
+mod data;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/data_files.rs"));
+}
+
+/// Files named by a config, resolved relative to the config file's directory; servesim's own
+/// data from `--data-dir`, else from the copy built into the binary.
 struct DiskFiles {
     base: PathBuf,
+    data_dir: Option<PathBuf>,
 }
 
 impl Files for DiskFiles {
     fn read(&self, path: &str) -> Result<Vec<u8>, String> {
         let p = self.base.join(path);
         std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        if let Some(dir) = &self.data_dir {
+            let p = dir.join(path);
+            return match std::fs::read(&p) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+            };
+        }
+        Ok(embedded::DATA.iter().find(|(p, _)| *p == path).map(|(_, b)| b.to_vec()))
     }
 }
 
@@ -73,13 +93,52 @@ enum Command {
         /// Extra sections in prediction.json: summary, memory, all (comma-separated).
         #[arg(long, value_name = "LIST", default_value = "summary")]
         detail: String,
+        /// Read servesim's data (kernel tables under perf/) from this directory instead of the
+        /// copy built into the binary, e.g. the output of `servesim data import-aic`.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Import and inspect data files (kernel tables, traces).
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Convert the AIConfigurator perf database into compact servesim tables.
+    ImportAic {
+        /// aiconfigurator_core/systems (from `pip download --no-deps aiconfigurator-core==0.12.0`).
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+        /// Output directory (servesim tables plus manifest.json).
+        #[arg(long, value_name = "DIR", default_value = "data/perf")]
+        out: PathBuf,
+        /// Systems to import (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "h100_sxm,h200_sxm,b200_sxm")]
+        systems: Vec<String>,
+        /// Engines to import (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "vllm,sglang,trtllm")]
+        backends: Vec<String>,
+        /// Engine version to import instead of AIConfigurator's default: BACKEND=VERSION (repeatable).
+        #[arg(long = "version", value_name = "BACKEND=VERSION")]
+        versions: Vec<String>,
+        /// Keep every shape, not only those the built-in catalog's models need.
+        #[arg(long)]
+        all_shapes: bool,
+    },
+    /// Summarise a data file: servesim or AIConfigurator Parquet tables, FPM tables, traces.
+    Inspect {
+        /// The file.
+        file: PathBuf,
     },
 }
 
 /// A failure with its exit code.
-struct Failure {
-    code: u8,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
 }
 
 impl From<ScenarioError> for Failure {
@@ -100,14 +159,21 @@ fn main() -> ExitCode {
             capture_per_request,
             seed,
             detail,
+            data_dir,
         } => match Details::parse(&detail) {
             Ok(details) => predict(
                 &config,
                 &set,
                 &output_dir,
-                &Options { overwrite, format, capture: capture_per_request, seed, details },
+                &Options { overwrite, format, capture: capture_per_request, seed, details, data_dir },
             ),
             Err(message) => Err(Failure { code: 2, message }),
+        },
+        Command::Data { command } => match command {
+            DataCommand::ImportAic { from, out, systems, backends, versions, all_shapes } => {
+                data::import_aic(&data::ImportArgs { from, out, systems, backends, versions, all_shapes })
+            }
+            DataCommand::Inspect { file } => data::inspect(&file),
         },
     };
     match result {
@@ -132,10 +198,11 @@ struct Options {
     capture: bool,
     seed: Option<u64>,
     details: Details,
+    data_dir: Option<PathBuf>,
 }
 
 fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> Result<(), Failure> {
-    let Options { overwrite, format, capture, seed, details } = *opts;
+    let Options { overwrite, format, capture, seed, details, ref data_dir } = *opts;
     let started = Instant::now();
     let source = config.display().to_string();
     let text = std::fs::read_to_string(config)
@@ -147,7 +214,10 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
         .map_err(|m| Failure { code: 2, message: m })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     let root = parse_with_overrides(&text, &source, &overrides)?;
-    let files = DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf) };
+    let files = DiskFiles {
+        base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        data_dir: data_dir.clone(),
+    };
     let prepared = prepare(&root, &source, &catalog, seed, &files)?;
 
     let prediction_path = output_dir.join("prediction.json");

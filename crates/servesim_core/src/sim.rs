@@ -162,6 +162,8 @@ pub struct RunResult {
     pub stop: StopReason,
     /// Events processed.
     pub events: u64,
+    /// Each timer's report (by timer index: one per worker role).
+    pub timers: Vec<Option<crate::timing::TimerReport>>,
 }
 
 /// One simulation run.
@@ -320,6 +322,7 @@ impl Simulation {
             series: self.series,
             stop: self.stopped.unwrap_or(StopReason::EventLimit),
             events: self.events,
+            timers: self.timers.iter().map(|t| t.report()).collect(),
         }
     }
 

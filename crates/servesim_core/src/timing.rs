@@ -63,6 +63,18 @@ impl core::fmt::Display for TimingError {
     }
 }
 
+/// What a timer reports about itself after a run: which model, which data, and how its
+/// lookups were answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimerReport {
+    /// Model name (`op_level`, `roofline`, `fpm`, ...).
+    pub model: String,
+    /// Data the model used (e.g. table set and version), empty when none.
+    pub data: String,
+    /// Lookups per op kind: `[measured, interpolated, extrapolated, roofline]`.
+    pub lookups: Vec<(String, [u64; 4])>,
+}
+
 /// Times forward steps of one worker role.
 pub trait StepTimer {
     /// Duration of one step in which rank `i` does `ranks[i]`. With attention data
@@ -71,6 +83,11 @@ pub trait StepTimer {
     /// # Errors
     /// When the model cannot time this step; the run then fails with the message.
     fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError>;
+
+    /// A description of the model and its lookups so far, for reports.
+    fn report(&self) -> Option<TimerReport> {
+        None
+    }
 }
 
 /// A timer with constant prefill-token and decode-step costs, for hand-checkable tests.

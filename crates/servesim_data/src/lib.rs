@@ -3,5 +3,9 @@
 //! Nothing here opens a file: the CLI reads from disk, the browser from dropped files.
 //!
 //! - [`trace`]: request traces — Mooncake JSONL (with `hash_ids`) and Azure-style CSV.
+//! - [`aic`]: AIConfigurator perf-database tables converted to servesim rows (the importer).
+//! - [`perf`]: kernel-latency tables in Parquet (servesim tables; AIConfigurator columns).
 
+pub mod aic;
+pub mod perf;
 pub mod trace;

@@ -13,14 +13,16 @@
 extern crate alloc;
 
 pub mod memory;
+pub mod oplevel;
 pub mod roofline;
 pub mod spec;
+pub mod tables;
 
 #[cfg(test)]
 mod tests {
     use super::memory::{plan, MemoryInputs, Parallelism, GIB};
     use super::roofline::RooflineTimer;
-    use super::spec::{Dtype, Hardware, ModelArch};
+    use super::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
     use alloc::string::String;
     use alloc::vec;
     use servesim_core::timing::{PrefillChunk, RankLoad, StepTimer};
@@ -38,6 +40,12 @@ mod tests {
             tie_word_embeddings: false,
             max_position_embeddings: 40960,
             moe: None,
+            mla: None,
+            sliding_window: None,
+            linear_attention: None,
+            sparse_attention_topk: None,
+            gemm_quant: GemmQuant::Fp8Block,
+            moe_quant: MoeQuant::Fp8Block,
             weight_dtype: Dtype::Fp8,
             default_kv_dtype: Dtype::Fp8,
         }
@@ -68,6 +76,7 @@ mod tests {
             &MemoryInputs {
                 parallelism: Parallelism::SINGLE,
                 weight_dtype: Dtype::Fp8,
+                expert_dtype: Dtype::Fp8,
                 kv_dtype: Dtype::Fp8,
                 memory_fraction: 0.9,
                 max_batched_tokens: 8192,
@@ -96,6 +105,7 @@ mod tests {
                 &MemoryInputs {
                     parallelism: Parallelism { tensor: tp, ..Parallelism::SINGLE },
                     weight_dtype: Dtype::Fp8,
+                    expert_dtype: Dtype::Fp8,
                     kv_dtype: Dtype::Fp8,
                     memory_fraction: 0.9,
                     max_batched_tokens: 8192,
@@ -120,6 +130,7 @@ mod tests {
             &MemoryInputs {
                 parallelism: Parallelism::SINGLE,
                 weight_dtype: Dtype::Fp8,
+                expert_dtype: Dtype::Fp8,
                 kv_dtype: Dtype::Fp8,
                 memory_fraction: 0.9,
                 max_batched_tokens: 8192,

@@ -49,8 +49,10 @@ impl Parallelism {
 pub struct MemoryInputs {
     /// Layout of the worker.
     pub parallelism: Parallelism,
-    /// Linear-layer weight format.
+    /// Dense linear-layer weight format.
     pub weight_dtype: Dtype,
+    /// Expert weight format (MoE models).
+    pub expert_dtype: Dtype,
     /// KV-cache format.
     pub kv_dtype: Dtype,
     /// Fraction of HBM the engine may use (`gpu_memory_utilization` and friends).
@@ -105,15 +107,48 @@ fn activation_coeff(tp: u32) -> f64 {
     }
 }
 
-/// KV bytes per token on one GPU: K and V for every layer of this pipeline stage, for the
-/// KV heads this GPU holds (KV heads are replicated when TP exceeds their count).
+/// NCCL communicator buffers per GPU by TP degree: AIConfigurator's `nccl_mem` table,
+/// identical in every 0.12 system YAML (AICDB §5.6): 342 MiB at TP2, 392 MiB from TP4.
 #[must_use]
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Small positive products.
+pub fn nccl_buffer_bytes(gpus_in_group: u32) -> u64 {
+    match gpus_in_group {
+        0 | 1 => 0,
+        2 => 358_612_992,
+        _ => 411_041_792,
+    }
+}
+
+/// KV bytes per token on one GPU for the softmax-attention layers of this pipeline stage.
+/// GQA stores K and V for the KV heads this GPU holds (replicated when TP exceeds their
+/// count); MLA stores one compressed latent plus the shared rotary key per layer, the same on
+/// every TP rank. Linear-attention layers keep a fixed-size state instead (not per token).
+#[must_use]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)] // Small positive products.
 pub fn kv_bytes_per_token(model: &ModelArch, p: Parallelism, kv_dtype: Dtype) -> u64 {
-    let heads_per_gpu = model.num_kv_heads.div_ceil(p.tensor.max(1)).max(1);
-    let layers = model.num_layers.div_ceil(p.pipeline.max(1));
-    let elems = 2 * u64::from(layers) * u64::from(heads_per_gpu) * model.head_dim;
+    let layers = u64::from(model.attention_layers().div_ceil(p.pipeline.max(1)));
+    let elems = match &model.mla {
+        Some(m) => layers * (m.kv_lora_rank + m.qk_rope_head_dim),
+        None => {
+            let heads_per_gpu = model.num_kv_heads.div_ceil(p.tensor.max(1)).max(1);
+            2 * layers * u64::from(heads_per_gpu) * model.head_dim
+        }
+    };
     libm::ceil(elems as f64 * kv_dtype.bytes()) as u64
+}
+
+/// Weight bytes resident on one GPU: dense layers sharded by TP and PP (replicated across
+/// attention-DP ranks), experts spread over the worker's GPUs of one stage (MoE TP × EP
+/// repartition those GPUs), embeddings and LM head in bf16, vocabulary-parallel.
+#[must_use]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+pub fn weight_bytes_per_gpu(model: &ModelArch, p: Parallelism, gemm: Dtype, experts: Dtype) -> u64 {
+    let tp = f64::from(p.tensor.max(1));
+    let pp = f64::from(p.pipeline.max(1));
+    let expert_shards = f64::from((p.moe_tensor.max(1) * p.moe_expert.max(1)).max(1));
+    let dense = model.dense_linear_params() as f64 * gemm.bytes() / (tp * pp);
+    let exp = model.expert_params() as f64 * experts.bytes() / (expert_shards * pp);
+    let emb = model.embedding_params() as f64 * Dtype::Bf16.bytes() / (tp * pp);
+    libm::ceil(dense + exp + emb) as u64
 }
 
 /// Plans one GPU's memory.
@@ -123,19 +158,14 @@ pub fn kv_bytes_per_token(model: &ModelArch, p: Parallelism, kv_dtype: Dtype) ->
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
 pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<MemoryPlan, DoesNotFit> {
     let p = m.parallelism;
-    let shards = u64::from(p.tensor.max(1)) * u64::from(p.pipeline.max(1));
-    // Linear layers in the checkpoint's format; embeddings and LM head stay bf16.
-    let linear = model.layer_linear_params() * u64::from(model.num_layers);
-    let weights_total =
-        linear as f64 * m.weight_dtype.bytes() + model.embedding_params() as f64 * Dtype::Bf16.bytes();
-    let weights_bytes = libm::ceil(weights_total / shards as f64) as u64;
+    let weights_bytes = weight_bytes_per_gpu(model, p, m.weight_dtype, m.expert_dtype);
     let activations_bytes = libm::round(
         2.0 * f64::from(m.max_batched_tokens)
             * f64::from(model.num_heads)
             * model.head_dim as f64
             * activation_coeff(p.tensor),
     ) as u64;
-    let comm_overhead_bytes = 0;
+    let comm_overhead_bytes = nccl_buffer_bytes(p.tensor);
     let fixed = weights_bytes
         + activations_bytes
         + RUNTIME_OVERHEAD_BYTES
@@ -151,8 +181,8 @@ pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<Memory
         return Err(DoesNotFit {
             message: format!(
                 "{} on {} x{} does not fit: usable {:.2} GiB ({} x {:.1} GiB HBM) but weights {:.2} GiB + activations \
-                 {:.2} GiB + runtime {:.2} GiB + CUDA graphs {:.2} GiB leave no room for one KV block of {} tokens \
-                 ({} bytes/token)",
+                 {:.2} GiB + runtime {:.2} GiB + NCCL {:.2} GiB + CUDA graphs {:.2} GiB leave no room for one KV block of \
+                 {} tokens ({} bytes/token)",
                 model.id,
                 hw.id,
                 p.gpus(),
@@ -162,6 +192,7 @@ pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<Memory
                 weights_bytes as f64 / GIB as f64,
                 activations_bytes as f64 / GIB as f64,
                 RUNTIME_OVERHEAD_BYTES as f64 / GIB as f64,
+                comm_overhead_bytes as f64 / GIB as f64,
                 m.cuda_graph_reserved_bytes as f64 / GIB as f64,
                 m.block_size,
                 kv_bytes_per_token

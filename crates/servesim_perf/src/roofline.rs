@@ -53,7 +53,7 @@ pub struct RooflineTimer {
     s_per_gemm_flop: f64,
     /// Seconds per FLOP of bf16 work (attention, LM head).
     s_per_bf16_flop: f64,
-    /// Linear FLOPs per token for all layers on one GPU (2 × active params × layers / TP).
+    /// Linear FLOPs per token for all layers on one GPU (2 × active params / TP / PP).
     gemm_flops_per_token: f64,
     /// Dense weight bytes read per step on one GPU (MoE experts are added per step).
     dense_weight_bytes: f64,
@@ -81,25 +81,22 @@ impl RooflineTimer {
     pub fn new(model: ModelArch, hw: Hardware, p: Parallelism, gemm_dtype: Dtype, kv_dtype: Dtype) -> Self {
         let c = RooflineConstants::default();
         let tp = f64::from(p.tensor.max(1));
+        let pp = f64::from(p.pipeline.max(1));
         let layers = f64::from(model.num_layers.div_ceil(p.pipeline.max(1)));
         let h = model.hidden_size as f64;
         let wbytes = gemm_dtype.bytes();
-        let active = model.layer_active_linear_params() as f64;
-        let (dense_params, moe) = match &model.moe {
-            Some(m) => {
-                let per_expert = 3.0 * h * m.expert_intermediate_size as f64;
-                let dense = active - per_expert * f64::from(m.experts_per_token);
-                (
-                    dense,
-                    Some((
-                        f64::from(m.num_experts),
-                        f64::from(m.experts_per_token),
-                        per_expert * layers * wbytes / tp,
-                    )),
-                )
-            }
-            None => (model.layer_linear_params() as f64, None),
-        };
+        // Whole-model figures, then this GPU's share (one pipeline stage, one TP shard).
+        let active = model.active_linear_params() as f64 / pp;
+        let dense_params = model.dense_linear_params() as f64 / pp;
+        let moe = model.moe.as_ref().map(|m| {
+            let shards = f64::from((p.moe_tensor.max(1) * p.moe_expert.max(1)).max(1));
+            let per_expert = 3.0 * h * m.expert_intermediate_size as f64 * f64::from(model.moe_layers()) / pp;
+            (
+                f64::from(m.num_experts),
+                f64::from(m.experts_per_token),
+                per_expert * model.moe_quant.dtype().bytes() / shards,
+            )
+        });
         let bf16_rate = hw.bf16_flops * c.compute_efficiency;
         let s_per_byte = 1.0 / (hw.hbm_bytes_per_s * c.memory_efficiency);
         let (comm_fixed, comm_per_token) = if p.tensor > 1 {
@@ -115,12 +112,17 @@ impl RooflineTimer {
             s_per_byte,
             s_per_gemm_flop: 1.0 / (hw.peak_flops(gemm_dtype) * c.compute_efficiency),
             s_per_bf16_flop: 1.0 / bf16_rate,
-            gemm_flops_per_token: 2.0 * active * layers / tp,
-            dense_weight_bytes: dense_params * layers * wbytes / tp,
+            gemm_flops_per_token: 2.0 * active / tp,
+            dense_weight_bytes: dense_params * wbytes / tp,
             moe,
             head_flops_per_seq: 2.0 * model.vocab_size as f64 * h / tp,
             head_bytes: model.vocab_size as f64 * h * 2.0 / tp,
-            attn_flops_per_pair: 4.0 * (f64::from(model.num_heads) / tp) * model.head_dim as f64 * layers,
+            attn_flops_per_pair: 2.0
+                * (f64::from(model.num_heads) / tp)
+                * model.mla.as_ref().map_or(2.0 * model.head_dim as f64, |m| {
+                    (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank) as f64
+                })
+                * f64::from(model.attention_layers().div_ceil(p.pipeline.max(1))),
             kv_bytes_per_token: kv_bytes_per_token(&model, p, kv_dtype) as f64,
             elementwise_fixed: layers * c.elementwise_kernels_per_layer * c.kernel_latency_s,
             elementwise_per_token: layers * c.elementwise_kernels_per_layer * 2.0 * h * 2.0 * s_per_byte,

@@ -4,7 +4,7 @@
 use servesim_core::engine::Backend;
 use servesim_core::metrics::Sla;
 use servesim_core::traffic::LengthDist;
-use servesim_perf::spec::Dtype;
+use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 /// A whole validated config.
 #[derive(Clone, Debug, PartialEq)]
@@ -159,8 +159,10 @@ pub enum ContextLength {
 /// `engine.quantization` (servesim extension): serve a checkpoint in another format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Quantization {
-    /// GEMM weight/activation format; default: the checkpoint's.
-    pub gemm: Option<Dtype>,
+    /// Dense GEMM weight/activation format; default: the checkpoint's.
+    pub gemm: Option<GemmQuant>,
+    /// Expert format of MoE models; default: the checkpoint's, or `gemm` when that is set.
+    pub moe: Option<MoeQuant>,
     /// KV-cache format; default: the engine's choice for the checkpoint.
     pub kv_cache: Option<Dtype>,
 }
@@ -320,6 +322,18 @@ pub struct RoleConfig {
     pub scheduler: SchedulerKnobs,
     /// `kv_cache`.
     pub kv_cache: KvCacheConfig,
+    /// `timing`.
+    pub timing: TimingConfig,
+}
+
+/// `engine.workers.<role>.timing`: how step times are computed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum TimingConfig {
+    /// `type: default` with `forward_model: op_level`: op-level model over measured tables.
+    #[default]
+    OpLevel,
+    /// `type: roofline` (servesim extension): first principles only, no tables.
+    Roofline,
 }
 
 /// `router.policy`.

@@ -4,12 +4,13 @@
 use servesim_core::engine::Backend;
 use servesim_core::metrics::Sla;
 use servesim_core::traffic::LengthDist;
-use servesim_perf::spec::Dtype;
+use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
     Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, KvTransferConfig,
     LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy,
-    SchedulerKnobs, SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig, TransferMode, Workers,
+    SchedulerKnobs, SourceConfig, StopConfig, TimingConfig, TraceFormatConfig, TrafficConfig, TransferMode,
+    Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -606,13 +607,61 @@ fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<EngineConfig> {
     })
 }
 
+fn gemm_quant(node: &Node, path: &str, cx: &mut Cx) -> Option<GemmQuant> {
+    match choice(
+        node,
+        path,
+        cx,
+        &["bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_block", "fp4", "nvfp4"],
+    )? {
+        "bf16" | "bfloat16" | "fp16" | "float16" => Some(GemmQuant::Bf16),
+        "fp8" => Some(GemmQuant::Fp8),
+        "fp8_block" => Some(GemmQuant::Fp8Block),
+        _ => Some(GemmQuant::Nvfp4),
+    }
+}
+
+fn moe_quant(node: &Node, path: &str, cx: &mut Cx) -> Option<MoeQuant> {
+    match choice(
+        node,
+        path,
+        cx,
+        &[
+            "bf16",
+            "bfloat16",
+            "fp16",
+            "float16",
+            "fp8",
+            "fp8_block",
+            "fp4",
+            "nvfp4",
+            "mxfp4",
+            "w4a16_mxfp4",
+            "int4",
+            "int4_wo",
+        ],
+    )? {
+        "bf16" | "bfloat16" | "fp16" | "float16" => Some(MoeQuant::Bf16),
+        "fp8" => Some(MoeQuant::Fp8),
+        "fp8_block" => Some(MoeQuant::Fp8Block),
+        "fp4" | "nvfp4" => Some(MoeQuant::Nvfp4),
+        "mxfp4" | "w4a16_mxfp4" => Some(MoeQuant::W4a16Mxfp4),
+        _ => Some(MoeQuant::Int4Wo),
+    }
+}
+
 fn decode_quantization(node: &Node, path: &str, cx: &mut Cx) -> Option<Quantization> {
     let mut f = Fields::of(node, path, cx)?;
-    let gemm = f.take("gemm").map(|(n, p)| dtype(n, &p, cx));
+    let gemm = f.take("gemm").map(|(n, p)| gemm_quant(n, &p, cx));
+    let moe = f.take("moe").map(|(n, p)| moe_quant(n, &p, cx));
     let kv = f.take("kv_cache").map(|(n, p)| dtype(n, &p, cx));
-    f.finish(cx, &["gemm", "kv_cache"], "");
+    f.finish(cx, &["gemm", "moe", "kv_cache"], "");
     Some(Quantization {
         gemm: match gemm {
+            Some(g) => Some(g?),
+            None => None,
+        },
+        moe: match moe {
             Some(g) => Some(g?),
             None => None,
         },
@@ -705,9 +754,10 @@ fn decode_role(
         prefill,
     );
     let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
-    if let Some((n, p)) = f.take("timing") {
-        decode_timing(n, &p, cx);
-    }
+    let timing = match f.take("timing") {
+        Some((n, p)) => decode_timing(n, &p, cx),
+        None => TimingConfig::default(),
+    };
     let hardware = match f.take("hardware") {
         Some((n, p)) if mode == Mode::Disaggregated => string(n, &p, cx),
         Some((n, p)) => {
@@ -728,7 +778,13 @@ fn decode_role(
         );
     }
     f.finish(cx, &["parallelism", "scheduler", "kv_cache", "timing", "hardware", "startup_seconds"], "");
-    Some(RoleConfig { hardware, parallelism: parallelism?, scheduler: scheduler?, kv_cache: kv_cache? })
+    Some(RoleConfig {
+        hardware,
+        parallelism: parallelism?,
+        scheduler: scheduler?,
+        kv_cache: kv_cache?,
+        timing,
+    })
 }
 
 fn decode_kv_transfer(node: &Node, path: &str, cx: &mut Cx) -> Option<KvTransferConfig> {
@@ -1012,11 +1068,16 @@ fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: f64) 
     out
 }
 
-fn decode_timing(node: &Node, path: &str, cx: &mut Cx) {
-    let Some(mut f) = Fields::of(node, path, cx) else { return };
+fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
+    let Some(mut f) = Fields::of(node, path, cx) else { return TimingConfig::default() };
+    let mut out = TimingConfig::default();
     if let Some((n, p)) = f.take("type") {
-        if choice(n, &p, cx, &["default", "fixed", "polynomial"]).is_some_and(|t| t != "default") {
-            cx.unsupported(&p, n, "only the default timing model is available in servesim yet");
+        match choice(n, &p, cx, &["default", "roofline", "fixed", "polynomial"]) {
+            Some("roofline") => out = TimingConfig::Roofline,
+            Some("fixed" | "polynomial") => {
+                cx.unsupported(&p, n, "fixed and polynomial step times are not available in servesim yet");
+            }
+            _ => {}
         }
     }
     if let Some((n, p)) = f.take("forward_model") {
@@ -1030,6 +1091,7 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) {
         }
     }
     f.finish(cx, &["type", "prefill_ms", "decode_ms", "forward_model", "fpm_parquet_path"], "");
+    out
 }
 
 const ROUTER_KEYS: &[&str] = &[

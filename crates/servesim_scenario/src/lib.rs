@@ -13,6 +13,7 @@ pub mod config;
 pub mod decode;
 pub mod diag;
 pub mod node;
+pub mod perfdata;
 pub mod report;
 pub mod scenario;
 

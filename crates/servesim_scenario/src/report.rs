@@ -312,6 +312,39 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
         );
     }
     let transferred: u64 = r.requests.iter().map(|q| u64::from(q.transferred_tokens)).sum();
+    // Per role: the step-time model, its data, and how its op lookups were answered.
+    let timing: Vec<Value> = p
+        .roles
+        .iter()
+        .zip(&r.timers)
+        .map(|(role, t)| match t {
+            Some(t) => {
+                let mut lookups = Map::new();
+                let mut total = [0u64; 4];
+                for (kind, c) in &t.lookups {
+                    for (a, b) in total.iter_mut().zip(c) {
+                        *a += b;
+                    }
+                    lookups.insert(
+                        kind.clone(),
+                        json!({"measured": c[0], "interpolated": c[1], "extrapolated": c[2], "roofline": c[3]}),
+                    );
+                }
+                json!({
+                    "role": role.name,
+                    "model": t.model,
+                    "data": t.data,
+                    "lookups": {"measured": total[0], "interpolated": total[1], "extrapolated": total[2], "roofline": total[3]},
+                    "lookups_by_op": lookups,
+                })
+            }
+            None => json!({
+                "role": role.name,
+                "model": "roofline",
+                "data": "none: peak x efficiency (constants in crates/servesim_perf/src/roofline.rs)",
+            }),
+        })
+        .collect();
     json!({
         "schema_version": SERVESIM_SECTION_VERSION,
         "version": env!("CARGO_PKG_VERSION"),
@@ -348,11 +381,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 servesim_core::transfer::Sharing::Independent => "independent",
             },
         },
-        "timing": {
-            "model": "roofline",
-            "source": "servesim_perf::roofline (peak x efficiency; constants in crates/servesim_perf/src/roofline.rs)",
-            "lookups": {"measured": 0, "interpolated": 0, "roofline": r.worker_stats.iter().map(|w| w.steps).sum::<u64>()},
-        },
+        "timing": timing,
         "time_series": {
             "interval_ms": interval_s * 1000.0,
             "time_ms": series.times.iter().map(|t| t.as_ms_f64()).collect::<Vec<_>>(),

@@ -16,16 +16,22 @@ use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
 use servesim_data::trace::TraceFormat;
 use servesim_perf::memory::{self, MemoryInputs, MemoryPlan, Parallelism};
+use servesim_perf::oplevel::{OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
-use servesim_perf::spec::{Dtype, Hardware, ModelArch};
+use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
+
+use std::rc::Rc;
+
+use servesim_core::engine::Backend;
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TraceFormatConfig,
-    TransferMode,
+    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TimingConfig,
+    TraceFormatConfig, TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
+use crate::perfdata;
 use crate::report::{self, Prediction};
 
 /// Why a scenario could not produce a prediction. Each kind maps to a CLI exit code.
@@ -113,6 +119,17 @@ pub trait Files {
     /// # Errors
     /// A message naming the path.
     fn read(&self, path: &str) -> Result<Vec<u8>, String>;
+
+    /// A file of servesim's own data directory (`perf/<system>/...` tables), or `None` when
+    /// there is no such file. The CLI carries `data/` inside the binary; the browser fetches it
+    /// from the page's origin.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read.
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        let _ = path;
+        Ok(None)
+    }
 }
 
 /// A [`Files`] with no files (configs that name files fail with a clear message).
@@ -179,6 +196,22 @@ pub struct PreparedRole {
     pub memory: MemoryPlan,
     /// KV blocks (tokens for SGLang) per attention-DP rank.
     pub blocks_per_rank: u32,
+    /// How its steps are timed.
+    pub timing: RoleTiming,
+}
+
+/// The step-time model of one role.
+#[derive(Clone, Debug)]
+pub enum RoleTiming {
+    /// Op-level model over the role's measured tables (possibly none: then all roofline).
+    OpLevel {
+        /// Deployment facts the model needs.
+        setup: Box<OpLevelSetup>,
+        /// The tables.
+        db: Rc<PerfDb>,
+    },
+    /// First-principles roofline (`timing.type: roofline`).
+    Roofline,
 }
 
 impl PreparedRole {
@@ -282,7 +315,19 @@ pub fn prepare(
         }
         n.origin.clone()
     };
-    let gemm_dtype = engine.quantization.gemm.unwrap_or(model.weight_dtype);
+    // An override in the checkpoint's own storage class keeps its scaling scheme (an FP8
+    // block-scaled checkpoint served "as fp8" stays block-scaled).
+    let gemm_quant = match engine.quantization.gemm {
+        Some(q) if q.dtype() == model.gemm_quant.dtype() && q == GemmQuant::of(q.dtype()) => model.gemm_quant,
+        Some(q) => q,
+        None => model.gemm_quant,
+    };
+    let moe_quant = match (engine.quantization.moe, engine.quantization.gemm) {
+        (Some(m), _) => m,
+        (None, Some(_)) if gemm_quant != model.gemm_quant => MoeQuant::like(gemm_quant),
+        _ => model.moe_quant,
+    };
+    let gemm_dtype = gemm_quant.dtype();
     let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
     let mut roles = Vec::new();
     for (name, role) in engine.workers.roles() {
@@ -359,6 +404,7 @@ pub fn prepare(
             &MemoryInputs {
                 parallelism,
                 weight_dtype: gemm_dtype,
+                expert_dtype: moe_quant.dtype(),
                 kv_dtype,
                 memory_fraction,
                 max_batched_tokens: role.scheduler.max_batched_tokens,
@@ -383,6 +429,30 @@ pub fn prepare(
                 message: format!("{name} workers: the KV cache holds no block"),
             });
         }
+        let timing = match role.timing {
+            TimingConfig::Roofline => RoleTiming::Roofline,
+            TimingConfig::OpLevel => {
+                let backend = perfdata::backend_name(engine.backend);
+                let version = engine
+                    .backend_version
+                    .clone()
+                    .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
+                let db = perfdata::load(files, &hw.id, backend, &version)?;
+                RoleTiming::OpLevel {
+                    setup: Box::new(OpLevelSetup {
+                        model: model.clone(),
+                        hardware: hw.clone(),
+                        parallelism,
+                        gemm: gemm_quant,
+                        moe: moe_quant,
+                        kv: kv_dtype,
+                        attention_fp8: engine.backend != Backend::Vllm,
+                        constants: OpConstants::for_backend(backend),
+                    }),
+                    db: Rc::new(db),
+                }
+            }
+        };
         roles.push(PreparedRole {
             name,
             config: role.clone(),
@@ -390,6 +460,7 @@ pub fn prepare(
             parallelism,
             memory,
             blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
+            timing,
         });
     }
     if !cx.diags.is_empty() {
@@ -675,13 +746,18 @@ impl Prepared {
                 let id = workers.len() as u32;
                 workers.push(Worker::new(id, cfg.clone(), ranks, ti));
             }
-            timers.push(Box::new(RooflineTimer::new(
-                self.model.clone(),
-                role.hardware.clone(),
-                role.parallelism,
-                self.gemm_dtype,
-                self.kv_dtype,
-            )));
+            match &role.timing {
+                RoleTiming::OpLevel { setup, db } => {
+                    timers.push(Box::new(OpLevelTimer::new((**setup).clone(), db.clone())));
+                }
+                RoleTiming::Roofline => timers.push(Box::new(RooflineTimer::new(
+                    self.model.clone(),
+                    role.hardware.clone(),
+                    role.parallelism,
+                    self.gemm_dtype,
+                    self.kv_dtype,
+                ))),
+            }
         }
         let fleet = match &self.roles[..] {
             [p, d] => Fleet {

@@ -1,0 +1,960 @@
+//! The op-level step timer: a forward step is the sum of its kernels, each timed from
+//! measured tables ([`crate::tables`]) with a roofline fallback.
+//!
+//! One step on one attention-DP rank runs, for every decoder layer of this GPU's pipeline
+//! stage:
+//! - norms and residual adds (element-wise, analytic: bytes at 80% of HBM bandwidth plus
+//!   3 µs per kernel, AIConfigurator's empirical rule, AICDB §3.3);
+//! - attention projections as GEMMs over all new tokens (`m` = tokens), with per-GPU shapes
+//!   under tensor parallelism; MLA models run their down/up projections instead;
+//! - context attention for the prefill chunks (one batched lookup whose length gives the same
+//!   number of causal query–key pairs as the chunks on top of their cached context) and
+//!   generation attention for the decode requests (batch × mean KV length); sliding-window
+//!   layers see at most the window, sparse (DSA) layers at most their top-k keys;
+//! - the MLP (gate/up GEMM, activation, down GEMM) or, in MoE layers, the router GEMM, the
+//!   fused-experts kernel over the tokens of every attention-DP rank, and shared experts;
+//! - tensor-parallel all-reduces after attention and MLP (the engine's custom all-reduce
+//!   table), or an all-to-all dispatch and combine when experts are spread over
+//!   attention-DP ranks (NCCL table);
+//!
+//! plus the embedding gather, the final norm and the LM head for the sequences that sample.
+//! Attention-DP ranks run in lockstep, so the step lasts as long as the slowest rank's
+//! attention plus the shared MoE kernels. A fixed per-step engine overhead (scheduling,
+//! sampling, launch) is added; its value per engine is calibrated (see `docs/validation.md`).
+//!
+//! Results that depend only on token counts are memoised, so a step costs a few lookups.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use servesim_core::timing::{RankLoad, StepTimer, TimerReport, TimingError};
+use servesim_core::units::SimDur;
+
+use crate::memory::Parallelism;
+use crate::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
+use crate::tables::{Family, Provenance, Source, Table};
+
+/// Measured tables of one system, engine and engine version.
+#[derive(Clone, Debug, Default)]
+pub struct PerfDb {
+    /// GPU id (`h200_sxm`).
+    pub system: String,
+    /// Engine (`vllm`, `sglang`, `trtllm`).
+    pub backend: String,
+    /// Engine version the tables were measured with.
+    pub version: String,
+    /// Where the tables came from (for provenance reports).
+    pub source: String,
+    tables: BTreeMap<Family, Rc<Table>>,
+}
+
+impl PerfDb {
+    /// An empty database (everything falls back to the roofline).
+    #[must_use]
+    pub fn new(system: &str, backend: &str, version: &str, source: &str) -> Self {
+        PerfDb {
+            system: system.to_string(),
+            backend: backend.to_string(),
+            version: version.to_string(),
+            source: source.to_string(),
+            tables: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) a family's table.
+    pub fn insert(&mut self, t: Rc<Table>) {
+        self.tables.insert(t.family, t);
+    }
+
+    /// The table of a family, if loaded.
+    #[must_use]
+    pub fn table(&self, f: Family) -> Option<&Table> {
+        self.tables.get(&f).map(|t| &**t)
+    }
+
+    /// Families loaded.
+    pub fn families(&self) -> impl Iterator<Item = Family> + '_ {
+        self.tables.keys().copied()
+    }
+}
+
+/// Global modelling constants of the op-level timer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpConstants {
+    /// Fraction of HBM bandwidth element-wise kernels achieve: AIConfigurator's
+    /// `mem_bw_empirical_scaling_factor` 0.8 (AICDB §3.1).
+    pub memory_efficiency: f64,
+    /// Fixed cost of one element-wise kernel: AIConfigurator's 3 µs (AICDB §3.1).
+    pub kernel_latency_s: f64,
+    /// Fraction of dense peak a GEMM or attention kernel reaches when no table covers it:
+    /// h200 bf16 8192³ GEMM measured at 1.36377 ms = 0.815 of 989 TFLOP/s (AICDB §3.3).
+    pub compute_efficiency: f64,
+    /// Latency of one point-to-point or collective hop: AIConfigurator's `p2p_latency`
+    /// 10 µs (AICDB §3.1).
+    pub link_latency_s: f64,
+    /// Engine overhead per forward step (scheduler, input preparation, sampling, launch),
+    /// seconds; calibrated per engine on `shared/validation/calibration.csv`.
+    pub step_overhead_s: f64,
+}
+
+impl OpConstants {
+    /// The constants for an engine (`vllm`, `sglang`, `trtllm`): shared efficiencies and
+    /// latencies, plus the engine's calibrated per-step overhead.
+    #[must_use]
+    pub fn for_backend(backend: &str) -> Self {
+        let step_overhead_s = match backend {
+            "vllm" => VLLM_STEP_OVERHEAD_S,
+            "sglang" => SGLANG_STEP_OVERHEAD_S,
+            _ => TRTLLM_STEP_OVERHEAD_S,
+        };
+        OpConstants { step_overhead_s, ..OpConstants::default() }
+    }
+}
+
+/// vLLM's per-step overhead, calibrated on `shared/validation/calibration.csv`.
+pub const VLLM_STEP_OVERHEAD_S: f64 = 0.0;
+/// SGLang's per-step overhead, calibrated on `shared/validation/calibration.csv`.
+pub const SGLANG_STEP_OVERHEAD_S: f64 = 0.0;
+/// TensorRT-LLM's per-step overhead, calibrated on `shared/validation/calibration.csv`.
+pub const TRTLLM_STEP_OVERHEAD_S: f64 = 0.0;
+
+impl Default for OpConstants {
+    fn default() -> Self {
+        OpConstants {
+            memory_efficiency: 0.8,
+            kernel_latency_s: 3.0e-6,
+            compute_efficiency: 0.815,
+            link_latency_s: 10.0e-6,
+            step_overhead_s: 0.0,
+        }
+    }
+}
+
+/// What the timer needs to know about the deployment.
+#[derive(Clone, Debug)]
+pub struct OpLevelSetup {
+    /// The model.
+    pub model: ModelArch,
+    /// The GPU.
+    pub hardware: Hardware,
+    /// Layout of one worker.
+    pub parallelism: Parallelism,
+    /// Dense GEMM format.
+    pub gemm: GemmQuant,
+    /// Expert format.
+    pub moe: MoeQuant,
+    /// KV-cache format.
+    pub kv: Dtype,
+    /// Attention math format (`fmha`): TensorRT-LLM and SGLang run fp8 attention over an fp8
+    /// KV cache, vLLM keeps bf16 (AIConfigurator's per-engine defaults, aiconfigurator-ref.json).
+    pub attention_fp8: bool,
+    /// Constants.
+    pub constants: OpConstants,
+}
+
+/// The kinds of op a step is made of, for provenance reports.
+pub const OP_KINDS: [&str; 7] = ["gemm", "attention", "allreduce", "moe", "nccl", "elementwise", "p2p"];
+
+/// Lookups by op kind and source, as counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tally([[u32; 4]; 7]);
+
+impl Tally {
+    fn count(&mut self, kind: usize, src: Source) {
+        self.0[kind][src as usize] += 1;
+    }
+}
+
+/// A memo slot: seconds and the index of the tally of the lookups behind it.
+type Memo = Option<(f64, u16)>;
+
+/// Times steps of one worker role from its measured tables.
+#[derive(Clone, Debug)]
+pub struct OpLevelTimer {
+    s: OpLevelSetup,
+    db: Rc<PerfDb>,
+    /// Token-count-dependent per-rank cost (linear layers, norms, all-reduces) by tokens.
+    dense_by_tokens: Vec<Memo>,
+    /// LM head by sampling sequences.
+    head_by_seqs: Vec<Memo>,
+    /// MoE experts (and their all-to-all) by tokens over all ranks.
+    moe_by_tokens: Vec<Memo>,
+    /// Distinct tallies memo slots refer to.
+    tallies: Vec<Tally>,
+    /// Op evaluations so far, by kind and source.
+    used: [Provenance; 7],
+}
+
+/// Memo tables grow to this many entries; larger counts are computed every time.
+const MEMO_LIMIT: usize = 1 << 17;
+
+impl OpLevelTimer {
+    /// A timer for `setup` over the tables in `db`.
+    #[must_use]
+    pub fn new(setup: OpLevelSetup, db: Rc<PerfDb>) -> Self {
+        OpLevelTimer {
+            s: setup,
+            db,
+            dense_by_tokens: Vec::new(),
+            head_by_seqs: Vec::new(),
+            moe_by_tokens: Vec::new(),
+            tallies: Vec::new(),
+            used: [Provenance::default(); 7],
+        }
+    }
+
+    /// Op evaluations of every step timed so far, by how each op was timed.
+    #[must_use]
+    pub fn provenance(&self) -> Provenance {
+        let mut p = Provenance::default();
+        for u in &self.used {
+            p.add(u);
+        }
+        p
+    }
+
+    /// Same as [`OpLevelTimer::provenance`], per op kind ([`OP_KINDS`] order).
+    #[must_use]
+    pub fn provenance_by_kind(&self) -> [(&'static str, Provenance); 7] {
+        let mut out = [("", Provenance::default()); 7];
+        for (i, k) in OP_KINDS.iter().enumerate() {
+            out[i] = (k, self.used[i]);
+        }
+        out
+    }
+
+    fn use_tally(&mut self, t: &Tally) {
+        for (kind, row) in t.0.iter().enumerate() {
+            self.used[kind].measured += u64::from(row[0]);
+            self.used[kind].interpolated += u64::from(row[1]);
+            self.used[kind].extrapolated += u64::from(row[2]);
+            self.used[kind].roofline += u64::from(row[3]);
+        }
+    }
+
+    fn intern(&mut self, t: Tally) -> u16 {
+        if let Some(i) = self.tallies.iter().position(|x| *x == t) {
+            return u16::try_from(i).unwrap_or(u16::MAX);
+        }
+        self.tallies.push(t);
+        u16::try_from(self.tallies.len() - 1).unwrap_or(u16::MAX)
+    }
+
+    /// The tables in use.
+    #[must_use]
+    pub fn db(&self) -> &PerfDb {
+        &self.db
+    }
+
+    fn tp(&self) -> u32 {
+        self.s.parallelism.tensor.max(1)
+    }
+
+    fn bw(&self) -> f64 {
+        self.s.hardware.hbm_bytes_per_s
+    }
+
+    // ---- single ops: seconds and source ----
+
+    /// Seconds of an element-wise kernel moving `bytes` (AIConfigurator's empirical rule).
+    #[must_use]
+    pub fn elementwise(&self, bytes: f64) -> f64 {
+        bytes / (self.bw() * self.s.constants.memory_efficiency) + self.s.constants.kernel_latency_s
+    }
+
+    /// Seconds of a GEMM `m × k · k × n` in `quant` (activations in the same class).
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn gemm(&self, m: u64, n: u64, k: u64, quant: GemmQuant) -> (f64, Source) {
+        if m == 0 || n == 0 || k == 0 {
+            return (0.0, Source::Measured);
+        }
+        let hw = &self.s.hardware;
+        let dt = quant.dtype();
+        let peak = hw.peak_flops(dt);
+        let bw = self.bw();
+        let sol = |c: &[f64]| {
+            let (m, n, k) = (c[0], c[1], c[2]);
+            let flops = 2.0 * m * n * k / peak;
+            let bytes = ((m * k + n * k) * dt.bytes() + m * n * 2.0) / bw;
+            flops.max(bytes)
+        };
+        let x = [m as f64, n as f64, k as f64];
+        if let Some(g) = self.db.table(Family::Gemm).and_then(|t| t.slice(&[quant.table_name()])) {
+            if let Some((ms, src)) = g.lookup(&x, Family::Gemm.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+
+    /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn allreduce(&self, elems: u64, gpus: u32) -> (f64, Source) {
+        if gpus <= 1 || elems == 0 {
+            return (0.0, Source::Measured);
+        }
+        let link = self.s.hardware.scale_up_bytes_per_s;
+        let lat = self.s.constants.link_latency_s;
+        let n = f64::from(gpus);
+        let sol = move |c: &[f64]| 2.0 * (c[0] - 1.0) / c[0] * c[1] * 2.0 / link + lat;
+        let x = [n, elems as f64];
+        if let Some(g) = self.db.table(Family::AllReduce).and_then(|t| t.slice(&["bfloat16"])) {
+            if let Some((ms, src)) = g.lookup(&x, Family::AllReduce.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x), Source::Roofline)
+    }
+
+    /// NCCL all-to-all of `bytes` per GPU over `gpus`.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn alltoall(&self, bytes: u64, gpus: u32) -> (f64, Source) {
+        if gpus <= 1 || bytes == 0 {
+            return (0.0, Source::Measured);
+        }
+        let hw = &self.s.hardware;
+        let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
+        let lat = self.s.constants.link_latency_s;
+        let sol = move |c: &[f64]| (c[0] - 1.0) / c[0] * c[1] / link + lat;
+        let x = [f64::from(gpus), bytes as f64];
+        if let Some(g) = self.db.table(Family::Nccl).and_then(|t| t.slice(&["alltoall", "half"])) {
+            if let Some((ms, src)) = g.lookup(&x, Family::Nccl.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x), Source::Roofline)
+    }
+
+    fn attn_slice<'a>(&self, t: &'a Table, head_dim: u64) -> Option<&'a crate::tables::Grid> {
+        let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+        let hd = head_dim.to_string();
+        let want = if self.s.attention_fp8 && kv == "fp8" { "fp8" } else { "bfloat16" };
+        t.slice(&[kv, want, &hd, "0"])
+            .or_else(|| t.slice(&[kv, "bfloat16", &hd, "0"]))
+            .or_else(|| t.slice(&[kv, "fp8", &hd, "0"]))
+    }
+
+    /// Context attention of one layer: `batch` sequences whose causal work equals `pairs`
+    /// query–key pairs in total.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn context_attention(&self, batch: u32, pairs: f64) -> (f64, Source) {
+        if batch == 0 || pairs <= 0.0 {
+            return (0.0, Source::Measured);
+        }
+        let b = f64::from(batch);
+        // Equal-length prompts of `isl` tokens have b·isl·(isl+1)/2 causal pairs.
+        let isl = ((-1.0 + libm::sqrt(1.0 + 8.0 * pairs / b)) / 2.0).max(1.0);
+        let m = &self.s.model;
+        let tp = f64::from(self.tp());
+        let peak = self.s.hardware.peak_flops(if self.s.attention_fp8 { Dtype::Fp8 } else { Dtype::Bf16 });
+        let bw = self.bw();
+        if let Some(mla) = &m.mla {
+            let heads = (f64::from(m.num_heads) / tp).max(1.0);
+            let qk = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as f64;
+            let v = mla.v_head_dim as f64;
+            let sol = move |c: &[f64]| {
+                let (b, s, h) = (c[0], c[1], c[2]);
+                (b * s * (s + 1.0) / 2.0 * 2.0 * h * (qk + v) / peak)
+                    .max(b * s * h * (2.0 * qk + 2.0 * v) * 2.0 / bw)
+            };
+            let x = [b, isl, heads];
+            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+            if let Some(g) = self.db.table(Family::ContextMla).and_then(|t| t.slice(&[kv, "bfloat16"])) {
+                if let Some((ms, src)) = g.lookup(&x, Family::ContextMla.scales(), sol) {
+                    return (ms / 1e3, src);
+                }
+            }
+            return (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline);
+        }
+        let heads = (f64::from(m.num_heads) / tp).max(1.0);
+        let kvh = f64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
+        let d = m.head_dim as f64;
+        let sol = move |c: &[f64]| {
+            let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
+            (b * s * (s + 1.0) / 2.0 * 4.0 * h * d / peak).max(b * s * (2.0 * h + 2.0 * kh) * d * 2.0 / bw)
+        };
+        let x = [b, isl, heads, kvh];
+        if let Some(g) = self.db.table(Family::ContextAttention).and_then(|t| self.attn_slice(t, m.head_dim))
+        {
+            if let Some((ms, src)) = g.lookup(&x, Family::ContextAttention.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+
+    /// Generation attention of one layer: `batch` requests with mean KV length `kv_len`.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn generation_attention(&self, batch: u32, kv_len: f64) -> (f64, Source) {
+        if batch == 0 {
+            return (0.0, Source::Measured);
+        }
+        let m = &self.s.model;
+        let tp = f64::from(self.tp());
+        let b = f64::from(batch);
+        let s = kv_len.max(1.0);
+        let kvb = self.s.kv.bytes();
+        let bw = self.bw();
+        let peak = self.s.hardware.peak_flops(Dtype::Bf16);
+        if let Some(mla) = &m.mla {
+            let heads = (f64::from(m.num_heads) / tp).max(1.0);
+            let latent = (mla.kv_lora_rank + mla.qk_rope_head_dim) as f64;
+            let r = mla.kv_lora_rank as f64;
+            let sol = move |c: &[f64]| {
+                let (b, s, h) = (c[0], c[1], c[2]);
+                (b * s * latent * kvb / bw).max(b * s * h * 2.0 * (latent + r) / peak)
+            };
+            let x = [b, s, heads];
+            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+            if let Some(g) = self.db.table(Family::GenerationMla).and_then(|t| t.slice(&[kv, "bfloat16"])) {
+                if let Some((ms, src)) = g.lookup(&x, Family::GenerationMla.scales(), sol) {
+                    return (ms / 1e3, src);
+                }
+            }
+            return (sol(&x) / self.s.constants.memory_efficiency, Source::Roofline);
+        }
+        let heads = (f64::from(m.num_heads) / tp).max(1.0);
+        let kvh = f64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
+        let d = m.head_dim as f64;
+        let sol = move |c: &[f64]| {
+            let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
+            (b * s * kh * d * 2.0 * kvb / bw).max(b * s * h * d * 4.0 / peak)
+        };
+        let x = [b, s, heads, kvh];
+        if let Some(g) =
+            self.db.table(Family::GenerationAttention).and_then(|t| self.attn_slice(t, m.head_dim))
+        {
+            if let Some((ms, src)) = g.lookup(&x, Family::GenerationAttention.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.memory_efficiency, Source::Roofline)
+    }
+
+    /// The fused-experts kernel of one MoE layer over `tokens` tokens.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn moe_experts(&self, tokens: u64) -> (f64, Source) {
+        let Some(moe) = &self.s.model.moe else { return (0.0, Source::Measured) };
+        if tokens == 0 {
+            return (0.0, Source::Measured);
+        }
+        let p = self.s.parallelism;
+        let (mtp, mep) = (p.moe_tensor.max(1), p.moe_expert.max(1));
+        let h = self.s.model.hidden_size as f64;
+        let inter = moe.expert_intermediate_size as f64;
+        let topk = f64::from(moe.experts_per_token);
+        let experts = f64::from(moe.num_experts);
+        let dt = self.s.moe.dtype();
+        let peak = self.s.hardware.peak_flops(
+            if self.s.moe == MoeQuant::W4a16Mxfp4 || self.s.moe == MoeQuant::Int4Wo {
+                Dtype::Bf16
+            } else {
+                dt
+            },
+        );
+        let bw = self.bw();
+        let shards = f64::from(mtp * mep);
+        let sol = move |c: &[f64]| {
+            let t = c[0];
+            let flops = 2.0 * 3.0 * h * inter * topk * t / shards / peak;
+            // Experts this GPU holds that at least one token reaches.
+            let touched = (t * topk).min(experts) / f64::from(mep);
+            let bytes = touched * 3.0 * h * inter / f64::from(mtp) * dt.bytes() / bw;
+            flops.max(bytes)
+        };
+        let x = [tokens as f64];
+        if let Some(t) = self.db.table(Family::Moe) {
+            let key = [
+                self.s.moe.table_name().to_string(),
+                "power_law_1.01".to_string(),
+                self.s.model.hidden_size.to_string(),
+                moe.expert_intermediate_size.to_string(),
+                moe.experts_per_token.to_string(),
+                moe.num_experts.to_string(),
+                mtp.to_string(),
+                mep.to_string(),
+            ];
+            let key: Vec<&str> = key.iter().map(String::as_str).collect();
+            if let Some((ms, src)) = t.slice(&key).and_then(|g| g.lookup(&x, Family::Moe.scales(), sol)) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+
+    // ---- memoised parts of a step ----
+
+    fn kind(name: &str) -> usize {
+        OP_KINDS.iter().position(|k| *k == name).unwrap_or(0)
+    }
+
+    /// Per-rank cost that depends only on the rank's new tokens: linear layers, norms,
+    /// activations, all-reduces, embedding.
+    #[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
+    fn dense_part(&mut self, tokens: u64) -> (f64, Tally) {
+        let mut prov = Tally::default();
+        let m = self.s.model.clone();
+        let p = self.s.parallelism;
+        let tp = u64::from(self.tp());
+        let pp = f64::from(p.pipeline.max(1));
+        let t = tokens;
+        let tf = t as f64;
+        let h = m.hidden_size;
+        let gq = self.s.gemm;
+        let mut secs = 0.0;
+        let mut add =
+            |_: &mut Self, fam: &'static str, (s, src): (f64, Source), times: f64, prov: &mut Tally| {
+                if s > 0.0 {
+                    prov.count(Self::kind(fam), src);
+                }
+                secs += s * times;
+            };
+        let attn_layers = f64::from(m.attention_layers()) / pp;
+        let linear_layers = f64::from(m.num_layers - m.attention_layers()) / pp;
+        let moe_layers = f64::from(m.moe_layers()) / pp;
+        let dense_mlp_layers = f64::from(m.num_layers - m.moe_layers()) / pp;
+        let all_layers = f64::from(m.num_layers) / pp;
+        // Embedding gather and final norm (one each per step).
+        let e = self.elementwise(tf * h as f64 * 2.0);
+        add(self, "elementwise", (e, Source::Roofline), 2.0, &mut prov);
+        // Two norms with residual adds per layer.
+        let e = self.elementwise(tf * (2 * h) as f64 * 2.0);
+        add(self, "elementwise", (e, Source::Roofline), 2.0 * all_layers, &mut prov);
+        // Attention projections.
+        let heads = u64::from(m.num_heads).div_ceil(tp);
+        if let Some(mla) = &m.mla {
+            let qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+            if mla.q_lora_rank > 0 {
+                let g = self.gemm(t, mla.q_lora_rank, h, gq);
+                add(self, "gemm", g, attn_layers, &mut prov);
+                let g = self.gemm(t, heads * qk, mla.q_lora_rank, gq);
+                add(self, "gemm", g, attn_layers, &mut prov);
+            } else {
+                let g = self.gemm(t, heads * qk, h, gq);
+                add(self, "gemm", g, attn_layers, &mut prov);
+            }
+            let g = self.gemm(t, mla.kv_lora_rank + mla.qk_rope_head_dim, h, gq);
+            add(self, "gemm", g, attn_layers, &mut prov);
+            let g = self.gemm(t, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, gq);
+            add(self, "gemm", g, attn_layers, &mut prov);
+            let g = self.gemm(t, h, heads * mla.v_head_dim, gq);
+            add(self, "gemm", g, attn_layers, &mut prov);
+        } else {
+            let kvh = u64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
+            let g = self.gemm(t, (heads + 2 * kvh) * m.head_dim, h, gq);
+            add(self, "gemm", g, attn_layers, &mut prov);
+            let g = self.gemm(t, h, heads * m.head_dim, gq);
+            add(self, "gemm", g, attn_layers, &mut prov);
+            // Rotary embedding on queries and keys.
+            let e = self.elementwise(tf * ((heads + kvh) * m.head_dim) as f64 * 2.0 * 2.0);
+            add(self, "elementwise", (e, Source::Roofline), attn_layers, &mut prov);
+        }
+        if let Some(la) = &m.linear_attention {
+            let k = u64::from(la.key_heads) * la.key_head_dim / tp;
+            let v = u64::from(la.value_heads) * la.value_head_dim / tp;
+            let g = self.gemm(t, 2 * k + 2 * v + 2 * u64::from(la.value_heads) / tp, h, gq);
+            add(self, "gemm", g, linear_layers, &mut prov);
+            let g = self.gemm(t, h, v, gq);
+            add(self, "gemm", g, linear_layers, &mut prov);
+            // The recurrent state update reads and writes each sequence's state once per
+            // token: value heads × key dim × value dim (fp32), a bandwidth-bound kernel.
+            let state = (u64::from(la.value_heads) / tp.max(1)) as f64
+                * (la.key_head_dim * la.value_head_dim) as f64
+                * 4.0;
+            let e = self.elementwise(tf * state * 2.0 / 64.0 + tf * (k + v) as f64 * 2.0);
+            add(self, "elementwise", (e, Source::Roofline), linear_layers, &mut prov);
+        }
+        // All-reduce after attention (every layer) and after the MLP (dense layers, and MoE
+        // layers whose experts are tensor-sharded inside the TP group).
+        let ar = self.allreduce(t * h, self.tp());
+        add(self, "allreduce", ar, all_layers + dense_mlp_layers, &mut prov);
+        // Dense MLP layers.
+        if dense_mlp_layers > 0.0 && m.intermediate_size > 0 {
+            let i = m.intermediate_size.div_ceil(tp);
+            let g = self.gemm(t, 2 * i, h, gq);
+            add(self, "gemm", g, dense_mlp_layers, &mut prov);
+            let e = self.elementwise(tf * (3 * i) as f64 * 2.0);
+            add(self, "elementwise", (e, Source::Roofline), dense_mlp_layers, &mut prov);
+            let g = self.gemm(t, h, i, gq);
+            add(self, "gemm", g, dense_mlp_layers, &mut prov);
+        }
+        // MoE layers: router and shared experts here; routed experts in `moe_part`.
+        if let Some(moe) = &m.moe {
+            if moe_layers > 0.0 {
+                let g = self.gemm(t, u64::from(moe.num_experts), h, GemmQuant::Bf16);
+                add(self, "gemm", g, moe_layers, &mut prov);
+                if moe.shared_intermediate_size > 0 {
+                    let i = moe.shared_intermediate_size.div_ceil(tp);
+                    let g = self.gemm(t, 2 * i, h, gq);
+                    add(self, "gemm", g, moe_layers, &mut prov);
+                    let g = self.gemm(t, h, i, gq);
+                    add(self, "gemm", g, moe_layers, &mut prov);
+                }
+                if p.attention_data <= 1 {
+                    let ar = self.allreduce(t * h, self.tp());
+                    add(self, "allreduce", ar, moe_layers, &mut prov);
+                }
+            }
+        }
+        // Pipeline stages hand activations on: (stages − 1) transfers per step, counted once
+        // per stage (the step time is that of one stage's share).
+        if p.pipeline > 1 {
+            let hw = &self.s.hardware;
+            let link =
+                if p.gpus() <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
+            let s = tf * h as f64 * 2.0 / link + self.s.constants.link_latency_s;
+            add(self, "p2p", (s, Source::Roofline), (pp - 1.0) / pp, &mut prov);
+        }
+        (secs, prov)
+    }
+
+    /// LM head (and the final norm of the sampled rows) for `seqs` sampling sequences.
+    fn head_part(&mut self, seqs: u64) -> (f64, Tally) {
+        let mut prov = Tally::default();
+        let m = &self.s.model;
+        let n = m.vocab_size.div_ceil(u64::from(self.tp()));
+        let g = self.gemm(seqs, n, m.hidden_size, GemmQuant::Bf16);
+        if g.0 > 0.0 {
+            prov.count(Self::kind("gemm"), g.1);
+        }
+        (g.0, prov)
+    }
+
+    /// Routed experts over `tokens` tokens of all ranks, with their all-to-all.
+    #[allow(clippy::cast_precision_loss)]
+    fn moe_part(&mut self, tokens: u64) -> (f64, Tally) {
+        let mut prov = Tally::default();
+        let Some(moe) = self.s.model.moe.clone() else { return (0.0, prov) };
+        let p = self.s.parallelism;
+        let layers = f64::from(self.s.model.moe_layers()) / f64::from(p.pipeline.max(1));
+        let e = self.moe_experts(tokens);
+        if e.0 > 0.0 {
+            prov.count(Self::kind("moe"), e.1);
+        }
+        let mut secs = e.0 * layers;
+        if p.attention_data > 1 {
+            // Dispatch and combine: each rank sends its tokens' hidden states to the experts'
+            // ranks (bf16), evenly split over ranks.
+            let per_rank = tokens / u64::from(p.attention_data);
+            let bytes = per_rank * u64::from(moe.experts_per_token) * self.s.model.hidden_size * 2;
+            let a = self.alltoall(bytes, p.attention_data * p.tensor.max(1));
+            if a.0 > 0.0 {
+                prov.count(Self::kind("nccl"), a.1);
+            }
+            secs += 2.0 * a.0 * layers;
+        }
+        (secs, prov)
+    }
+
+    fn memo(&mut self, which: u8, key: u64) -> f64 {
+        let idx = usize::try_from(key).unwrap_or(usize::MAX);
+        let cached = match which {
+            0 => self.dense_by_tokens.get(idx),
+            1 => self.head_by_seqs.get(idx),
+            _ => self.moe_by_tokens.get(idx),
+        }
+        .copied()
+        .flatten();
+        if let Some((s, ti)) = cached {
+            if let Some(t) = self.tallies.get(usize::from(ti)).copied() {
+                self.use_tally(&t);
+            }
+            return s;
+        }
+        let (s, tally) = match which {
+            0 => self.dense_part(key),
+            1 => self.head_part(key),
+            _ => self.moe_part(key),
+        };
+        self.use_tally(&tally);
+        let prov = self.intern(tally);
+        if idx < MEMO_LIMIT {
+            let v = match which {
+                0 => &mut self.dense_by_tokens,
+                1 => &mut self.head_by_seqs,
+                _ => &mut self.moe_by_tokens,
+            };
+            if v.len() <= idx {
+                v.resize(idx + 1, None);
+            }
+            v[idx] = Some((s, prov));
+        }
+        s
+    }
+
+    /// Attention of one rank for one step (all attention layers of this stage).
+    #[allow(clippy::cast_precision_loss)]
+    fn attention_part(&mut self, r: &RankLoad) -> f64 {
+        let m = &self.s.model;
+        let pp = f64::from(self.s.parallelism.pipeline.max(1));
+        let attn_layers = f64::from(m.attention_layers()) / pp;
+        let window = m.sliding_window;
+        let sliding_layers = window.map_or(0.0, |(_, n)| f64::from(n) / pp).min(attn_layers);
+        let full_layers = attn_layers - sliding_layers;
+        let cap = m.sparse_attention_topk.map_or(f64::INFINITY, |k| k as f64);
+        let mut secs = 0.0;
+        let mut prov = Provenance::default();
+        // Prefill chunks: causal pairs on top of cached context.
+        if !r.prefill.is_empty() {
+            let b = u32::try_from(r.prefill.len()).unwrap_or(u32::MAX);
+            let pairs_with = |limit: f64| -> f64 {
+                r.prefill
+                    .iter()
+                    .map(|c| {
+                        let (n, ctx) = (f64::from(c.new_tokens), f64::from(c.context_tokens));
+                        // Query i (1-based) sees ctx + i keys, at most `limit`.
+                        if ctx + n <= limit {
+                            n * ctx + n * (n + 1.0) / 2.0
+                        } else if ctx >= limit {
+                            n * limit
+                        } else {
+                            let free = limit - ctx;
+                            free * ctx + free * (free + 1.0) / 2.0 + (n - free) * limit
+                        }
+                    })
+                    .sum()
+            };
+            if full_layers > 0.0 {
+                let (s, src) = self.context_attention(b, pairs_with(cap));
+                prov.count(src);
+                secs += s * full_layers;
+            }
+            if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
+                let (s, src) = self.context_attention(b, pairs_with(w as f64));
+                prov.count(src);
+                secs += s * sliding_layers;
+            }
+        }
+        if r.decode_requests > 0 {
+            let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
+            if full_layers > 0.0 {
+                let (s, src) = self.generation_attention(r.decode_requests, mean.min(cap));
+                prov.count(src);
+                secs += s * full_layers;
+            }
+            if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
+                let (s, src) = self.generation_attention(r.decode_requests, mean.min(w as f64));
+                prov.count(src);
+                secs += s * sliding_layers;
+            }
+        }
+        self.used[Self::kind("attention")].add(&prov);
+        secs
+    }
+
+    /// Seconds of one step.
+    fn step_seconds(&mut self, ranks: &[RankLoad]) -> f64 {
+        let mut worst: f64 = 0.0;
+        let mut all_tokens = 0u64;
+        for r in ranks {
+            if r.is_empty() {
+                continue;
+            }
+            let t = r.new_tokens();
+            all_tokens += t;
+            let seqs = u64::from(r.decode_requests) + r.prefill.len() as u64;
+            let s = self.memo(0, t) + self.memo(1, seqs) + self.attention_part(r);
+            worst = worst.max(s);
+        }
+        if all_tokens == 0 {
+            return 0.0;
+        }
+        worst + self.memo(2, all_tokens) + self.s.constants.step_overhead_s
+    }
+}
+
+impl StepTimer for OpLevelTimer {
+    fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
+        let s = self.step_seconds(ranks);
+        if !(s.is_finite() && s >= 0.0) {
+            return Err(TimingError {
+                message: format!("op-level model produced a step time of {s} s for {ranks:?}"),
+            });
+        }
+        Ok(SimDur::from_secs_f64(s))
+    }
+
+    fn report(&self) -> Option<TimerReport> {
+        let families: Vec<&str> = self.db.families().map(Family::name).collect();
+        let data = if families.is_empty() {
+            format!(
+                "no measured tables for {} / {} {}: every op on the roofline",
+                self.db.system, self.db.backend, self.db.version
+            )
+        } else {
+            format!("{} ({}: {})", self.db.source, self.db.version, families.join(", "))
+        };
+        Some(TimerReport {
+            model: "op_level".into(),
+            data,
+            lookups: self
+                .provenance_by_kind()
+                .iter()
+                .filter(|(_, p)| p.total() > 0)
+                .map(|(k, p)| ((*k).to_string(), [p.measured, p.interpolated, p.extrapolated, p.roofline]))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::GIB;
+    use crate::tables::Row;
+    use alloc::string::ToString;
+    use alloc::vec;
+    use servesim_core::timing::PrefillChunk;
+
+    fn model() -> ModelArch {
+        ModelArch {
+            id: "test/dense".to_string(),
+            hidden_size: 4096,
+            num_layers: 32,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            intermediate_size: 14336,
+            vocab_size: 128_256,
+            tie_word_embeddings: false,
+            max_position_embeddings: 131_072,
+            moe: None,
+            mla: None,
+            sliding_window: None,
+            linear_attention: None,
+            sparse_attention_topk: None,
+            gemm_quant: GemmQuant::Bf16,
+            moe_quant: MoeQuant::Bf16,
+            weight_dtype: Dtype::Bf16,
+            default_kv_dtype: Dtype::Bf16,
+        }
+    }
+
+    fn hw() -> Hardware {
+        Hardware {
+            id: "h200_sxm".to_string(),
+            hbm_bytes: 141 * GIB,
+            hbm_bytes_per_s: 4.8e12,
+            bf16_flops: 989e12,
+            fp8_flops: Some(1978e12),
+            fp4_flops: None,
+            gpus_per_node: 8,
+            scale_up_bytes_per_s: 450e9,
+            scale_out_bytes_per_s: 50e9,
+            tdp_w: 700.0,
+        }
+    }
+
+    fn setup(tp: u32) -> OpLevelSetup {
+        OpLevelSetup {
+            model: model(),
+            hardware: hw(),
+            parallelism: Parallelism { tensor: tp, ..Parallelism::SINGLE },
+            gemm: GemmQuant::Bf16,
+            moe: MoeQuant::Bf16,
+            kv: Dtype::Bf16,
+            attention_fp8: false,
+            constants: OpConstants::default(),
+        }
+    }
+
+    /// A GEMM table whose latency is 1.25 × its bf16 roofline on a coarse grid.
+    fn gemm_db() -> PerfDb {
+        let mut rows: Vec<Row> = Vec::new();
+        for m in [1u64, 16, 256, 4096, 16384] {
+            for n in [256u64, 1024, 4096, 16384, 65536, 131_072] {
+                for k in [1024u64, 4096, 16384] {
+                    #[allow(clippy::cast_precision_loss)]
+                    let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+                    let sol = (2.0 * mf * nf * kf / 989e12).max((mf * kf + nf * kf + mf * nf) * 2.0 / 4.8e12);
+                    rows.push((vec!["bfloat16".to_string()], vec![m, n, k], sol * 1.25 * 1e3));
+                }
+            }
+        }
+        let mut db = PerfDb::new("h200_sxm", "vllm", "test", "unit test");
+        db.insert(Rc::new(Table::from_rows(Family::Gemm, rows).unwrap()));
+        db
+    }
+
+    #[test]
+    fn gemm_exact_hits_are_measured_and_off_grid_is_interpolated() {
+        let t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+        let (s, src) = t.gemm(4096, 4096, 4096, GemmQuant::Bf16);
+        assert_eq!(src, Source::Measured);
+        let sol: f64 = 2.0 * 4096f64.powi(3) / 989e12;
+        assert!((s - sol * 1.25).abs() < 1e-12, "{s}");
+        let (_, src) = t.gemm(3000, 6144, 4096, GemmQuant::Bf16);
+        assert_eq!(src, Source::Interpolated);
+        // No fp8 table: roofline.
+        let (_, src) = t.gemm(64, 4096, 4096, GemmQuant::Fp8);
+        assert_eq!(src, Source::Roofline);
+    }
+
+    #[test]
+    fn more_tokens_and_longer_contexts_are_never_faster() {
+        let mut t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+        let mut last = SimDur::ZERO;
+        for n in [1u32, 7, 64, 500, 2048, 8192] {
+            let load = RankLoad {
+                prefill: vec![PrefillChunk { new_tokens: n, context_tokens: 0 }],
+                ..RankLoad::default()
+            };
+            let d = t.step_time(&[load]).unwrap();
+            assert!(d >= last, "{n}: {d:?} < {last:?}");
+            last = d;
+        }
+        let mut last = SimDur::ZERO;
+        for kv in [100u64, 1000, 10_000, 100_000] {
+            let load = RankLoad { decode_requests: 16, decode_kv_tokens: 16 * kv, ..RankLoad::default() };
+            let d = t.step_time(&[load]).unwrap();
+            assert!(d >= last);
+            last = d;
+        }
+        // A chunk on top of cached context costs more than the same chunk alone.
+        let alone = RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: 512, context_tokens: 0 }],
+            ..RankLoad::default()
+        };
+        let cached = RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: 512, context_tokens: 8192 }],
+            ..RankLoad::default()
+        };
+        assert!(t.step_time(&[cached]).unwrap() > t.step_time(&[alone]).unwrap());
+    }
+
+    #[test]
+    fn tensor_parallelism_shrinks_per_gpu_work_and_adds_allreduce() {
+        let load = RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: 4096, context_tokens: 0 }],
+            ..RankLoad::default()
+        };
+        let t1 =
+            OpLevelTimer::new(setup(1), Rc::new(gemm_db())).step_time(core::slice::from_ref(&load)).unwrap();
+        let t4 = OpLevelTimer::new(setup(4), Rc::new(gemm_db())).step_time(&[load]).unwrap();
+        assert!(t4 < t1, "{t4:?} >= {t1:?}");
+    }
+
+    #[test]
+    fn provenance_counts_every_op_of_every_step() {
+        let mut t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+        let load = RankLoad { decode_requests: 8, decode_kv_tokens: 8000, ..RankLoad::default() };
+        t.step_time(core::slice::from_ref(&load)).unwrap();
+        let first = t.provenance();
+        assert!(first.total() > 0);
+        t.step_time(&[load]).unwrap();
+        let second = t.provenance();
+        assert_eq!(second.total(), 2 * first.total(), "memoised steps count their ops again");
+        let by = t.provenance_by_kind();
+        assert!(by[0].1.measured + by[0].1.interpolated > 0, "GEMMs come from the table");
+        assert!(by[1].1.roofline > 0, "no attention table: roofline");
+    }
+}

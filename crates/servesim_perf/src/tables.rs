@@ -1,0 +1,624 @@
+//! Measured kernel-latency tables and how servesim reads between their rows.
+//!
+//! A [`Table`] holds one op family (GEMM, context attention, …) of one system, engine and
+//! engine version. Its rows are split into slices by categorical *keys* (dtype, head size,
+//! MoE shape, …); within a slice the numeric *axes* (tokens, batch, sequence length, …) form
+//! a [`Grid`], possibly with holes where nothing was measured.
+//!
+//! Interpolation (our own method, documented here and in ARCHITECTURE.md):
+//! - An exact hit returns the measured latency verbatim.
+//! - Otherwise each axis is bracketed by its neighbouring grid values and the latency is a
+//!   multilinear blend of the bracketing corners. Weights are linear in the axis coordinate,
+//!   or in its square for sequence axes of prefill attention ([`Scale::Square`]): kernel
+//!   costs are close to multilinear in sizes (a GEMM is exactly `∝ m·n·k`; attention is
+//!   `∝ batch·heads·isl²`), so the blend is exact for such costs, and it never makes more
+//!   work faster than less when the measurements do not.
+//! - Missing corners are dropped and the weights renormalised; if an axis hits a grid value
+//!   exactly but that point is missing, its two neighbours stand in.
+//! - Outside an axis' range the query is clamped to the edge and scaled by the
+//!   speed-of-light ratio `sol(query) / sol(clamped)` the caller supplies (the edge's
+//!   efficiency is held). That is reported as *extrapolated*, never silently; with no
+//!   measured corner at all the caller falls back to its roofline.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// How a latency was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// A measured row, verbatim.
+    Measured,
+    /// Blended from measured rows around the query.
+    Interpolated,
+    /// Outside the measured range: nearest measured utilisation held.
+    Extrapolated,
+    /// No table covers the op: roofline with sourced efficiencies.
+    Roofline,
+}
+
+impl Source {
+    /// Lower-case name used in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::Interpolated => "interpolated",
+            Source::Extrapolated => "extrapolated",
+            Source::Roofline => "roofline",
+        }
+    }
+}
+
+/// Counts of lookups by [`Source`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Exact hits.
+    pub measured: u64,
+    /// Interpolated inside the measured range.
+    pub interpolated: u64,
+    /// Held outside the measured range.
+    pub extrapolated: u64,
+    /// Roofline fallbacks.
+    pub roofline: u64,
+}
+
+impl Provenance {
+    /// Counts one lookup.
+    pub fn count(&mut self, s: Source) {
+        match s {
+            Source::Measured => self.measured += 1,
+            Source::Interpolated => self.interpolated += 1,
+            Source::Extrapolated => self.extrapolated += 1,
+            Source::Roofline => self.roofline += 1,
+        }
+    }
+
+    /// Adds another set of counts.
+    pub fn add(&mut self, o: &Provenance) {
+        self.measured += o.measured;
+        self.interpolated += o.interpolated;
+        self.extrapolated += o.extrapolated;
+        self.roofline += o.roofline;
+    }
+
+    /// All lookups.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.measured + self.interpolated + self.extrapolated + self.roofline
+    }
+}
+
+/// A table could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableError {
+    /// What is wrong.
+    pub message: String,
+}
+
+impl core::fmt::Display for TableError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Dense cells above this are refused: a table that large is not a kernel grid.
+const MAX_GRID_CELLS: usize = 1 << 24;
+
+/// Numeric axes of one slice and the latencies (ms) at their grid points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    axes: Vec<Vec<u64>>,
+    /// Row-major over `axes`; NaN where nothing was measured.
+    values: Vec<f64>,
+    measured_points: usize,
+}
+
+/// How an axis' coordinate enters the interpolation weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// Weights linear in the coordinate.
+    Linear,
+    /// Weights linear in the square of the coordinate (causal attention over a prompt).
+    Square,
+}
+
+impl Scale {
+    fn apply(self, x: f64) -> f64 {
+        match self {
+            Scale::Linear => x,
+            Scale::Square => x * x,
+        }
+    }
+}
+
+/// Bracket of one axis: grid indices and the weight of the upper one.
+#[derive(Clone, Copy, Debug)]
+struct Bracket {
+    lo: usize,
+    hi: usize,
+    t: f64,
+    exact: bool,
+    /// The coordinate the blend is evaluated at (the query, or the edge it was clamped to).
+    at: f64,
+}
+
+impl Grid {
+    /// Builds a grid from `(coordinates, latency_ms)` points. Duplicate coordinates keep the
+    /// first value; the number dropped is returned with the grid.
+    ///
+    /// # Errors
+    /// On inconsistent dimensions, non-positive coordinates or latencies, or an oversized grid.
+    pub fn from_points(dims: usize, points: &[(Vec<u64>, f64)]) -> Result<(Grid, usize), TableError> {
+        let mut axes: Vec<Vec<u64>> = vec![Vec::new(); dims];
+        for (c, lat) in points {
+            if c.len() != dims {
+                return Err(TableError {
+                    message: format!("point {c:?} has {} coordinates, expected {dims}", c.len()),
+                });
+            }
+            if !(lat.is_finite() && *lat > 0.0) {
+                return Err(TableError {
+                    message: format!("latency {lat} at {c:?} is not a positive number"),
+                });
+            }
+            for (d, v) in c.iter().enumerate() {
+                if *v == 0 {
+                    return Err(TableError {
+                        message: format!("coordinate 0 at {c:?}: axes must be positive"),
+                    });
+                }
+                axes[d].push(*v);
+            }
+        }
+        for a in &mut axes {
+            a.sort_unstable();
+            a.dedup();
+        }
+        let cells = axes.iter().try_fold(1usize, |acc, a| acc.checked_mul(a.len().max(1)));
+        let cells = match cells {
+            Some(c) if c <= MAX_GRID_CELLS => c,
+            _ => {
+                let sizes: Vec<usize> = axes.iter().map(Vec::len).collect();
+                return Err(TableError {
+                    message: format!("grid of {sizes:?} points is too large to hold densely"),
+                });
+            }
+        };
+        let mut g = Grid { axes, values: vec![f64::NAN; cells], measured_points: 0 };
+        let mut duplicates = 0;
+        for (c, lat) in points {
+            let mut idx = 0;
+            for (d, v) in c.iter().enumerate() {
+                // Present by construction.
+                let i = g.axes[d].binary_search(v).unwrap_or(0);
+                idx = idx * g.axes[d].len() + i;
+            }
+            if g.values[idx].is_nan() {
+                g.values[idx] = *lat;
+                g.measured_points += 1;
+            } else {
+                duplicates += 1;
+            }
+        }
+        Ok((g, duplicates))
+    }
+
+    /// The sorted grid values of each axis.
+    #[must_use]
+    pub fn axes(&self) -> &[Vec<u64>] {
+        &self.axes
+    }
+
+    /// Number of measured grid points.
+    #[must_use]
+    pub fn measured_points(&self) -> usize {
+        self.measured_points
+    }
+
+    /// The measured latency at exactly these coordinates, if any.
+    #[must_use]
+    pub fn exact(&self, coords: &[u64]) -> Option<f64> {
+        let mut idx = 0;
+        for (d, v) in coords.iter().enumerate() {
+            let i = self.axes.get(d)?.binary_search(v).ok()?;
+            idx = idx * self.axes[d].len() + i;
+        }
+        self.values.get(idx).copied().filter(|v| !v.is_nan())
+    }
+
+    #[allow(clippy::cast_precision_loss, clippy::float_cmp)] // Grid values are integers; hits are exact.
+    fn bracket(axis: &[u64], x: f64, scale: Scale) -> Bracket {
+        let n = axis.len();
+        let val = |i: usize| axis[i] as f64;
+        if x <= val(0) {
+            return Bracket { lo: 0, hi: 0, t: 0.0, exact: x == val(0), at: val(0) };
+        }
+        if x >= val(n - 1) {
+            return Bracket { lo: n - 1, hi: n - 1, t: 0.0, exact: x == val(n - 1), at: val(n - 1) };
+        }
+        // First index with value >= x.
+        let hi = axis.partition_point(|v| (*v as f64) < x);
+        if val(hi) == x {
+            return Bracket { lo: hi, hi, t: 0.0, exact: true, at: x };
+        }
+        let lo = hi - 1;
+        let (a, b) = (scale.apply(val(lo)), scale.apply(val(hi)));
+        Bracket { lo, hi, t: (scale.apply(x) - a) / (b - a), exact: false, at: x }
+    }
+
+    /// Latency (ms) at `x` with how it was obtained, or `None` when no measured point is near.
+    /// `scales` gives each axis' weighting; `sol` gives the speed-of-light time (any
+    /// consistent unit) at a coordinate, used only to scale beyond the measured range.
+    pub fn lookup(&self, x: &[f64], scales: &[Scale], sol: impl Fn(&[f64]) -> f64) -> Option<(f64, Source)> {
+        let dims = self.axes.len();
+        if x.len() != dims || scales.len() != dims || dims == 0 || dims > 6 {
+            return None;
+        }
+        let mut br: Vec<Bracket> = Vec::with_capacity(dims);
+        for (d, xv) in x.iter().enumerate() {
+            if !(xv.is_finite() && *xv > 0.0) || self.axes[d].is_empty() {
+                return None;
+            }
+            br.push(Self::bracket(&self.axes[d], *xv, scales[d]));
+        }
+        if br.iter().all(|b| b.exact) {
+            let lo: Vec<usize> = br.iter().map(|b| b.lo).collect();
+            if let Some(v) = self.at(&lo) {
+                return Some((v, Source::Measured));
+            }
+            // The exact point is a hole: let its neighbours stand in.
+            for (d, b) in br.iter_mut().enumerate() {
+                let axis = &self.axes[d];
+                #[allow(clippy::cast_precision_loss)]
+                if b.lo > 0 && b.lo + 1 < axis.len() {
+                    let (a, c) =
+                        (scales[d].apply(axis[b.lo - 1] as f64), scales[d].apply(axis[b.lo + 1] as f64));
+                    let t = (scales[d].apply(b.at) - a) / (c - a);
+                    *b = Bracket { lo: b.lo - 1, hi: b.lo + 1, t, exact: false, at: b.at };
+                } else if b.lo > 0 {
+                    *b = Bracket {
+                        lo: b.lo - 1,
+                        hi: b.lo - 1,
+                        t: 0.0,
+                        exact: false,
+                        at: axis[b.lo - 1] as f64,
+                    };
+                } else if b.lo + 1 < axis.len() {
+                    *b = Bracket { lo: 1, hi: 1, t: 0.0, exact: false, at: axis[1] as f64 };
+                }
+            }
+        }
+        let (mut acc, mut wsum) = (0.0, 0.0);
+        let mut corner = vec![0usize; dims];
+        for mask in 0..(1usize << dims) {
+            let mut w = 1.0;
+            let mut skip = false;
+            for d in 0..dims {
+                let b = br[d];
+                let upper = mask >> d & 1 == 1;
+                if b.lo == b.hi && upper {
+                    skip = true;
+                    break;
+                }
+                corner[d] = if upper { b.hi } else { b.lo };
+                w *= if b.lo == b.hi {
+                    1.0
+                } else if upper {
+                    b.t
+                } else {
+                    1.0 - b.t
+                };
+            }
+            if skip || w <= 0.0 {
+                continue;
+            }
+            if let Some(lat) = self.at(&corner) {
+                acc += w * lat;
+                wsum += w;
+            }
+        }
+        if wsum <= 0.0 {
+            return None;
+        }
+        let mut lat = acc / wsum;
+        #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
+        let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
+        if clamped {
+            let at: Vec<f64> = br.iter().map(|b| b.at).collect();
+            let (s_query, s_at) = (sol(x), sol(&at));
+            if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
+                return None;
+            }
+            lat *= s_query / s_at;
+        }
+        if !(lat.is_finite() && lat > 0.0) {
+            return None;
+        }
+        Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
+    }
+
+    fn at(&self, idx: &[usize]) -> Option<f64> {
+        let mut flat = 0;
+        for (d, i) in idx.iter().enumerate() {
+            flat = flat * self.axes[d].len() + i;
+        }
+        self.values.get(flat).copied().filter(|v| !v.is_nan())
+    }
+}
+
+/// The op families servesim reads, with their key and axis columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// Dense GEMM `m × k` by `k × n`.
+    Gemm,
+    /// Prefill (context) attention.
+    ContextAttention,
+    /// Decode (generation) attention.
+    GenerationAttention,
+    /// The engine's custom all-reduce.
+    AllReduce,
+    /// NCCL collectives (all-reduce, all-gather, reduce-scatter, all-to-all).
+    Nccl,
+    /// Fused MoE experts of one layer.
+    Moe,
+    /// Multi-head latent attention, prefill (DeepSeek family).
+    ContextMla,
+    /// Multi-head latent attention, decode.
+    GenerationMla,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 8] = [
+        Family::Gemm,
+        Family::ContextAttention,
+        Family::GenerationAttention,
+        Family::AllReduce,
+        Family::Nccl,
+        Family::Moe,
+        Family::ContextMla,
+        Family::GenerationMla,
+    ];
+
+    /// File stem and report name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gemm => "gemm",
+            Family::ContextAttention => "context_attention",
+            Family::GenerationAttention => "generation_attention",
+            Family::AllReduce => "allreduce",
+            Family::Nccl => "nccl",
+            Family::Moe => "moe",
+            Family::ContextMla => "context_mla",
+            Family::GenerationMla => "generation_mla",
+        }
+    }
+
+    /// The family with this name.
+    #[must_use]
+    pub fn from_name(s: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// Categorical columns, in slice-key order.
+    #[must_use]
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            Family::Gemm => &["dtype"],
+            Family::ContextAttention | Family::GenerationAttention => {
+                &["kv_dtype", "attn_dtype", "head_dim", "window"]
+            }
+            Family::AllReduce => &["dtype"],
+            Family::Nccl => &["op", "dtype"],
+            Family::Moe => {
+                &["dtype", "distribution", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"]
+            }
+            Family::ContextMla | Family::GenerationMla => &["kv_dtype", "mla_dtype"],
+        }
+    }
+
+    /// How each axis weights its neighbours: prefill attention is quadratic in the prompt.
+    #[must_use]
+    pub fn scales(self) -> &'static [Scale] {
+        const L: Scale = Scale::Linear;
+        match self {
+            Family::Gemm => &[L, L, L],
+            Family::ContextAttention => &[L, Scale::Square, L, L],
+            Family::GenerationAttention => &[L, L, L, L],
+            Family::AllReduce | Family::Nccl => &[L, L],
+            Family::Moe => &[L],
+            Family::ContextMla => &[L, Scale::Square, L],
+            Family::GenerationMla => &[L, L, L],
+        }
+    }
+
+    /// Numeric axes, in grid order.
+    #[must_use]
+    pub fn axes(self) -> &'static [&'static str] {
+        match self {
+            Family::Gemm => &["m", "n", "k"],
+            Family::ContextAttention => &["batch", "isl", "heads", "kv_heads"],
+            Family::GenerationAttention => &["batch", "kv_len", "heads", "kv_heads"],
+            Family::AllReduce => &["gpus", "message_elems"],
+            Family::Nccl => &["gpus", "message_bytes"],
+            Family::Moe => &["tokens"],
+            Family::ContextMla => &["batch", "isl", "heads"],
+            Family::GenerationMla => &["batch", "kv_len", "heads"],
+        }
+    }
+}
+
+/// One op family's measurements, sliced by key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    /// Which family.
+    pub family: Family,
+    slices: BTreeMap<Vec<String>, Grid>,
+    /// Rows read.
+    pub rows: usize,
+    /// Rows dropped because an earlier row had the same key and coordinates.
+    pub duplicates: usize,
+}
+
+/// One row of a table: slice key, axis coordinates, latency in ms.
+pub type Row = (Vec<String>, Vec<u64>, f64);
+
+impl Table {
+    /// Builds a table from rows (keys and axes in [`Family::keys`] / [`Family::axes`] order).
+    ///
+    /// # Errors
+    /// When a row has the wrong shape or a grid cannot be built (the message names the slice).
+    pub fn from_rows(family: Family, rows: Vec<Row>) -> Result<Table, TableError> {
+        let (nk, na) = (family.keys().len(), family.axes().len());
+        let total = rows.len();
+        let mut by_key: BTreeMap<Vec<String>, Vec<(Vec<u64>, f64)>> = BTreeMap::new();
+        for (k, a, lat) in rows {
+            if k.len() != nk || a.len() != na {
+                return Err(TableError {
+                    message: format!(
+                        "{}: row with {} keys and {} axes, expected {nk} and {na}",
+                        family.name(),
+                        k.len(),
+                        a.len()
+                    ),
+                });
+            }
+            by_key.entry(k).or_default().push((a, lat));
+        }
+        let mut slices = BTreeMap::new();
+        let mut duplicates = 0;
+        for (k, pts) in by_key {
+            let (g, dup) = Grid::from_points(na, &pts).map_err(|e| TableError {
+                message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
+            })?;
+            duplicates += dup;
+            slices.insert(k, g);
+        }
+        Ok(Table { family, slices, rows: total, duplicates })
+    }
+
+    /// The grid of one slice.
+    #[must_use]
+    pub fn slice(&self, key: &[&str]) -> Option<&Grid> {
+        self.slices.iter().find(|(k, _)| k.iter().map(String::as_str).eq(key.iter().copied())).map(|(_, g)| g)
+    }
+
+    /// All slices, in key order.
+    pub fn slices(&self) -> impl Iterator<Item = (&Vec<String>, &Grid)> {
+        self.slices.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LL: [Scale; 2] = [Scale::Linear, Scale::Linear];
+
+    fn pts(v: &[(u64, u64, f64)]) -> Vec<(Vec<u64>, f64)> {
+        v.iter().map(|(a, b, l)| (vec![*a, *b], *l)).collect()
+    }
+
+    #[test]
+    fn exact_hits_are_verbatim() {
+        let (g, dup) =
+            Grid::from_points(2, &pts(&[(1, 1, 0.1), (1, 4, 0.2), (4, 1, 0.3), (4, 4, 0.123_456_789)]))
+                .unwrap();
+        assert_eq!(dup, 0);
+        let r = g.lookup(&[4.0, 4.0], &LL, |c| c[0] * c[1]).unwrap();
+        assert_eq!(r, (0.123_456_789, Source::Measured));
+    }
+
+    #[test]
+    fn multilinear_costs_interpolate_exactly_and_extrapolate_by_sol() {
+        // latency = 0.01 * a * b: multilinear, so any interior point is exact.
+        let mut p = Vec::new();
+        for a in [1u64, 4, 16] {
+            for b in [2u64, 8] {
+                #[allow(clippy::cast_precision_loss)]
+                p.push((vec![a, b], 0.01 * (a * b) as f64));
+            }
+        }
+        let (g, _) = Grid::from_points(2, &p).unwrap();
+        let (lat, src) = g.lookup(&[6.0, 5.0], &LL, |c| c[0] * c[1]).unwrap();
+        assert!((lat - 0.3).abs() < 1e-12, "{lat}");
+        assert_eq!(src, Source::Interpolated);
+        let (lat, src) = g.lookup(&[32.0, 5.0], &LL, |c| c[0] * c[1]).unwrap();
+        assert!((lat - 1.6).abs() < 1e-12);
+        assert_eq!(src, Source::Extrapolated);
+    }
+
+    #[test]
+    fn square_scale_is_exact_for_quadratic_costs() {
+        let p: Vec<(Vec<u64>, f64)> =
+            [1024u64, 4096].iter().map(|s| (vec![*s], 1.0 + 1e-6 * (*s * *s) as f64)).collect();
+        let (g, _) = Grid::from_points(1, &p).unwrap();
+        let (lat, _) = g.lookup(&[3000.0], &[Scale::Square], |_| 1.0).unwrap();
+        assert!((lat - (1.0 + 9.0)).abs() < 1e-9, "{lat}");
+    }
+
+    #[test]
+    fn holes_are_skipped_and_exact_holes_use_neighbours() {
+        let (g, _) =
+            Grid::from_points(2, &pts(&[(1, 1, 1.0), (2, 2, 1.0), (4, 4, 1.0), (2, 1, 1.0), (2, 4, 1.0)]))
+                .unwrap();
+        assert!(g.exact(&[4, 1]).is_none());
+        let (lat, src) = g.lookup(&[4.0, 1.0], &LL, |_| 1.0).unwrap();
+        assert!((lat - 1.0).abs() < 1e-12);
+        assert_ne!(src, Source::Measured);
+        let (lat, _) = g.lookup(&[3.0, 3.0], &LL, |_| 1.0).unwrap();
+        assert!((lat - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn duplicates_keep_the_first_and_are_counted() {
+        let (g, dup) = Grid::from_points(1, &[(vec![2], 1.0), (vec![2], 5.0)]).unwrap();
+        assert_eq!(dup, 1);
+        assert_eq!(g.exact(&[2]), Some(1.0));
+    }
+
+    #[test]
+    fn bad_points_are_refused() {
+        assert!(Grid::from_points(1, &[(vec![0], 1.0)]).is_err());
+        assert!(Grid::from_points(1, &[(vec![1], -1.0)]).is_err());
+        assert!(Grid::from_points(1, &[(vec![1], f64::NAN)]).is_err());
+        assert!(Grid::from_points(2, &[(vec![1], 1.0)]).is_err());
+        let e = Table::from_rows(Family::Gemm, vec![(vec!["bf16".into()], vec![1, 2], 1.0)]).unwrap_err();
+        assert!(e.message.contains("expected 1 and 3"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// More work is never faster when the measurements are monotone: along each axis of
+        /// a random monotone 2-D grid, interpolated and extrapolated latencies never decrease.
+        #[test]
+        fn monotone_measurements_give_monotone_lookups(
+            base in proptest::collection::vec(0.001f64..1.0, 12),
+            xs in proptest::collection::vec(1.0f64..80.0, 2..40),
+            y in 1.0f64..40.0,
+        ) {
+            let ax = [1u64, 2, 8, 16, 64, 72];
+            let ay = [1u64, 4, 32];
+            let mut p = Vec::new();
+            for (i, a) in ax.iter().enumerate() {
+                for (j, b) in ay.iter().enumerate() {
+                    // Cumulative sums keep the table monotone along both axes.
+                    let v: f64 = base[..=i].iter().sum::<f64>() + base[6..=6 + j].iter().sum::<f64>();
+                    p.push((vec![*a, *b], v));
+                }
+            }
+            let (g, _) = Grid::from_points(2, &p).unwrap();
+            let mut xs = xs;
+            xs.sort_by(f64::total_cmp);
+            let mut last = 0.0;
+            for x in xs {
+                let (lat, _) = g.lookup(&[x, y], &LL, |c| c[0].max(8.0) * c[1]).unwrap();
+                proptest::prop_assert!(lat + 1e-12 >= last, "x={x}: {lat} < {last}");
+                last = lat;
+            }
+        }
+    }
+}
