@@ -130,7 +130,7 @@ fn kernels_steps_and_memory_agree_with_aiconfigurator() {
 
     // All-reduce (the engine's custom kernel) and the analytic element-wise rule.
     let (t4, _) = timer("Qwen/Qwen3-32B-FP8", "h200_sxm", "trtllm", 4);
-    let (v, _) = ms(t4.allreduce(4000 * 5120, 4));
+    let (v, _) = ms(t4.allreduce(4000 * 5120, 4, true));
     check(
         "all-reduce 4000x5120 bf16 TP4",
         v,
@@ -138,7 +138,7 @@ fn kernels_steps_and_memory_agree_with_aiconfigurator() {
         0.05,
         &mut rows,
     );
-    let (v, _) = ms(t4.allreduce(64 * 5120, 8));
+    let (v, _) = ms(t4.allreduce(64 * 5120, 8, true));
     check(
         "all-reduce 64x5120 bf16 TP8",
         v,
@@ -158,7 +158,10 @@ fn kernels_steps_and_memory_agree_with_aiconfigurator() {
     // Whole steps of Qwen3-32B-FP8 on 4 H200s (TensorRT-LLM), no engine overhead on either side.
     let (mut t4, _) = timer("Qwen/Qwen3-32B-FP8", "h200_sxm", "trtllm", 4);
     let step = |t: &mut OpLevelTimer, load: RankLoad| t.step_time(&[load]).unwrap().as_ms_f64();
-    let overhead = servesim_perf::oplevel::TRTLLM_STEP_OVERHEAD_S * 1e3;
+    // Kernels only: AIConfigurator's step figures carry no engine overhead or prefill scaling.
+    let raw = servesim_perf::oplevel::OpConstants::default();
+    t4.set_constants(raw);
+    let overhead = 0.0;
     let prefill = RankLoad {
         prefill: vec![PrefillChunk { new_tokens: 4000, context_tokens: 0 }],
         ..RankLoad::default()

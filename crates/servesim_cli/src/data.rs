@@ -238,6 +238,33 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
             }));
         }
     }
+    // Keep what earlier imports into the same directory wrote (other systems or engines).
+    let path = a.out.join("manifest.json");
+    let mut selections = vec![json!({
+        "systems": a.systems,
+        "backends": a.backends,
+        "versions": versions,
+        "lane": "per slice key, the kernel_source with the most measured rows (all-reduce: per launch mode)",
+        "moe_distribution": MOE_DISTRIBUTION,
+        "shapes": if a.all_shapes { "all" } else { "those of the built-in model catalog: its MoE shapes, attention head sizes and windows, up to 8 KV heads per GPU" },
+    })];
+    if let Ok(old) = std::fs::read_to_string(&path) {
+        if let Ok(old) = serde_json::from_str::<serde_json::Value>(&old) {
+            let mine: BTreeSet<String> =
+                files.iter().filter_map(|f| f["path"].as_str().map(str::to_string)).collect();
+            for f in old["files"].as_array().into_iter().flatten() {
+                if f["path"].as_str().is_some_and(|p| !mine.contains(p)) {
+                    files.push(f.clone());
+                }
+            }
+            for sel in old["selections"].as_array().into_iter().flatten() {
+                if !selections.contains(sel) {
+                    selections.push(sel.clone());
+                }
+            }
+        }
+    }
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
     let manifest = json!({
         "schema_version": 1,
         "generated_by": "servesim data import-aic",
@@ -247,17 +274,9 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
             "license": "Apache-2.0",
             "how": format!("pip download --no-deps aiconfigurator-core=={AIC_VERSION}"),
         },
-        "selection": {
-            "systems": a.systems,
-            "backends": a.backends,
-            "versions": versions,
-            "lane": "per slice key, the kernel_source with the most measured rows",
-            "moe_distribution": MOE_DISTRIBUTION,
-            "shapes": if a.all_shapes { "all" } else { "those of the built-in model catalog: its MoE shapes, attention head sizes and windows, up to 8 KV heads per GPU" },
-        },
+        "selections": selections,
         "files": files,
     });
-    let path = a.out.join("manifest.json");
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| fail(1, e.to_string()))? + "\n";
     std::fs::write(&path, text).map_err(|e| fail(1, format!("cannot write {}: {e}", path.display())))?;
     println!("wrote {} ({} files, {:.2} MB)", path.display(), files.len(), total_bytes as f64 / 1e6);
@@ -322,15 +341,14 @@ pub fn inspect(path: &Path) -> Result<(), Failure> {
                         axes.join(", ")
                     );
                 }
+            } else if cols.columns.contains_key("cell_id") && cols.columns.contains_key("workload_kind") {
+                inspect_fpm(&name, bytes, &mut out)?;
             } else {
-                let kind =
-                    if cols.columns.contains_key("cell_id") && cols.columns.contains_key("workload_kind") {
-                        "AISimulate FPM forward-pass table"
-                    } else if cols.columns.contains_key("kernel_source") {
-                        "AIConfigurator perf table"
-                    } else {
-                        "Parquet file"
-                    };
+                let kind = if cols.columns.contains_key("kernel_source") {
+                    "AIConfigurator perf table"
+                } else {
+                    "Parquet file"
+                };
                 let _ = writeln!(out, "{name}: {kind}, {} rows, {} columns", cols.rows, cols.columns.len());
                 for (k, c) in &cols.columns {
                     let (n, sample) = distinct(c, 8);
@@ -367,5 +385,58 @@ pub fn inspect(path: &Path) -> Result<(), Failure> {
         _ => return Err(fail(2, format!("{name}: unsupported file type (parquet, jsonl, csv)"))),
     }
     print!("{out}");
+    Ok(())
+}
+
+/// `servesim data inspect` of an FPM table: its sidecar, each cell and its measured domain.
+fn inspect_fpm(name: &str, bytes: Vec<u8>, out: &mut String) -> Result<(), Failure> {
+    use servesim_data::fpm;
+    let side_path = fpm::sidecar_path(name);
+    let sidecar = match std::fs::read_to_string(&side_path) {
+        Ok(text) => {
+            let sc = fpm::read_sidecar(&side_path, &text).map_err(|e| fail(2, e.to_string()))?;
+            let _ = writeln!(
+                out,
+                "{name}: AISimulate FPM forward-pass table (sidecar {side_path}: schema v{}, {}, sha256 {})",
+                sc.schema_version,
+                if sc.measurement_policy.is_empty() {
+                    "no measurement policy"
+                } else {
+                    &sc.measurement_policy
+                },
+                if sc.parquet_sha256.is_some() { "checked" } else { "absent" }
+            );
+            sc
+        }
+        Err(_) => {
+            let _ = writeln!(
+                out,
+                "{name}: AISimulate FPM forward-pass table (no sidecar at {side_path}: not checked)"
+            );
+            fpm::Sidecar { schema_version: fpm::SCHEMA_VERSION, ..fpm::Sidecar::default() }
+        }
+    };
+    let cells = fpm::read_fpm(name, bytes, &sidecar).map_err(|e| fail(2, e.to_string()))?;
+    for c in &cells {
+        let _ = writeln!(out, "  cell {}", c.describe());
+        match servesim_perf::fpm::FpmModel::new(&c.data) {
+            Ok(m) => {
+                let d = m.domain();
+                let _ = writeln!(
+                    out,
+                    "    prefill: batch {}, new tokens {}, cached tokens {}; decode: batch {}, KV tokens {}{}",
+                    d.prefill[0],
+                    d.prefill[1],
+                    d.prefill[2],
+                    d.decode[0],
+                    d.decode[1],
+                    if m.repeated_rows > 0 { format!("; {} repeated rows (median used)", m.repeated_rows) } else { String::new() }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "    not usable: {e}");
+            }
+        }
+    }
     Ok(())
 }

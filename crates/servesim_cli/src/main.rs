@@ -98,6 +98,40 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Replay measured deployments (calibration CSV) and report TTFT/TPOT errors.
+    Validate {
+        /// Measured results: AIConfigurator silicon_sample.csv columns.
+        #[arg(long, value_name = "FILE")]
+        silicon: PathBuf,
+        /// Only rows whose id, model, system or engine contains this text (repeatable: any).
+        #[arg(long, value_name = "TEXT")]
+        filter: Vec<String>,
+        /// Only rows of this class: dense-agg, moe-agg, dense-disagg, moe-disagg.
+        #[arg(long, value_name = "CLASS")]
+        class: Option<String>,
+        /// Write every row's prediction and error as CSV.
+        #[arg(long, value_name = "FILE")]
+        rows_csv: Option<PathBuf>,
+        /// Read servesim's data from this directory instead of the built-in copy.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Replay with this prefill-share multiplier instead of the engines' calibrated one.
+        #[arg(long)]
+        prefill_scale: Option<f64>,
+        /// Replay with this per-step engine overhead (ms).
+        #[arg(long)]
+        step_overhead_ms: Option<f64>,
+        /// Replay with this frontend delay (ms).
+        #[arg(long)]
+        frontend_ms: Option<f64>,
+        /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
+        /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
+        #[arg(long, default_value_t = 0.8)]
+        length_floor: f64,
+        /// Print the prediction.yaml each row is replayed as, instead of running it.
+        #[arg(long)]
+        show_scenarios: bool,
+    },
     /// Import and inspect data files (kernel tables, traces).
     Data {
         #[command(subcommand)]
@@ -127,6 +161,18 @@ enum DataCommand {
         /// Keep every shape, not only those the built-in catalog's models need.
         #[arg(long)]
         all_shapes: bool,
+    },
+    /// Write the op-level model's step times for a scenario's deployment as an FPM table pair
+    /// (fpm_forward_perf.parquet + .metadata.json), one cell per worker role.
+    ExportFpm {
+        /// The scenario (prediction.yaml).
+        config: PathBuf,
+        /// Output directory.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Read servesim's data from this directory instead of the built-in copy.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Summarise a data file: servesim or AIConfigurator Parquet tables, FPM tables, traces.
     Inspect {
@@ -169,10 +215,35 @@ fn main() -> ExitCode {
             ),
             Err(message) => Err(Failure { code: 2, message }),
         },
+        Command::Validate {
+            silicon,
+            filter,
+            class,
+            rows_csv,
+            data_dir,
+            prefill_scale,
+            step_overhead_ms,
+            frontend_ms,
+            length_floor,
+            show_scenarios,
+        } => {
+            let knobs = servesim_scenario::validate::Knobs {
+                prefill_scale,
+                step_overhead_ms,
+                frontend_ms,
+                length_floor: Some(length_floor),
+            };
+            if show_scenarios {
+                show_validation_scenarios(&silicon, &filter, &knobs)
+            } else {
+                validate(&silicon, &filter, class.as_deref(), rows_csv.as_deref(), data_dir, &knobs)
+            }
+        }
         Command::Data { command } => match command {
             DataCommand::ImportAic { from, out, systems, backends, versions, all_shapes } => {
                 data::import_aic(&data::ImportArgs { from, out, systems, backends, versions, all_shapes })
             }
+            DataCommand::ExportFpm { config, out, data_dir } => export_fpm(&config, &out, data_dir),
             DataCommand::Inspect { file } => data::inspect(&file),
         },
     };
@@ -186,9 +257,160 @@ fn main() -> ExitCode {
     }
 }
 
+fn validate(
+    silicon: &Path,
+    filter: &[String],
+    class: Option<&str>,
+    rows_csv: Option<&Path>,
+    data_dir: Option<PathBuf>,
+    knobs: &servesim_scenario::validate::Knobs,
+) -> Result<(), Failure> {
+    use servesim_scenario::validate::{run_row, summarize, table};
+    let started = Instant::now();
+    let name = silicon.display().to_string();
+    let bytes = std::fs::read(silicon)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
+    let mut rows = servesim_data::silicon::parse(&bytes, &name)
+        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
+    if !filter.is_empty() {
+        rows.retain(|r| {
+            filter
+                .iter()
+                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
+        });
+    }
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    if let Some(c) = class {
+        let want = match c {
+            "dense-agg" => "dense aggregated",
+            "moe-agg" => "MoE aggregated",
+            "dense-disagg" => "dense disaggregated",
+            "moe-disagg" => "MoE disaggregated",
+            _ => {
+                return Err(Failure {
+                    code: 2,
+                    message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
+                })
+            }
+        };
+        rows.retain(|r| servesim_scenario::validate::class(r, &catalog) == want);
+    }
+    let files = DiskFiles { base: PathBuf::from("."), data_dir };
+    let show = std::io::stderr().is_terminal();
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        if show {
+            eprint!("\r{}/{} {:<60}", i + 1, rows.len(), r.id.chars().take(60).collect::<String>());
+        }
+        outcomes.push(run_row(r, &catalog, &files, knobs));
+    }
+    if show {
+        eprintln!();
+    }
+    let s = summarize(&rows, &outcomes, &catalog);
+    println!("servesim validate --silicon {name}: {} rows\n", rows.len());
+    print!("{}", table(&s));
+    let mut errors: Vec<String> = rows
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(r, o)| o.error.as_ref().map(|e| format!("{} (line {}): {e}", r.id, r.line)))
+        .collect();
+    if !errors.is_empty() {
+        println!("\nnot predicted ({}):", errors.len());
+        errors.truncate(20);
+        for e in errors {
+            println!("  {e}");
+        }
+    }
+    if let Some(path) = rows_csv {
+        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,error\n");
+        for (r, o) in rows.iter().zip(&outcomes) {
+            let (pt, pp) = o
+                .predicted
+                .map_or((String::new(), String::new()), |(a, b)| (format!("{a:.3}"), format!("{b:.3}")));
+            let _ = std::fmt::Write::write_fmt(
+                &mut w,
+                format_args!(
+                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},\"{}\"\n",
+                    r.id,
+                    r.line,
+                    r.model,
+                    r.system,
+                    r.backend,
+                    if r.disaggregated() { "disagg" } else { "agg" },
+                    r.isl,
+                    r.osl,
+                    r.concurrency,
+                    r.ttft_ms,
+                    r.tpot_ms,
+                    o.error.as_deref().unwrap_or("").replace('"', "'")
+                ),
+            );
+        }
+        write_file(path, &w)?;
+    }
+    eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn show_validation_scenarios(
+    silicon: &Path,
+    filter: &[String],
+    knobs: &servesim_scenario::validate::Knobs,
+) -> Result<(), Failure> {
+    let name = silicon.display().to_string();
+    let bytes = std::fs::read(silicon)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
+    let rows = servesim_data::silicon::parse(&bytes, &name)
+        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    for r in rows.iter().filter(|r| {
+        filter.is_empty()
+            || filter
+                .iter()
+                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
+    }) {
+        let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
+        println!("---\n{}", servesim_scenario::validate::scenario_yaml(r, knobs, dense));
+    }
+    Ok(())
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(path, text)
         .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })
+}
+
+/// `servesim data export-fpm`: the op-level model's grid for each role as one FPM file.
+fn export_fpm(config: &Path, out: &Path, data_dir: Option<PathBuf>) -> Result<(), Failure> {
+    let source = config.display().to_string();
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let root = parse_with_overrides(&text, &source, &[])?;
+    let files =
+        DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir };
+    let prepared = prepare(&root, &source, &catalog, None, &files)?;
+    let mut cells = Vec::new();
+    for i in 0..prepared.roles.len() {
+        cells.push(servesim_scenario::fpmgrid::cell(&prepared, i)?);
+    }
+    let path = out.join("fpm_forward_perf.parquet");
+    let name = path.display().to_string();
+    let (bytes, sidecar) = servesim_data::fpm::write_fpm(&name, &cells, "servesim_op_level_prediction_v1")
+        .map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| Failure { code: 1, message: format!("cannot create {}: {e}", out.display()) })?;
+    let side = servesim_data::fpm::sidecar_path(&name);
+    std::fs::write(&path, &bytes)
+        .map_err(|e| Failure { code: 1, message: format!("cannot write {name}: {e}") })?;
+    std::fs::write(&side, sidecar)
+        .map_err(|e| Failure { code: 1, message: format!("cannot write {side}: {e}") })?;
+    for c in &cells {
+        println!("{}", c.describe());
+    }
+    println!("wrote {name} ({} bytes) and {side}", bytes.len());
+    Ok(())
 }
 
 /// How `predict` writes its results.

@@ -62,6 +62,8 @@ pub enum SimError {
     Stalled {
         /// Requests left waiting.
         unfinished: u64,
+        /// Where they are: `(status, phase, count)`, for the message.
+        states: Vec<(&'static str, &'static str, u64)>,
     },
 }
 
@@ -71,8 +73,12 @@ impl core::fmt::Display for SimError {
             SimError::Timing { worker, message } => {
                 write!(f, "worker {worker}: cannot time a step: {message}")
             }
-            SimError::Stalled { unfinished } => {
-                write!(f, "{unfinished} requests can never be scheduled (simulation stalled)")
+            SimError::Stalled { unfinished, states } => {
+                write!(f, "{unfinished} requests can never be scheduled (simulation stalled)")?;
+                for (i, (s, p, n)) in states.iter().enumerate() {
+                    write!(f, "{}{n} {s} in {p}", if i == 0 { ": " } else { ", " })?;
+                }
+                Ok(())
             }
         }
     }
@@ -120,6 +126,8 @@ pub struct SimSetup {
     /// Longest request (prompt + output tokens) the engine accepts; longer ones are rejected
     /// on arrival, as vLLM refuses requests beyond `max_model_len`.
     pub context_limit: Option<u32>,
+    /// Delay between a request's arrival and its dispatch (the serving frontend).
+    pub frontend_delay: SimDur,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -208,7 +216,11 @@ impl Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
             requests: Vec::new(),
-            traffic: Traffic::new(setup.traffic, setup.seed),
+            traffic: {
+                let mut t = Traffic::new(setup.traffic, setup.seed);
+                t.set_dispatch_delay(setup.frontend_delay);
+                t
+            },
             workers: setup.workers,
             timers,
             router: setup.router,
@@ -256,7 +268,26 @@ impl Simulation {
             let Some(t) = self.queue.peek_time() else {
                 let unfinished = self.requests.len() as u64 - self.finished;
                 if unfinished > 0 || self.traffic.next_arrival().is_some() {
-                    return Err(SimError::Stalled { unfinished });
+                    let mut states: Vec<(&'static str, &'static str, u64)> = Vec::new();
+                    for r in &self.requests {
+                        let status = match r.status {
+                            Status::Waiting => "waiting",
+                            Status::Transferring => "transferring",
+                            Status::Running => "running",
+                            Status::Completed | Status::Rejected => continue,
+                        };
+                        let phase = match r.phase {
+                            crate::request::Phase::Serve => "serve",
+                            crate::request::Phase::Prefill => "prefill",
+                            crate::request::Phase::Transfer => "transfer",
+                            crate::request::Phase::Decode => "decode",
+                        };
+                        match states.iter_mut().find(|(s, p, _)| *s == status && *p == phase) {
+                            Some(e) => e.2 += 1,
+                            None => states.push((status, phase, 1)),
+                        }
+                    }
+                    return Err(SimError::Stalled { unfinished, states });
                 }
                 self.stopped = Some(StopReason::Drained);
                 break;

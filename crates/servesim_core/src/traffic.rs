@@ -250,6 +250,9 @@ pub struct Traffic {
     pending: EventQueue<RequestSpec>,
     last_open_start: SimTime,
     max_requests: u32,
+    /// Time from a request's arrival to its dispatch to the router (the serving frontend:
+    /// HTTP, tokenisation). Latencies are measured from arrival.
+    dispatch_delay: SimDur,
 }
 
 impl Traffic {
@@ -273,6 +276,7 @@ impl Traffic {
             pending: EventQueue::new(),
             last_open_start: SimTime::ZERO,
             max_requests,
+            dispatch_delay: SimDur::ZERO,
         };
         match t.spec.load {
             Load::Concurrency(c) => {
@@ -308,12 +312,17 @@ impl Traffic {
     /// When the next request arrives, if any is scheduled.
     #[must_use]
     pub fn next_arrival(&self) -> Option<SimTime> {
-        self.pending.peek_time()
+        self.pending.peek_time().map(|t| t + self.dispatch_delay)
     }
 
-    /// Takes the next request due at or before `now`.
+    /// Sets the frontend delay between a request's arrival and its dispatch.
+    pub fn set_dispatch_delay(&mut self, d: SimDur) {
+        self.dispatch_delay = d;
+    }
+
+    /// Takes the next request due for dispatch at or before `now`.
     pub fn pop_due(&mut self, now: SimTime) -> Option<RequestSpec> {
-        if self.pending.peek_time()? > now {
+        if self.pending.peek_time()? + self.dispatch_delay > now {
             return None;
         }
         let (at, spec) = self.pending.pop()?;

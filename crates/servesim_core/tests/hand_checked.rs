@@ -86,6 +86,7 @@ fn run(c: Case) -> RunResult {
         },
         context_limit: None,
         fast_forward: true,
+        frontend_delay: SimDur::ZERO,
         pd: None,
     };
     let mut sim = Simulation::new(setup, vec![timer()]);
@@ -290,6 +291,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         },
         context_limit: None,
         fast_forward: true,
+        frontend_delay: SimDur::ZERO,
         pd: Some(PdSetup {
             prefill_workers: 1,
             decode_router: Router::round_robin(),

@@ -3,7 +3,8 @@
 //! Each AIConfigurator file can hold several *lanes* (kernel implementations, its
 //! `kernel_source` column) for the same op. An engine runs one of them; servesim keeps, per
 //! slice key, the lane with the most measured rows — the one collected as the engine's
-//! default path — and records which lane it kept. Rows outside what the family means (beam
+//! default path — and records which lane it kept. All-reduce lanes are kept per launch mode
+//! (`graph`: captured in a CUDA graph; `eager`). Rows outside what the family means (beam
 //! search, non-unit query length in decode attention) are dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,7 +40,8 @@ fn columns(family: Family) -> (&'static [&'static str], &'static [&'static str])
             &["kv_cache_dtype", "attn_dtype", "head_dim", "window_size"],
             &["batch_size", "step", "num_heads", "num_key_value_heads"],
         ),
-        Family::AllReduce => (&["allreduce_dtype"], &["num_gpus", "message_size"]),
+        // The second key, `mode`, is derived from the lane (see `convert`).
+        Family::AllReduce => (&["allreduce_dtype", "kernel_source"], &["num_gpus", "message_size"]),
         Family::Nccl => (&["op_name", "nccl_dtype"], &["num_gpus", "message_size"]),
         Family::Moe => (
             &[
@@ -139,6 +141,11 @@ pub fn convert(
         let mut k = Vec::with_capacity(keys.len());
         for (c, name) in keys.iter().zip(key_cols) {
             k.push(text(file, c, i, name)?);
+        }
+        if family == Family::AllReduce {
+            // Engines time all-reduces captured in CUDA graphs and launched eagerly apart;
+            // a lane that does not say is the engine's only (graph-capable) one.
+            k[1] = if k[1].to_ascii_lowercase().contains("eager") { "eager".into() } else { "graph".into() };
         }
         if matches!(family, Family::ContextAttention | Family::GenerationAttention) {
             let num = |j: usize| k[j].parse::<u64>().unwrap_or(0);

@@ -4,8 +4,12 @@
 //!
 //! - [`trace`]: request traces — Mooncake JSONL (with `hash_ids`) and Azure-style CSV.
 //! - [`aic`]: AIConfigurator perf-database tables converted to servesim rows (the importer).
+//! - [`silicon`]: measured end-to-end results of real deployments (calibration CSV).
+//! - [`fpm`]: AISimulate whole-forward (FPM) tables and their sidecars, read and written.
 //! - [`perf`]: kernel-latency tables in Parquet (servesim tables; AIConfigurator columns).
 
 pub mod aic;
+pub mod fpm;
 pub mod perf;
+pub mod silicon;
 pub mod trace;

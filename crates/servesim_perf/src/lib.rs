@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: hardware and model-architecture descriptions (filled from catalog data).
 //! - [`memory`]: per-GPU memory plan and KV capacity, matching AISimulate's published figures.
+//! - [`fpm`]: whole-forward-pass step times from AISimulate FPM tables (never extrapolated).
 //! - [`roofline`]: a first-principles [`StepTimer`](servesim_core::timing::StepTimer), the
 //!   fallback wherever no measured kernel table applies.
 //!
@@ -12,6 +13,7 @@
 
 extern crate alloc;
 
+pub mod fpm;
 pub mod memory;
 pub mod oplevel;
 pub mod roofline;

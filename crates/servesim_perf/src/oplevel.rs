@@ -98,6 +98,13 @@ pub struct OpConstants {
     /// Engine overhead per forward step (scheduler, input preparation, sampling, launch),
     /// seconds; calibrated per engine on `shared/validation/calibration.csv`.
     pub step_overhead_s: f64,
+    /// Multiplier on the prefill share of a step (its GEMM increment over the decode tokens
+    /// and its context attention): what isolated kernel measurements miss in a real engine's
+    /// prefill (eager launches, KV-cache writes, input preparation); calibrated per engine.
+    pub prefill_scale: f64,
+    /// Serving-frontend time from a request's arrival to its dispatch (HTTP, tokenisation),
+    /// seconds; calibrated per engine.
+    pub frontend_s: f64,
 }
 
 impl OpConstants {
@@ -105,21 +112,42 @@ impl OpConstants {
     /// latencies, plus the engine's calibrated per-step overhead.
     #[must_use]
     pub fn for_backend(backend: &str) -> Self {
-        let step_overhead_s = match backend {
-            "vllm" => VLLM_STEP_OVERHEAD_S,
-            "sglang" => SGLANG_STEP_OVERHEAD_S,
-            _ => TRTLLM_STEP_OVERHEAD_S,
+        let c = match backend {
+            "vllm" => VLLM,
+            "sglang" => SGLANG,
+            _ => TRTLLM,
         };
-        OpConstants { step_overhead_s, ..OpConstants::default() }
+        OpConstants {
+            step_overhead_s: c.step_overhead_s,
+            prefill_scale: c.prefill_scale,
+            frontend_s: c.frontend_s,
+            ..OpConstants::default()
+        }
     }
 }
 
-/// vLLM's per-step overhead, calibrated on `shared/validation/calibration.csv`.
-pub const VLLM_STEP_OVERHEAD_S: f64 = 0.0;
-/// SGLang's per-step overhead, calibrated on `shared/validation/calibration.csv`.
-pub const SGLANG_STEP_OVERHEAD_S: f64 = 0.0;
-/// TensorRT-LLM's per-step overhead, calibrated on `shared/validation/calibration.csv`.
-pub const TRTLLM_STEP_OVERHEAD_S: f64 = 0.0;
+/// Engine constants calibrated on `shared/validation/calibration.csv`
+/// (`servesim validate --fit`, recorded in `docs/validation.md`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineCalibration {
+    /// Per-step overhead (s).
+    pub step_overhead_s: f64,
+    /// Prefill-share multiplier.
+    pub prefill_scale: f64,
+    /// Frontend delay (s).
+    pub frontend_s: f64,
+}
+
+/// vLLM: 143 dense aggregated rows; a grid over prefill scale {1, 1.25, 1.5, 2}, step
+/// overhead {0, 1} ms and frontend {0, 30, 50, 80} ms (`docs/validation.md`).
+pub const VLLM: EngineCalibration =
+    EngineCalibration { step_overhead_s: 0.0, prefill_scale: 1.0, frontend_s: 0.050 };
+/// SGLang: 23 dense aggregated rows, same grid (frontend {0, 30, 60, 100} ms).
+pub const SGLANG: EngineCalibration =
+    EngineCalibration { step_overhead_s: 0.0, prefill_scale: 1.5, frontend_s: 0.030 };
+/// TensorRT-LLM: 315 dense aggregated rows, same grid (frontend {0, 30, 50, 80, 120} ms).
+pub const TRTLLM: EngineCalibration =
+    EngineCalibration { step_overhead_s: 0.0, prefill_scale: 1.25, frontend_s: 0.050 };
 
 impl Default for OpConstants {
     fn default() -> Self {
@@ -129,6 +157,8 @@ impl Default for OpConstants {
             compute_efficiency: 0.815,
             link_latency_s: 10.0e-6,
             step_overhead_s: 0.0,
+            prefill_scale: 1.0,
+            frontend_s: 0.0,
         }
     }
 }
@@ -151,8 +181,49 @@ pub struct OpLevelSetup {
     /// Attention math format (`fmha`): TensorRT-LLM and SGLang run fp8 attention over an fp8
     /// KV cache, vLLM keeps bf16 (AIConfigurator's per-engine defaults, aiconfigurator-ref.json).
     pub attention_fp8: bool,
+    /// Which steps run as CUDA graphs.
+    pub graphs: GraphPolicy,
     /// Constants.
     pub constants: OpConstants,
+}
+
+/// Which forward steps an engine replays as CUDA graphs (launch-free kernels, graph-mode
+/// collectives); the others launch eagerly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphPolicy {
+    /// Largest step (tokens) captured.
+    pub max_tokens: u32,
+    /// Only decode-only steps are captured.
+    pub decode_only: bool,
+}
+
+impl GraphPolicy {
+    /// vLLM V1: piecewise graphs for steps of up to `min(2 × max_num_seqs, 512)` tokens,
+    /// prefill included (vLLM's default `max_cudagraph_capture_size`).
+    #[must_use]
+    pub fn vllm(max_sequences: u32) -> Self {
+        GraphPolicy { max_tokens: (2 * max_sequences).min(512), decode_only: false }
+    }
+
+    /// SGLang: decode batches only, up to `cuda_graph_max_bs` (its server default: 160 below
+    /// TP4, 256 from TP4 on GPUs of 80 GB and more).
+    #[must_use]
+    pub fn sglang(tp: u32) -> Self {
+        GraphPolicy { max_tokens: if tp < 4 { 160 } else { 256 }, decode_only: true }
+    }
+
+    /// TensorRT-LLM (PyTorch backend): generation-only batches, up to its default CUDA-graph
+    /// batch size of 128.
+    #[must_use]
+    pub fn trtllm() -> Self {
+        GraphPolicy { max_tokens: 128, decode_only: true }
+    }
+
+    /// Whether a step with `tokens` new tokens, `prefill` or not, runs as a graph.
+    #[must_use]
+    pub fn captures(&self, tokens: u64, prefill: bool) -> bool {
+        tokens <= u64::from(self.max_tokens) && !(prefill && self.decode_only)
+    }
 }
 
 /// The kinds of op a step is made of, for provenance reports.
@@ -176,8 +247,10 @@ type Memo = Option<(f64, u16)>;
 pub struct OpLevelTimer {
     s: OpLevelSetup,
     db: Rc<PerfDb>,
-    /// Token-count-dependent per-rank cost (linear layers, norms, all-reduces) by tokens.
+    /// Token-count-dependent per-rank cost (linear layers, norms, all-reduces) by tokens,
+    /// for graph-captured steps and for eager ones.
     dense_by_tokens: Vec<Memo>,
+    dense_eager_by_tokens: Vec<Memo>,
     /// LM head by sampling sequences.
     head_by_seqs: Vec<Memo>,
     /// MoE experts (and their all-to-all) by tokens over all ranks.
@@ -199,11 +272,17 @@ impl OpLevelTimer {
             s: setup,
             db,
             dense_by_tokens: Vec::new(),
+            dense_eager_by_tokens: Vec::new(),
             head_by_seqs: Vec::new(),
             moe_by_tokens: Vec::new(),
             tallies: Vec::new(),
             used: [Provenance::default(); 7],
         }
+    }
+
+    /// Replaces the modelling constants (e.g. to compare raw kernel sums).
+    pub fn set_constants(&mut self, c: OpConstants) {
+        self.s.constants = c;
     }
 
     /// Op evaluations of every step timed so far, by how each op was timed.
@@ -291,19 +370,26 @@ impl OpLevelTimer {
         (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
     }
 
-    /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`.
+    /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`, in a CUDA graph or
+    /// launched eagerly.
     #[allow(clippy::cast_precision_loss)]
     #[must_use]
-    pub fn allreduce(&self, elems: u64, gpus: u32) -> (f64, Source) {
+    pub fn allreduce(&self, elems: u64, gpus: u32, graph: bool) -> (f64, Source) {
         if gpus <= 1 || elems == 0 {
             return (0.0, Source::Measured);
         }
-        let link = self.s.hardware.scale_up_bytes_per_s;
+        let hw = &self.s.hardware;
+        // Beyond one node the ring crosses the scale-out links.
+        let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
         let lat = self.s.constants.link_latency_s;
         let n = f64::from(gpus);
         let sol = move |c: &[f64]| 2.0 * (c[0] - 1.0) / c[0] * c[1] * 2.0 / link + lat;
         let x = [n, elems as f64];
-        if let Some(g) = self.db.table(Family::AllReduce).and_then(|t| t.slice(&["bfloat16"])) {
+        let mode = if graph { "graph" } else { "eager" };
+        let table = self.db.table(Family::AllReduce);
+        let slice =
+            table.and_then(|t| t.slice(&["bfloat16", mode]).or_else(|| t.slice(&["bfloat16", "graph"])));
+        if let Some(g) = slice {
             if let Some((ms, src)) = g.lookup(&x, Family::AllReduce.scales(), sol) {
                 return (ms / 1e3, src);
             }
@@ -500,7 +586,7 @@ impl OpLevelTimer {
     /// Per-rank cost that depends only on the rank's new tokens: linear layers, norms,
     /// activations, all-reduces, embedding.
     #[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
-    fn dense_part(&mut self, tokens: u64) -> (f64, Tally) {
+    fn dense_part(&mut self, tokens: u64, graph: bool) -> (f64, Tally) {
         let mut prov = Tally::default();
         let m = self.s.model.clone();
         let p = self.s.parallelism;
@@ -575,7 +661,7 @@ impl OpLevelTimer {
         }
         // All-reduce after attention (every layer) and after the MLP (dense layers, and MoE
         // layers whose experts are tensor-sharded inside the TP group).
-        let ar = self.allreduce(t * h, self.tp());
+        let ar = self.allreduce(t * h, self.tp(), graph);
         add(self, "allreduce", ar, all_layers + dense_mlp_layers, &mut prov);
         // Dense MLP layers.
         if dense_mlp_layers > 0.0 && m.intermediate_size > 0 {
@@ -600,7 +686,7 @@ impl OpLevelTimer {
                     add(self, "gemm", g, moe_layers, &mut prov);
                 }
                 if p.attention_data <= 1 {
-                    let ar = self.allreduce(t * h, self.tp());
+                    let ar = self.allreduce(t * h, self.tp(), graph);
                     add(self, "allreduce", ar, moe_layers, &mut prov);
                 }
             }
@@ -660,6 +746,7 @@ impl OpLevelTimer {
         let cached = match which {
             0 => self.dense_by_tokens.get(idx),
             1 => self.head_by_seqs.get(idx),
+            3 => self.dense_eager_by_tokens.get(idx),
             _ => self.moe_by_tokens.get(idx),
         }
         .copied()
@@ -671,8 +758,9 @@ impl OpLevelTimer {
             return s;
         }
         let (s, tally) = match which {
-            0 => self.dense_part(key),
+            0 => self.dense_part(key, true),
             1 => self.head_part(key),
+            3 => self.dense_part(key, false),
             _ => self.moe_part(key),
         };
         self.use_tally(&tally);
@@ -681,6 +769,7 @@ impl OpLevelTimer {
             let v = match which {
                 0 => &mut self.dense_by_tokens,
                 1 => &mut self.head_by_seqs,
+                3 => &mut self.dense_eager_by_tokens,
                 _ => &mut self.moe_by_tokens,
             };
             if v.len() <= idx {
@@ -691,9 +780,10 @@ impl OpLevelTimer {
         s
     }
 
-    /// Attention of one rank for one step (all attention layers of this stage).
+    /// Attention of one rank for one step (all attention layers of this stage): context
+    /// (prefill) and generation (decode) seconds.
     #[allow(clippy::cast_precision_loss)]
-    fn attention_part(&mut self, r: &RankLoad) -> f64 {
+    fn attention_part(&mut self, r: &RankLoad) -> (f64, f64) {
         let m = &self.s.model;
         let pp = f64::from(self.s.parallelism.pipeline.max(1));
         let attn_layers = f64::from(m.attention_layers()) / pp;
@@ -702,6 +792,7 @@ impl OpLevelTimer {
         let full_layers = attn_layers - sliding_layers;
         let cap = m.sparse_attention_topk.map_or(f64::INFINITY, |k| k as f64);
         let mut secs = 0.0;
+        let mut ctx_secs = 0.0;
         let mut prov = Provenance::default();
         // Prefill chunks: causal pairs on top of cached context.
         if !r.prefill.is_empty() {
@@ -726,12 +817,12 @@ impl OpLevelTimer {
             if full_layers > 0.0 {
                 let (s, src) = self.context_attention(b, pairs_with(cap));
                 prov.count(src);
-                secs += s * full_layers;
+                ctx_secs += s * full_layers;
             }
             if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
                 let (s, src) = self.context_attention(b, pairs_with(w as f64));
                 prov.count(src);
-                secs += s * sliding_layers;
+                ctx_secs += s * sliding_layers;
             }
         }
         if r.decode_requests > 0 {
@@ -748,7 +839,7 @@ impl OpLevelTimer {
             }
         }
         self.used[Self::kind("attention")].add(&prov);
-        secs
+        (ctx_secs, secs)
     }
 
     /// Seconds of one step.
@@ -762,7 +853,17 @@ impl OpLevelTimer {
             let t = r.new_tokens();
             all_tokens += t;
             let seqs = u64::from(r.decode_requests) + r.prefill.len() as u64;
-            let s = self.memo(0, t) + self.memo(1, seqs) + self.attention_part(r);
+            let graph = self.s.graphs.captures(t, !r.prefill.is_empty());
+            let dense = self.memo(if graph { 0 } else { 3 }, t);
+            let (ctx, gen) = self.attention_part(r);
+            let mut s = dense + self.memo(1, seqs) + ctx + gen;
+            #[allow(clippy::float_cmp)] // 1.0 exactly means "no scaling".
+            if !r.prefill.is_empty() && self.s.constants.prefill_scale != 1.0 {
+                // The prefill share: linear layers beyond the decode tokens, context attention.
+                let d = u64::from(r.decode_requests);
+                let decode_only = if d > 0 { self.memo(if graph { 0 } else { 3 }, d) } else { 0.0 };
+                s += (self.s.constants.prefill_scale - 1.0) * ((dense - decode_only).max(0.0) + ctx);
+            }
             worst = worst.max(s);
         }
         if all_tokens == 0 {
@@ -863,6 +964,7 @@ mod tests {
             moe: MoeQuant::Bf16,
             kv: Dtype::Bf16,
             attention_fp8: false,
+            graphs: GraphPolicy::vllm(256),
             constants: OpConstants::default(),
         }
     }

@@ -412,7 +412,7 @@ impl Family {
             Family::ContextAttention | Family::GenerationAttention => {
                 &["kv_dtype", "attn_dtype", "head_dim", "window"]
             }
-            Family::AllReduce => &["dtype"],
+            Family::AllReduce => &["dtype", "mode"],
             Family::Nccl => &["op", "dtype"],
             Family::Moe => {
                 &["dtype", "distribution", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"]

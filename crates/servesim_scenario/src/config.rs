@@ -194,6 +194,8 @@ pub struct EngineConfig {
 
 /// `engine.workers`.
 #[derive(Clone, Debug, PartialEq)]
+// Decoded once per run; boxing the roles would only add indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Workers {
     /// `aggregated`.
     Aggregated(RoleConfig),
@@ -327,13 +329,40 @@ pub struct RoleConfig {
 }
 
 /// `engine.workers.<role>.timing`: how step times are computed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimingConfig {
+    /// Which model.
+    pub kind: TimingKind,
+    /// `prefill_scale` (servesim extension): multiplies the prefill share of every step;
+    /// default: the engine's calibrated value.
+    pub prefill_scale: Option<f64>,
+    /// `step_overhead_ms` (servesim extension): engine time per step outside the kernels.
+    pub step_overhead_ms: Option<f64>,
+    /// `frontend_ms` (servesim extension): API-server time from arrival to dispatch.
+    pub frontend_ms: Option<f64>,
+}
+
+/// `forward_model: fpm`: where the whole-forward tables are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FpmSource {
+    /// `fpm_parquet_path` (its sidecar is the same stem with `.metadata.json`).
+    pub parquet_path: String,
+    /// Where `fpm_parquet_path` was given, for messages.
+    pub origin: crate::node::Origin,
+    /// `fpm_cell_id` (servesim extension): which cell, when several match the deployment.
+    pub cell_id: Option<String>,
+}
+
+/// `timing.type`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum TimingConfig {
+pub enum TimingKind {
     /// `type: default` with `forward_model: op_level`: op-level model over measured tables.
     #[default]
     OpLevel,
     /// `type: roofline` (servesim extension): first principles only, no tables.
     Roofline,
+    /// `forward_model: fpm`: measured whole-forward steps (AISimulate FPM tables).
+    Fpm(FpmSource),
 }
 
 /// `router.policy`.

@@ -7,10 +7,10 @@ use servesim_core::traffic::LengthDist;
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
-    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, KvCacheConfig, KvTransferConfig,
-    LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig, RouterPolicy,
-    SchedulerKnobs, SourceConfig, StopConfig, TimingConfig, TraceFormatConfig, TrafficConfig, TransferMode,
-    Workers,
+    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, FpmSource, KvCacheConfig,
+    KvTransferConfig, LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig,
+    RouterPolicy, SchedulerKnobs, SourceConfig, StopConfig, TimingConfig, TimingKind, TraceFormatConfig,
+    TrafficConfig, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -1073,24 +1073,70 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
     let mut out = TimingConfig::default();
     if let Some((n, p)) = f.take("type") {
         match choice(n, &p, cx, &["default", "roofline", "fixed", "polynomial"]) {
-            Some("roofline") => out = TimingConfig::Roofline,
+            Some("roofline") => out.kind = TimingKind::Roofline,
             Some("fixed" | "polynomial") => {
                 cx.unsupported(&p, n, "fixed and polynomial step times are not available in servesim yet");
             }
             _ => {}
         }
     }
+    let mut fpm = false;
     if let Some((n, p)) = f.take("forward_model") {
         if choice(n, &p, cx, &["op_level", "fpm"]) == Some("fpm") {
-            cx.unsupported(&p, n, "FPM tables are not read by servesim yet");
+            if out.kind == TimingKind::Roofline {
+                cx.domain(&p, n, "forward_model: fpm needs type: default (roofline uses no tables)");
+            }
+            fpm = true;
         }
     }
-    for k in ["prefill_ms", "decode_ms", "fpm_parquet_path"] {
+    let parquet =
+        f.take("fpm_parquet_path").and_then(|(n, p)| string(n, &p, cx).map(|s| (s, n.origin.clone(), p)));
+    let cell_id = f.take("fpm_cell_id").and_then(|(n, p)| string(n, &p, cx));
+    match (fpm, parquet) {
+        (true, Some((parquet_path, origin, _))) => {
+            out.kind = TimingKind::Fpm(FpmSource { parquet_path, origin, cell_id });
+        }
+        (true, None) => {
+            cx.report(
+                crate::diag::DiagKind::Schema,
+                &format!("{path}.fpm_parquet_path"),
+                &node.origin,
+                "forward_model: fpm needs fpm_parquet_path (the fpm_forward_perf.parquet file)",
+            );
+        }
+        (false, Some((_, _, p))) => {
+            cx.report(
+                crate::diag::DiagKind::Domain,
+                &p,
+                &node.origin,
+                "fpm_parquet_path is only used with forward_model: fpm",
+            );
+        }
+        (false, None) => {}
+    }
+    for k in ["prefill_ms", "decode_ms"] {
         if let Some((n, p)) = f.take(k) {
             cx.unsupported(&p, n, format!("'{k}' is not used by servesim's timing model yet"));
         }
     }
-    f.finish(cx, &["type", "prefill_ms", "decode_ms", "forward_model", "fpm_parquet_path"], "");
+    out.prefill_scale = f.take("prefill_scale").and_then(|(n, p)| number_in(n, &p, cx, 0.1, 100.0));
+    out.step_overhead_ms = f.take("step_overhead_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e4));
+    out.frontend_ms = f.take("frontend_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    f.finish(
+        cx,
+        &[
+            "type",
+            "prefill_ms",
+            "decode_ms",
+            "forward_model",
+            "fpm_parquet_path",
+            "fpm_cell_id",
+            "prefill_scale",
+            "step_overhead_ms",
+            "frontend_ms",
+        ],
+        "",
+    );
     out
 }
 

@@ -12,10 +12,12 @@ pub mod catalog;
 pub mod config;
 pub mod decode;
 pub mod diag;
+pub mod fpmgrid;
 pub mod node;
 pub mod perfdata;
 pub mod report;
 pub mod scenario;
+pub mod validate;
 
 pub use report::Prediction;
 pub use scenario::{predict, Files, NoFiles, Override, Prepared, ScenarioError};

@@ -150,3 +150,112 @@ pub fn paths_for_config(text: &str) -> Vec<String> {
     }
     out
 }
+
+/// The deployment an FPM cell must describe (AISimulate's cell identity, as far as servesim
+/// models it).
+#[derive(Clone, Debug)]
+pub struct FpmWant<'a> {
+    /// Model id (`Qwen/Qwen3-8B`).
+    pub model: &'a str,
+    /// Hardware id (`h200_sxm`).
+    pub system: &'a str,
+    /// Engine (`vllm`, `sglang`, `trtllm`).
+    pub backend: &'a str,
+    /// `[tp, pp, dp, moe_tp, moe_ep, cp]`.
+    pub shape: [u32; 6],
+    /// GEMM quantization as the tables name it (`bfloat16`, `fp8`, `fp8_block`, `nvfp4`).
+    pub gemm: &'a str,
+    /// KV-cache dtype as the tables name it (`bfloat16`, `fp8`).
+    pub kv: &'a str,
+}
+
+impl FpmWant<'_> {
+    fn describe(&self) -> String {
+        let [tp, pp, dp, mtp, mep, cp] = self.shape;
+        format!(
+            "{}, {} on {}, tp {tp} pp {pp} dp {dp} moe_tp {mtp} moe_ep {mep} cp {cp}, gemm {}, kv {}",
+            self.model, self.backend, self.system, self.gemm, self.kv
+        )
+    }
+
+    /// Why `cell` is not this deployment, or `None` when it is.
+    fn mismatch(&self, cell: &servesim_data::fpm::Cell) -> Option<String> {
+        let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_ascii_lowercase();
+        if cell.model_path != self.model && base(&cell.model_path) != base(self.model) {
+            return Some(format!("model_path '{}' is not {}", cell.model_path, self.model));
+        }
+        if !cell.system.is_empty() && cell.system != self.system {
+            return Some(format!("system '{}' is not {}", cell.system, self.system));
+        }
+        if !cell.backend.is_empty() && cell.backend != self.backend {
+            return Some(format!("backend '{}' is not {}", cell.backend, self.backend));
+        }
+        for (name, want) in ["tp", "pp", "dp", "moe_tp", "moe_ep", "cp"].iter().zip(self.shape) {
+            let have = cell.get(name).unwrap_or("");
+            if have.parse::<u32>().ok() != Some(want) {
+                return Some(format!("{name} is {have}, the deployment has {want}"));
+            }
+        }
+        for (name, want) in [("gemm_quant_mode", self.gemm), ("kv_cache_dtype", self.kv)] {
+            let have = cell.get(name).unwrap_or("");
+            if !have.eq_ignore_ascii_case(want) {
+                return Some(format!("{name} is '{have}', the deployment uses '{want}'"));
+            }
+        }
+        None
+    }
+}
+
+/// Reads an FPM table pair and picks the cell of this deployment: exact identity, never a
+/// neighbour (AISimulate's "fail closed"). `cell_id` chooses among several matching cells
+/// (e.g. different attention backends, which servesim does not model).
+///
+/// # Errors
+/// A message naming the file and, when no cell fits, every cell it has.
+pub fn load_fpm(
+    files: &dyn Files,
+    parquet: &str,
+    cell_id: Option<&str>,
+    want: &FpmWant<'_>,
+) -> Result<servesim_perf::fpm::FpmModel, String> {
+    use servesim_data::fpm;
+    let side_path = fpm::sidecar_path(parquet);
+    let side = files.read(&side_path).map_err(|e| format!("{e} (the sidecar of {parquet})"))?;
+    let side = String::from_utf8(side).map_err(|_| format!("{side_path}: not UTF-8 text"))?;
+    let sidecar = fpm::read_sidecar(&side_path, &side).map_err(|e| e.to_string())?;
+    let bytes = files.read(parquet)?;
+    let cells = fpm::read_fpm(parquet, bytes, &sidecar).map_err(|e| e.to_string())?;
+    let listing = || cells.iter().map(|c| format!("\n  - {}", c.describe())).collect::<String>();
+    let chosen = if let Some(id) = cell_id {
+        let Some(c) = cells.iter().find(|c| c.cell_id == id) else {
+            return Err(format!("{parquet} has no cell '{id}'; its cells:{}", listing()));
+        };
+        if let Some(why) = want.mismatch(c) {
+            return Err(format!("{parquet}: cell '{id}' does not describe this deployment ({})", why));
+        }
+        c
+    } else {
+        let fits: Vec<&servesim_data::fpm::Cell> =
+            cells.iter().filter(|c| want.mismatch(c).is_none()).collect();
+        match fits[..] {
+            [c] => c,
+            [] => {
+                return Err(format!(
+                    "{parquet} has no cell for {} (FPM cells are never borrowed across deployments); its cells:{}",
+                    want.describe(),
+                    listing()
+                ))
+            }
+            _ => {
+                let ids: Vec<String> = fits.iter().map(|c| c.describe()).collect();
+                return Err(format!(
+                    "{parquet} has {} cells for {}; choose one with timing.fpm_cell_id:\n  - {}",
+                    fits.len(),
+                    want.describe(),
+                    ids.join("\n  - ")
+                ));
+            }
+        }
+    };
+    servesim_perf::fpm::FpmModel::new(&chosen.data).map_err(|e| e.message)
+}

@@ -15,8 +15,9 @@ use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec
 use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
 use servesim_data::trace::TraceFormat;
+use servesim_perf::fpm::{FpmModel, FpmTimer};
 use servesim_perf::memory::{self, MemoryInputs, MemoryPlan, Parallelism};
-use servesim_perf::oplevel::{OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
+use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
 
@@ -26,7 +27,7 @@ use servesim_core::engine::Backend;
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TimingConfig,
+    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TimingKind,
     TraceFormatConfig, TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
@@ -212,6 +213,8 @@ pub enum RoleTiming {
     },
     /// First-principles roofline (`timing.type: roofline`).
     Roofline,
+    /// Measured whole-forward steps (`forward_model: fpm`).
+    Fpm(Rc<FpmModel>),
 }
 
 impl PreparedRole {
@@ -243,6 +246,9 @@ pub struct Prepared {
     pub limits: Limits,
     /// Fast-forward stable decode batches (on by default; results are identical either way).
     pub fast_forward: bool,
+    /// Frontend delay between arrival and dispatch (the engine's calibrated API-server
+    /// latency, or `timing.frontend_ms`).
+    pub frontend_delay: SimDur,
     /// Longest request the engine accepts (prompt + output), if limited.
     pub context_limit: Option<u32>,
 }
@@ -350,12 +356,19 @@ pub fn prepare(
             None => hardware,
         };
         let par = role.parallelism;
+        // Experts left unpartitioned follow the attention layout: tensor-parallel over every
+        // GPU of the stage (the engines' default without expert parallelism).
+        let unset = par.moe_tensor == 1 && par.moe_expert == 1;
         let parallelism = Parallelism {
             tensor: par.tensor,
             pipeline: par.pipeline,
             attention_data: par.attention_data,
             moe_expert: par.moe_expert,
-            moe_tensor: par.moe_tensor,
+            moe_tensor: if unset && model.moe.is_some() {
+                par.tensor * par.attention_data
+            } else {
+                par.moe_tensor
+            },
         };
         let ppath = format!("{base}.parallelism");
         if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
@@ -378,14 +391,19 @@ pub fn prepare(
                 ),
             );
         }
-        if par.tensor > hw.gpus_per_node {
+        // Tensor parallelism across nodes is allowed (multi-node TP, NVL72 racks); its
+        // collectives then run over the scale-out links.
+        if model.moe.is_some()
+            && par.moe_tensor * par.moe_expert != 1
+            && par.moe_tensor * par.moe_expert != par.tensor * par.attention_data
+        {
             cx.report(
                 DiagKind::Domain,
-                &tpath,
-                &at(&tpath),
+                &ppath,
+                &at(&ppath),
                 format!(
-                    "tensor parallelism {} exceeds the {} GPUs of one {} node",
-                    par.tensor, hw.gpus_per_node, hw.id
+                    "moe_tensor x moe_expert ({} x {}) must equal tensor x attention_data ({} x {}): experts are spread over the same GPUs",
+                    par.moe_tensor, par.moe_expert, par.tensor, par.attention_data
                 ),
             );
         }
@@ -429,9 +447,31 @@ pub fn prepare(
                 message: format!("{name} workers: the KV cache holds no block"),
             });
         }
-        let timing = match role.timing {
-            TimingConfig::Roofline => RoleTiming::Roofline,
-            TimingConfig::OpLevel => {
+        let timing = match &role.timing.kind {
+            TimingKind::Roofline => RoleTiming::Roofline,
+            TimingKind::Fpm(src) => {
+                let kv_name = match kv_dtype {
+                    Dtype::Bf16 => "bfloat16",
+                    other => other.name(),
+                };
+                let want = perfdata::FpmWant {
+                    model: &model.id,
+                    system: &hw.id,
+                    backend: perfdata::backend_name(engine.backend),
+                    shape: [par.tensor, par.pipeline, par.attention_data, par.moe_tensor, par.moe_expert, 1],
+                    gemm: gemm_quant.table_name(),
+                    kv: kv_name,
+                };
+                let at = format!("engine.workers.{name}.timing.fpm_parquet_path");
+                match perfdata::load_fpm(files, &src.parquet_path, src.cell_id.as_deref(), &want) {
+                    Ok(m) => RoleTiming::Fpm(Rc::new(m)),
+                    Err(message) => {
+                        cx.report(DiagKind::Domain, &at, &src.origin, message);
+                        continue;
+                    }
+                }
+            }
+            TimingKind::OpLevel => {
                 let backend = perfdata::backend_name(engine.backend);
                 let version = engine
                     .backend_version
@@ -447,7 +487,21 @@ pub fn prepare(
                         moe: moe_quant,
                         kv: kv_dtype,
                         attention_fp8: engine.backend != Backend::Vllm,
-                        constants: OpConstants::for_backend(backend),
+                        graphs: match engine.backend {
+                            Backend::Vllm => GraphPolicy::vllm(role.scheduler.max_sequences),
+                            Backend::Sglang => GraphPolicy::sglang(par.tensor),
+                            Backend::TrtLlm => GraphPolicy::trtllm(),
+                        },
+                        constants: {
+                            let mut c = OpConstants::for_backend(backend);
+                            if let Some(x) = role.timing.prefill_scale {
+                                c.prefill_scale = x;
+                            }
+                            if let Some(ms) = role.timing.step_overhead_ms {
+                                c.step_overhead_s = ms / 1e3;
+                            }
+                            c
+                        },
                     }),
                     db: Rc::new(db),
                 }
@@ -489,6 +543,14 @@ pub fn prepare(
         ContextLength::Tokens(n) => Some(n),
         ContextLength::Max => u32::try_from(model.max_position_embeddings).ok(),
     };
+    // The serving frontend sits in front of the first role (prefill in P/D).
+    let frontend_delay = match config.engine.workers.roles().first() {
+        Some((_, r)) => SimDur::from_secs_f64(r.timing.frontend_ms.map_or_else(
+            || OpConstants::for_backend(perfdata::backend_name(config.engine.backend)).frontend_s,
+            |ms| ms / 1e3,
+        )),
+        None => SimDur::ZERO,
+    };
     Ok(Prepared {
         seed: seed.unwrap_or(config.traffic.load.seed),
         model: model.clone(),
@@ -507,6 +569,7 @@ pub fn prepare(
         context_limit,
         config,
         fast_forward: true,
+        frontend_delay,
     })
 }
 
@@ -750,6 +813,7 @@ impl Prepared {
                 RoleTiming::OpLevel { setup, db } => {
                     timers.push(Box::new(OpLevelTimer::new((**setup).clone(), db.clone())));
                 }
+                RoleTiming::Fpm(m) => timers.push(Box::new(FpmTimer::new(m.clone()))),
                 RoleTiming::Roofline => timers.push(Box::new(RooflineTimer::new(
                     self.model.clone(),
                     role.hardware.clone(),
@@ -808,6 +872,7 @@ impl Prepared {
             fleet,
             context_limit: self.context_limit,
             fast_forward: self.fast_forward,
+            frontend_delay: self.frontend_delay,
             pd,
         };
         Simulation::new(setup, timers)
@@ -844,4 +909,18 @@ pub fn predict(
     let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
     let root = parse_with_overrides(text, source, overrides)?;
     prepare(&root, source, &catalog, seed, files)?.run()
+}
+
+/// [`predict`] with a catalog the caller already holds (sweeps and validation run many).
+///
+/// # Errors
+/// As [`predict`].
+pub fn predict_with_catalog(
+    text: &str,
+    source: &str,
+    catalog: &Catalog,
+    files: &dyn Files,
+) -> Result<Prediction, ScenarioError> {
+    let root = parse_with_overrides(text, source, &[])?;
+    prepare(&root, source, catalog, None, files)?.run()
 }

@@ -1,0 +1,252 @@
+//! Measured end-to-end results of real deployments (`calibration.csv`, the columns of
+//! AIConfigurator's `silicon_sample.csv`, AICDB §3.3): one row per benchmark point with its
+//! deployment, ISL/OSL, concurrency and the measured TTFT and TPOT.
+
+use std::fmt;
+
+/// A calibration file could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SiliconError {
+    /// File name as given.
+    pub file: String,
+    /// Line (1-based) when the problem is on one.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SiliconError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+/// Parallel layout of one worker role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Tensor parallel degree (attention).
+    pub tp: u32,
+    /// Pipeline stages.
+    pub pp: u32,
+    /// Attention data-parallel ranks.
+    pub dp: u32,
+    /// MoE tensor parallel degree.
+    pub moe_tp: u32,
+    /// MoE expert parallel degree.
+    pub moe_ep: u32,
+    /// Requests per attention-DP rank the benchmark ran at (the engine's batch).
+    pub batch: u32,
+}
+
+/// Aggregated or disaggregated serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One pool.
+    Agg {
+        /// Its layout.
+        layout: Layout,
+    },
+    /// Prefill and decode pools.
+    Disagg {
+        /// Prefill layout.
+        prefill: Layout,
+        /// Prefill workers.
+        prefill_workers: u32,
+        /// Decode layout.
+        decode: Layout,
+        /// Decode workers.
+        decode_workers: u32,
+    },
+}
+
+/// One measured benchmark point.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiliconRow {
+    /// Line in the file (1-based, header is line 1).
+    pub line: usize,
+    /// Row id.
+    pub id: String,
+    /// Engine (`vllm`, `sglang`, `trtllm`).
+    pub backend: String,
+    /// Engine version measured (may be empty).
+    pub backend_version: String,
+    /// Hugging Face model id.
+    pub model: String,
+    /// GPU id (`h200_sxm`, ...).
+    pub system: String,
+    /// Precision label (`fp8`, `fp4`, ...; empty for the checkpoint's own).
+    pub precision: String,
+    /// GEMM quantisation (`fp8`, `fp8_block`, `nvfp4`, ...; empty for the checkpoint's own).
+    pub gemm_quant: String,
+    /// MoE quantisation (empty for the checkpoint's own).
+    pub moe_quant: String,
+    /// Prompt tokens.
+    pub isl: u32,
+    /// Output tokens.
+    pub osl: u32,
+    /// Requests in flight (the benchmark's concurrency).
+    pub concurrency: u32,
+    /// The deployment.
+    pub mode: Mode,
+    /// Measured time to first token (ms).
+    pub ttft_ms: f64,
+    /// Measured time per output token (ms).
+    pub tpot_ms: f64,
+}
+
+impl SiliconRow {
+    /// Whether the deployment is disaggregated.
+    #[must_use]
+    pub fn disaggregated(&self) -> bool {
+        matches!(self.mode, Mode::Disagg { .. })
+    }
+}
+
+/// Parses a calibration CSV.
+///
+/// # Errors
+/// A [`SiliconError`] naming the line and column of the first malformed row.
+#[allow(clippy::too_many_lines)]
+pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> {
+    let err = |line: Option<usize>, message: String| SiliconError { file: file.to_string(), line, message };
+    let mut rdr = csv::ReaderBuilder::new().flexible(false).from_reader(bytes);
+    let headers = rdr.headers().map_err(|e| err(Some(1), format!("cannot read the header: {e}")))?.clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    for need in
+        ["model_path", "system", "backend", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms"]
+    {
+        if col(need).is_none() {
+            return Err(err(Some(1), format!("missing column '{need}'")));
+        }
+    }
+    let mut out = Vec::new();
+    for (i, rec) in rdr.records().enumerate() {
+        let line = i + 2;
+        let rec = rec.map_err(|e| err(Some(line), format!("malformed row: {e}")))?;
+        let text = |name: &str| col(name).and_then(|c| rec.get(c)).unwrap_or("").trim().to_string();
+        let num = |name: &str| -> Result<Option<f64>, SiliconError> {
+            let t = text(name);
+            if t.is_empty() {
+                return Ok(None);
+            }
+            t.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .map(Some)
+                .ok_or_else(|| err(Some(line), format!("'{name}' is not a number: '{t}'")))
+        };
+        let count = |name: &str, default: u32| -> Result<u32, SiliconError> {
+            match num(name)? {
+                None => Ok(default),
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                Some(v) if v >= 1.0 && v.fract() == 0.0 && v < 1e7 => Ok(v as u32),
+                Some(v) => Err(err(Some(line), format!("'{name}' must be a positive whole number, got {v}"))),
+            }
+        };
+        // Parallel degrees of 0 mean "not used" in these files: one rank.
+        let degree = |name: &str| -> Result<u32, SiliconError> {
+            if num(name)? == Some(0.0) {
+                Ok(1)
+            } else {
+                count(name, 1)
+            }
+        };
+        let layout = |prefix: &str| -> Result<Layout, SiliconError> {
+            Ok(Layout {
+                tp: degree(&format!("{prefix}tp_size"))?,
+                pp: degree(&format!("{prefix}pp_size"))?,
+                dp: degree(&format!("{prefix}attention_dp_size"))?,
+                moe_tp: degree(&format!("{prefix}moe_tp_size"))?,
+                moe_ep: degree(&format!("{prefix}moe_ep_size"))?,
+                batch: count(&format!("{prefix}batch_size"), 1)?,
+            })
+        };
+        let mode = match text("mode").as_str() {
+            "agg" => Mode::Agg { layout: layout("")? },
+            "disagg" => Mode::Disagg {
+                prefill: layout("prefill_")?,
+                prefill_workers: count("prefill_num_workers", 1)?,
+                decode: layout("decode_")?,
+                decode_workers: count("decode_num_workers", 1)?,
+            },
+            other => return Err(err(Some(line), format!("'mode' must be agg or disagg, got '{other}'"))),
+        };
+        // The benchmark's concurrency is recorded in the source note; otherwise it is the
+        // decode batch over every rank and worker.
+        let source = text("silicon_data_source");
+        let noted = source
+            .split(';')
+            .filter_map(|p| p.trim().strip_prefix("silicon_concurrency="))
+            .find_map(|v| v.trim().parse::<u32>().ok());
+        let concurrency = noted.unwrap_or(match mode {
+            Mode::Agg { layout } => layout.batch * layout.dp,
+            Mode::Disagg { decode, decode_workers, .. } => decode.batch * decode.dp * decode_workers,
+        });
+        let positive = |name: &str| -> Result<f64, SiliconError> {
+            match num(name)? {
+                Some(v) if v > 0.0 => Ok(v),
+                _ => Err(err(Some(line), format!("'{name}' must be a positive number"))),
+            }
+        };
+        out.push(SiliconRow {
+            line,
+            id: text("id"),
+            backend: text("backend"),
+            backend_version: text("backend_version"),
+            model: text("model_path"),
+            system: text("system"),
+            precision: text("precision"),
+            gemm_quant: text("gemm_quant_mode"),
+            moe_quant: text("moe_quant_mode"),
+            isl: count("isl", 0)?,
+            osl: count("osl", 0)?,
+            concurrency: concurrency.max(1),
+            mode,
+            ttft_ms: positive("silicon_ttft_ms")?,
+            tpot_ms: positive("silicon_tpot_ms")?,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+
+    #[test]
+    fn agg_and_disagg_rows() {
+        let text = format!(
+            "{HEAD}a,x; silicon_concurrency=512; y,vllm,0.19.0,m/a,b200_sxm,fp8,agg,1024,1024,fp8,fp8,256,2,1,2,1,4,,,,,,,,,,,,,,,205.5,17.7\n\
+             d,x,trtllm,1.1,m/b,gb200,fp4,disagg,8192,1024,nvfp4,nvfp4,,,,,,,1,1,1,1,4,1,4,90,4,8,1,1,1,8,494.5,14.2\n"
+        );
+        let rows = parse(text.as_bytes(), "c.csv").unwrap();
+        assert_eq!(rows[0].concurrency, 512);
+        assert_eq!(
+            rows[0].mode,
+            Mode::Agg { layout: Layout { tp: 2, pp: 1, dp: 2, moe_tp: 1, moe_ep: 4, batch: 256 } }
+        );
+        assert_eq!(rows[1].concurrency, 360, "decode batch x workers when no note");
+        assert!(rows[1].disaggregated());
+    }
+
+    #[test]
+    fn bad_rows_name_line_and_column() {
+        let text = format!(
+            "{HEAD}a,x,vllm,0.19.0,m/a,b200_sxm,fp8,agg,lots,1024,fp8,fp8,8,1,1,1,1,1,,,,,,,,,,,,,,,1,1\n"
+        );
+        let e = parse(text.as_bytes(), "c.csv").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("'isl'"), "{e}");
+        let e = parse(b"a,b\n1,2\n", "c.csv").unwrap_err();
+        assert!(e.message.contains("missing column"), "{e}");
+        let text = format!(
+            "{HEAD}a,x,vllm,0.19.0,m/a,b200_sxm,fp8,agg,8,8,fp8,fp8,8,1,1,1,1,1,,,,,,,,,,,,,,,-1,1\n"
+        );
+        assert!(parse(text.as_bytes(), "c.csv").unwrap_err().message.contains("silicon_ttft_ms"));
+    }
+}

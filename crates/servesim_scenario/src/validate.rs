@@ -1,0 +1,387 @@
+//! Fidelity against measured deployments: every row of a calibration file
+//! (`servesim_data::silicon`) is replayed as closed-loop traffic and its predicted mean TTFT
+//! and TPOT compared with what the real GPUs measured.
+//!
+//! Replay policy (SPEC §6, with the incumbent's end-to-end settings, REF §7): `concurrency`
+//! requests in flight (closed loop), 10 requests per concurrency slot, prompt and output
+//! lengths uniform in `[floor × nominal, nominal]` (the CLI's default floor 0.8 is what the
+//! benchmark and AISimulate's dashboard use; floor 1 replays them exactly — fixed lengths in a
+//! closed loop phase-lock into waves that no real deployment keeps), prefix caching off,
+//! `max_batched_tokens` 8192 and `max_sequences` `max(256, batch per rank)`. The KV cache is
+//! fp8 when the row runs in fp8 or fp4, else bf16. Everything else is the engine's default.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use servesim_data::silicon::{Layout, Mode, SiliconRow};
+
+use crate::catalog::Catalog;
+use crate::scenario::{predict_with_catalog, Files};
+
+/// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
+pub const REQUESTS_PER_SLOT: u32 = 10;
+
+/// Timing constants to replay with instead of the engines' calibrated ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Knobs {
+    /// `timing.prefill_scale`.
+    pub prefill_scale: Option<f64>,
+    /// `timing.step_overhead_ms`.
+    pub step_overhead_ms: Option<f64>,
+    /// `timing.frontend_ms`.
+    pub frontend_ms: Option<f64>,
+    /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
+    /// `None`: fixed lengths.
+    pub length_floor: Option<f64>,
+}
+
+impl Knobs {
+    fn yaml(&self) -> String {
+        let mut v = Vec::new();
+        if let Some(x) = self.prefill_scale {
+            v.push(format!("prefill_scale: {x}"));
+        }
+        if let Some(x) = self.step_overhead_ms {
+            v.push(format!("step_overhead_ms: {x}"));
+        }
+        if let Some(x) = self.frontend_ms {
+            v.push(format!("frontend_ms: {x}"));
+        }
+        v.join(", ")
+    }
+}
+
+/// What happened to one row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Predicted mean TTFT and TPOT (ms), when the row could be predicted.
+    pub predicted: Option<(f64, f64)>,
+    /// Why not, otherwise.
+    pub error: Option<String>,
+}
+
+fn quant_gemm(s: &str) -> Option<&'static str> {
+    match s {
+        "fp8" => Some("fp8"),
+        "fp8_block" => Some("fp8_block"),
+        "nvfp4" | "fp4" => Some("nvfp4"),
+        // bf16, int4 weight-only (experts only) and unset keep the checkpoint's dense format.
+        _ => None,
+    }
+}
+
+fn quant_moe(s: &str) -> Option<&'static str> {
+    match s {
+        "fp8" => Some("fp8"),
+        "fp8_block" => Some("fp8_block"),
+        "nvfp4" | "fp4" => Some("nvfp4"),
+        "int4_wo" | "int4" => Some("int4_wo"),
+        "w4a16_mxfp4" | "mxfp4" => Some("w4a16_mxfp4"),
+        _ => None,
+    }
+}
+
+fn role_yaml(out: &mut String, name: &str, l: &Layout, replicas: u32, prefill: bool, knobs: &Knobs) {
+    let _ = writeln!(out, "    {name}:");
+    let _ = writeln!(
+        out,
+        "      parallelism: {{replicas: {replicas}, tensor: {}, pipeline: {}, attention_data: {}, moe_tensor: {}, moe_expert: {}}}",
+        l.tp, l.pp, l.dp, l.moe_tp, l.moe_ep
+    );
+    let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256) };
+    let _ = writeln!(out, "      scheduler: {{max_batched_tokens: 8192, max_sequences: {seqs}}}");
+    let _ = writeln!(out, "      kv_cache: {{prefix_caching: false}}");
+    let k = knobs.yaml();
+    if !k.is_empty() {
+        let _ = writeln!(out, "      timing: {{{k}}}");
+    }
+}
+
+/// Dense models have no experts: the files repeat the TP degree in the MoE columns.
+fn strip(l: Layout, dense: bool) -> Layout {
+    if dense {
+        Layout { moe_tp: 1, moe_ep: 1, ..l }
+    } else {
+        l
+    }
+}
+
+/// The scenario a row is replayed as (a prediction.yaml).
+#[must_use]
+pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
+    let mut y = String::new();
+    let _ = writeln!(y, "# {} (line {})", row.id, row.line);
+    let _ = writeln!(y, "engine:");
+    let _ = writeln!(y, "  model: {}", row.model);
+    let _ = writeln!(y, "  hardware: {}", row.system);
+    let _ = writeln!(y, "  backend: {}", row.backend);
+    let mut q = Vec::new();
+    if let Some(g) = quant_gemm(&row.gemm_quant) {
+        q.push(format!("gemm: {g}"));
+    }
+    if let Some(m) = quant_moe(&row.moe_quant) {
+        q.push(format!("moe: {m}"));
+    }
+    let low = matches!(row.precision.as_str(), "fp8" | "fp4" | "int4");
+    q.push(format!("kv_cache: {}", if low { "fp8" } else { "bf16" }));
+    let _ = writeln!(y, "  quantization: {{{}}}", q.join(", "));
+    match row.mode {
+        Mode::Agg { layout } => {
+            let _ = writeln!(y, "  workers:");
+            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, knobs);
+        }
+        Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
+            let _ = writeln!(y, "  mode: disaggregated");
+            let _ = writeln!(y, "  workers:");
+            role_yaml(&mut y, "prefill", &strip(prefill, dense), prefill_workers, true, knobs);
+            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, knobs);
+        }
+    }
+    let len = |n: u32| {
+        let floor = knobs.length_floor.unwrap_or(1.0).clamp(0.0, 1.0);
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let lo = ((f64::from(n) * floor).ceil() as u32).max(1);
+        if lo >= n {
+            format!("{n}")
+        } else {
+            format!("{{dist: uniform, min: {lo}, max: {n}}}")
+        }
+    };
+    let _ = writeln!(y, "traffic:");
+    let _ = writeln!(
+        y,
+        "  source: {{type: synthetic, input_tokens: {}, output_tokens: {}}}",
+        len(row.isl),
+        len(row.osl.max(2))
+    );
+    let _ = writeln!(y, "  load: {{type: concurrency, concurrency: {}}}", row.concurrency);
+    let _ = writeln!(y, "  stop: {{requests: {}}}", row.concurrency.saturating_mul(REQUESTS_PER_SLOT));
+    y
+}
+
+/// Replays one row.
+#[must_use]
+pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &Knobs) -> Outcome {
+    let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
+    let yaml = scenario_yaml(row, knobs, dense);
+    match predict_with_catalog(&yaml, &row.id, catalog, files) {
+        Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None },
+        Err(e) => {
+            Outcome { predicted: None, error: Some(e.to_string().lines().collect::<Vec<_>>().join(" ")) }
+        }
+    }
+}
+
+/// Mean absolute percentage error over a group, with coverage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Group {
+    /// Rows in the group.
+    pub rows: usize,
+    /// Rows predicted.
+    pub predicted: usize,
+    /// Sum of |TTFT error| fractions over predicted rows.
+    ttft_abs: f64,
+    /// Sum of |TPOT error| fractions.
+    tpot_abs: f64,
+    /// Sum of signed TTFT errors (bias).
+    ttft_signed: f64,
+    /// Sum of signed TPOT errors.
+    tpot_signed: f64,
+}
+
+impl Group {
+    fn add(&mut self, row: &SiliconRow, o: &Outcome) {
+        self.rows += 1;
+        if let Some((ttft, tpot)) = o.predicted {
+            self.predicted += 1;
+            let e1 = ttft / row.ttft_ms - 1.0;
+            let e2 = tpot / row.tpot_ms - 1.0;
+            self.ttft_abs += e1.abs();
+            self.tpot_abs += e2.abs();
+            self.ttft_signed += e1;
+            self.tpot_signed += e2;
+        }
+    }
+
+    /// TTFT MAPE (%) over predicted rows.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn ttft_mape(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.ttft_abs / self.predicted as f64
+    }
+
+    /// TPOT MAPE (%) over predicted rows.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tpot_mape(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.tpot_abs / self.predicted as f64
+    }
+
+    /// Mean signed TTFT error (%): positive means servesim predicts slower than measured.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn ttft_bias(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.ttft_signed / self.predicted as f64
+    }
+
+    /// Mean signed TPOT error (%).
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tpot_bias(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.tpot_signed / self.predicted as f64
+    }
+
+    /// Rows predicted / rows (%).
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn coverage(&self) -> f64 {
+        if self.rows == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.predicted as f64 / self.rows as f64
+    }
+}
+
+/// The row's class: dense or MoE, aggregated or disaggregated.
+#[must_use]
+pub fn class(row: &SiliconRow, catalog: &Catalog) -> &'static str {
+    let moe = catalog.model(&row.model).is_some_and(|m| m.moe.is_some());
+    match (moe, row.disaggregated()) {
+        (false, false) => "dense aggregated",
+        (true, false) => "MoE aggregated",
+        (false, true) => "dense disaggregated",
+        (true, true) => "MoE disaggregated",
+    }
+}
+
+/// Groups by `model × system × engine × mode`, by class, and overall.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// By `(model, system, backend, mode)`.
+    pub by_config: BTreeMap<(String, String, String, String), Group>,
+    /// By class (dense/MoE × aggregated/disaggregated).
+    pub by_class: BTreeMap<&'static str, Group>,
+    /// Every row.
+    pub overall: Group,
+}
+
+/// Summarises outcomes.
+#[must_use]
+pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -> Summary {
+    let mut s = Summary::default();
+    for (r, o) in rows.iter().zip(outcomes) {
+        let mode = if r.disaggregated() { "disagg" } else { "agg" };
+        s.by_config
+            .entry((r.model.clone(), r.system.clone(), r.backend.clone(), mode.to_string()))
+            .or_default()
+            .add(r, o);
+        s.by_class.entry(class(r, catalog)).or_default().add(r, o);
+        s.overall.add(r, o);
+    }
+    s
+}
+
+/// The fidelity table as Markdown.
+#[must_use]
+pub fn table(s: &Summary) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias |");
+    let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    let line = |t: &mut String, label: &str, g: &Group| {
+        let _ = writeln!(
+            t,
+            "| {label} | {} | {:.1}% | {:.1}% | {:.1}% | {:+.1}% | {:+.1}% |",
+            g.rows,
+            g.coverage(),
+            g.ttft_mape(),
+            g.tpot_mape(),
+            g.ttft_bias(),
+            g.tpot_bias()
+        );
+    };
+    for ((m, sys, be, mode), g) in &s.by_config {
+        line(&mut t, &format!("{m} | {sys} | {be} | {mode}"), g);
+    }
+    for (c, g) in &s.by_class {
+        line(&mut t, &format!("**{c}** | | |"), g);
+    }
+    line(&mut t, "**all rows** | | |", &s.overall);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: Mode) -> SiliconRow {
+        SiliconRow {
+            line: 2,
+            id: "r".into(),
+            backend: "vllm".into(),
+            backend_version: String::new(),
+            model: "Qwen/Qwen3-32B".into(),
+            system: "h100_sxm".into(),
+            precision: "fp8".into(),
+            gemm_quant: "fp8".into(),
+            moe_quant: "fp8".into(),
+            isl: 1024,
+            osl: 128,
+            concurrency: 8,
+            mode,
+            ttft_ms: 100.0,
+            tpot_ms: 10.0,
+        }
+    }
+
+    #[test]
+    fn rows_become_closed_loop_scenarios() {
+        let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true);
+        assert!(y.contains("concurrency: 8"), "{y}");
+        assert!(y.contains("requests: 80"), "{y}");
+        assert!(y.contains("input_tokens: 1024"), "{y}");
+        let sampled = scenario_yaml(
+            &row(Mode::Agg { layout: l }),
+            &Knobs { length_floor: Some(0.8), ..Knobs::default() },
+            true,
+        );
+        assert!(sampled.contains("input_tokens: {dist: uniform, min: 820, max: 1024}"), "{sampled}");
+        assert!(y.contains("gemm: fp8"), "{y}");
+        assert!(y.contains("max_sequences: 256"), "{y}");
+        let d = scenario_yaml(
+            &row(Mode::Disagg { prefill: l, prefill_workers: 2, decode: l, decode_workers: 3 }),
+            &Knobs { prefill_scale: Some(1.5), ..Knobs::default() },
+            true,
+        );
+        assert!(d.contains("timing: {prefill_scale: 1.5}"), "{d}");
+        assert!(d.contains("mode: disaggregated") && d.contains("replicas: 3"), "{d}");
+    }
+
+    #[test]
+    fn groups_compute_mape_bias_and_coverage() {
+        let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let rows = vec![row(Mode::Agg { layout: l }), row(Mode::Agg { layout: l })];
+        let outs = vec![
+            Outcome { predicted: Some((110.0, 9.0)), error: None },
+            Outcome { predicted: None, error: Some("refused".into()) },
+        ];
+        let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+        let g = &s.overall;
+        assert!((g.ttft_mape() - 10.0).abs() < 1e-9);
+        assert!((g.tpot_bias() + 10.0).abs() < 1e-9);
+        assert!((g.coverage() - 50.0).abs() < 1e-9);
+        assert!(table(&s).contains("dense aggregated"));
+    }
+}
