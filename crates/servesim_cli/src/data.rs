@@ -257,7 +257,9 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
                     files.push(f.clone());
                 }
             }
-            for sel in old["selections"].as_array().into_iter().flatten() {
+            // Manifests before the merge had one `selection` object.
+            let legacy = old.get("selection").into_iter();
+            for sel in old["selections"].as_array().into_iter().flatten().chain(legacy) {
                 if !selections.contains(sel) {
                     selections.push(sel.clone());
                 }
@@ -279,7 +281,12 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
     });
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| fail(1, e.to_string()))? + "\n";
     std::fs::write(&path, text).map_err(|e| fail(1, format!("cannot write {}: {e}", path.display())))?;
-    println!("wrote {} ({} files, {:.2} MB)", path.display(), files.len(), total_bytes as f64 / 1e6);
+    println!(
+        "wrote {} ({} files; this import {:.2} MB)",
+        path.display(),
+        files.len(),
+        total_bytes as f64 / 1e6
+    );
     Ok(())
 }
 

@@ -13,6 +13,7 @@ use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::{add_details, summary_table, to_jsonl, to_pretty_json, Details};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
+use sha2::{Digest, Sha256};
 
 mod data;
 
@@ -98,11 +99,39 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Search deployments (domains in the config, `optimization` block) by replaying each one:
+    /// top-N or Pareto front, fewest GPUs under an SLA, cost.
+    Recommend {
+        /// Recommend config: a prediction config with `{choices: [...]}`/`{range: ...}` domains.
+        #[arg(short = 'c', long = "config", value_name = "FILE")]
+        config: PathBuf,
+        /// Override a config value: dotted path = YAML value (repeatable).
+        #[arg(long = "set", value_name = "PATH=YAML")]
+        set: Vec<String>,
+        /// Where recommendation.json, recommendation.csv and recommendations/ are written.
+        #[arg(long, value_name = "DIR", default_value = "servesim-recommend")]
+        output_dir: PathBuf,
+        /// Replace existing results in the output directory.
+        #[arg(long)]
+        overwrite: bool,
+        /// Candidates simulated in parallel (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Read servesim's data from this directory instead of the built-in copy.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
     /// Replay measured deployments (calibration CSV) and report TTFT/TPOT errors.
     Validate {
         /// Measured results: AIConfigurator silicon_sample.csv columns.
-        #[arg(long, value_name = "FILE")]
-        silicon: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "requests")]
+        silicon: Option<PathBuf>,
+        /// A measured per-request log (vLLM request timestamps, JSONL) to compare with --config.
+        #[arg(long, value_name = "FILE", requires = "config", conflicts_with = "silicon")]
+        requests: Option<PathBuf>,
+        /// The scenario that replays the --requests workload.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Only rows whose id, model, system or engine contains this text (repeatable: any).
         #[arg(long, value_name = "TEXT")]
         filter: Vec<String>,
@@ -217,6 +246,8 @@ fn main() -> ExitCode {
         },
         Command::Validate {
             silicon,
+            requests,
+            config,
             filter,
             class,
             rows_csv,
@@ -233,11 +264,21 @@ fn main() -> ExitCode {
                 frontend_ms,
                 length_floor: Some(length_floor),
             };
-            if show_scenarios {
-                show_validation_scenarios(&silicon, &filter, &knobs)
+            if let (Some(log), Some(config)) = (&requests, &config) {
+                validate_requests(log, config, data_dir)
+            } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
+                show_validation_scenarios(silicon, &filter, &knobs)
+            } else if let Some(silicon) = silicon.as_deref() {
+                validate(silicon, &filter, class.as_deref(), rows_csv.as_deref(), data_dir, &knobs)
             } else {
-                validate(&silicon, &filter, class.as_deref(), rows_csv.as_deref(), data_dir, &knobs)
+                Err(Failure {
+                    code: 2,
+                    message: "give --silicon FILE, or --requests FILE with --config FILE".into(),
+                })
             }
+        }
+        Command::Recommend { config, set, output_dir, overwrite, jobs, data_dir } => {
+            recommend(&config, &set, &output_dir, overwrite, jobs, data_dir)
         }
         Command::Data { command } => match command {
             DataCommand::ImportAic { from, out, systems, backends, versions, all_shapes } => {
@@ -255,6 +296,135 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// `servesim recommend`: evaluate every candidate on `jobs` threads, then rank and write.
+fn recommend(
+    config: &Path,
+    set: &[String],
+    output_dir: &Path,
+    overwrite: bool,
+    jobs: Option<usize>,
+    data_dir: Option<PathBuf>,
+) -> Result<(), Failure> {
+    use servesim_scenario::recommend::{evaluate, finish, parse_spec};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let started = Instant::now();
+    let source = config.display().to_string();
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
+    let overrides = set
+        .iter()
+        .map(|s| Override::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| Failure { code: 2, message: m })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let root = parse_with_overrides(&text, &source, &overrides)?;
+    let spec = parse_spec(&root, &source, &catalog)?;
+    let json_path = output_dir.join("recommendation.json");
+    if json_path.exists() && !overwrite {
+        return Err(Failure {
+            code: 2,
+            message: format!(
+                "{} exists; pass --overwrite or choose another --output-dir",
+                json_path.display()
+            ),
+        });
+    }
+    let files =
+        DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir };
+    let total = spec.len();
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let show = std::io::stderr().is_terminal();
+    let mut results = Vec::with_capacity(total);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs.min(total.max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= total {
+                            break;
+                        }
+                        mine.push(evaluate(&spec, i, &source, &catalog, &files));
+                        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        if show {
+                            eprint!("\r{d}/{total} candidates");
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for w in workers {
+            // A panicking candidate thread is a bug; its candidates are reported as missing.
+            if let Ok(mine) = w.join() {
+                results.extend(mine);
+            }
+        }
+    });
+    if show {
+        eprintln!();
+    }
+    if results.len() != total {
+        return Err(Failure {
+            code: 1,
+            message: format!("only {} of {total} candidates finished", results.len()),
+        });
+    }
+    let sha = {
+        let mut h = Sha256::new();
+        h.update(servesim_scenario::node::to_yaml(&root).as_bytes());
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let rec = finish(&spec, results, &sha);
+    let dir = output_dir.join("recommendations");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure { code: 1, message: format!("cannot create {}: {e}", dir.display()) })?;
+    let write = |p: PathBuf, text: &str| {
+        std::fs::write(&p, text)
+            .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", p.display()) })
+    };
+    let pretty =
+        serde_json::to_string_pretty(&rec.json).map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    write(json_path, &(pretty + "\n"))?;
+    write(output_dir.join("recommendation.csv"), &rec.csv)?;
+    for (name, yaml) in &rec.yamls {
+        write(dir.join(name), yaml)?;
+    }
+    print!("{}", rec.summary);
+    println!(
+        "wrote {}/recommendation.json, recommendation.csv and {} configs in recommendations/ ({} candidates in {:.1} s on {jobs} threads)",
+        output_dir.display(),
+        rec.yamls.len(),
+        total,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `servesim validate --requests LOG --config SCENARIO`.
+fn validate_requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> Result<(), Failure> {
+    let name = log.display().to_string();
+    let bytes =
+        std::fs::read(log).map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
+    let measured = servesim_data::silicon::parse_request_log(&bytes, &name)
+        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
+    let source = config.display().to_string();
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let files =
+        DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir };
+    let prediction = servesim_scenario::scenario::predict_with_catalog(&text, &source, &catalog, &files)?;
+    let c = servesim_scenario::validate::compare_requests(&measured, &prediction);
+    print!("{}", servesim_scenario::validate::requests_table(&c));
+    Ok(())
 }
 
 fn validate(

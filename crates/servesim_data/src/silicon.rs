@@ -250,3 +250,97 @@ mod tests {
         assert!(parse(text.as_bytes(), "c.csv").unwrap_err().message.contains("silicon_ttft_ms"));
     }
 }
+
+/// One request of a measured per-request log (vLLM request-level timestamps, seconds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredRequest {
+    /// `request_id`.
+    pub id: String,
+    /// `input_toks`.
+    pub input_tokens: u64,
+    /// `output_toks`.
+    pub output_tokens: u64,
+    /// `first_token_ts − queued_ts`, in ms.
+    pub ttft_ms: f64,
+    /// `(last_token_ts − first_token_ts) / (output_toks − 1)`, in ms; `None` for one-token outputs.
+    pub tpot_ms: Option<f64>,
+}
+
+/// Parses a per-request JSONL log with `request_id`, `input_toks`, `output_toks`,
+/// `queued_ts`, `first_token_ts` and `last_token_ts` (seconds) on every line.
+///
+/// # Errors
+/// A line that is not JSON, lacks a field, or has timestamps out of order (naming the line).
+pub fn parse_request_log(bytes: &[u8], file: &str) -> Result<Vec<MeasuredRequest>, SiliconError> {
+    let err =
+        |line: usize, message: String| SiliconError { file: file.to_string(), line: Some(line), message };
+    let text = std::str::from_utf8(bytes).map_err(|_| SiliconError {
+        file: file.to_string(),
+        line: None,
+        message: "not UTF-8 text".into(),
+    })?;
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(raw).map_err(|e| err(line, format!("not a JSON object: {e}")))?;
+        let num = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| err(line, format!("missing number '{k}'")))
+        };
+        let int = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| err(line, format!("missing integer '{k}'")))
+        };
+        let (queued, first, last) = (num("queued_ts")?, num("first_token_ts")?, num("last_token_ts")?);
+        if !(queued <= first && first <= last) {
+            return Err(err(
+                line,
+                "timestamps out of order (queued_ts <= first_token_ts <= last_token_ts)".into(),
+            ));
+        }
+        let output_tokens = int("output_toks")?;
+        #[allow(clippy::cast_precision_loss)]
+        let tpot_ms = (output_tokens > 1).then(|| (last - first) * 1e3 / (output_tokens - 1) as f64);
+        out.push(MeasuredRequest {
+            id: v.get("request_id").and_then(serde_json::Value::as_str).unwrap_or_default().to_string(),
+            input_tokens: int("input_toks")?,
+            output_tokens,
+            ttft_ms: (first - queued) * 1e3,
+            tpot_ms,
+        });
+    }
+    if out.is_empty() {
+        return Err(SiliconError { file: file.to_string(), line: None, message: "no requests".into() });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod request_log_tests {
+    use super::*;
+
+    #[test]
+    fn request_logs_give_ttft_and_tpot_and_name_bad_lines() {
+        let log = b"{\"request_id\":\"a\",\"input_toks\":10,\"output_toks\":5,\"queued_ts\":1.0,\"first_token_ts\":1.25,\"last_token_ts\":1.65}\n\n{\"request_id\":\"b\",\"input_toks\":3,\"output_toks\":1,\"queued_ts\":2.0,\"first_token_ts\":2.5,\"last_token_ts\":2.5}\n";
+        let r = parse_request_log(log, "log.jsonl").unwrap();
+        assert_eq!(r.len(), 2);
+        assert!((r[0].ttft_ms - 250.0).abs() < 1e-9);
+        assert!((r[0].tpot_ms.unwrap() - 100.0).abs() < 1e-9);
+        assert_eq!(r[1].tpot_ms, None);
+        let e = parse_request_log(b"{\"request_id\":\"a\"}\n", "log.jsonl").unwrap_err();
+        assert_eq!(e.to_string(), "log.jsonl:1: missing number 'queued_ts'");
+        let e = parse_request_log(
+            b"{\"input_toks\":1,\"output_toks\":2,\"queued_ts\":3,\"first_token_ts\":2,\"last_token_ts\":4}",
+            "x",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("out of order"), "{e}");
+        assert!(parse_request_log(b"\n", "x").is_err());
+    }
+}

@@ -15,6 +15,7 @@ pub mod diag;
 pub mod fpmgrid;
 pub mod node;
 pub mod perfdata;
+pub mod recommend;
 pub mod report;
 pub mod scenario;
 pub mod validate;

@@ -385,3 +385,68 @@ mod tests {
         assert!(table(&s).contains("dense aggregated"));
     }
 }
+
+/// A measured per-request log against a prediction of the same workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestComparison {
+    /// Requests measured and predicted.
+    pub counts: (usize, usize),
+    /// `(metric, measured, predicted)` for mean, p50 and p90 of TTFT and TPOT (ms).
+    pub rows: Vec<(String, f64, f64)>,
+}
+
+/// Percentile of sorted values by the reference nearest-rank rule.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = servesim_core::metrics::nearest_rank(sorted.len() as u64, p);
+    usize::try_from(i).ok().and_then(|i| sorted.get(i)).copied().unwrap_or(f64::NAN)
+}
+
+fn stats(mut v: Vec<f64>) -> [f64; 3] {
+    v.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    [mean, percentile(&v, 50.0), percentile(&v, 90.0)]
+}
+
+/// Compares TTFT and TPOT distributions (per request, the reference definitions) of a
+/// measured log with a prediction's per-request records.
+#[must_use]
+pub fn compare_requests(
+    measured: &[servesim_data::silicon::MeasuredRequest],
+    predicted: &crate::Prediction,
+) -> RequestComparison {
+    let m_ttft = stats(measured.iter().map(|r| r.ttft_ms).collect());
+    let m_tpot = stats(measured.iter().filter_map(|r| r.tpot_ms).collect());
+    let done: Vec<&crate::report::RequestRecord> =
+        predicted.requests.iter().filter(|r| r.ttft_ms.is_some()).collect();
+    let p_ttft = stats(done.iter().filter_map(|r| r.ttft_ms).collect());
+    #[allow(clippy::cast_precision_loss)]
+    let p_tpot = stats(
+        done.iter()
+            .filter(|r| r.output_length > 1)
+            .filter_map(|r| match (r.first_token_ms, r.last_token_ms) {
+                (Some(a), Some(b)) => Some((b - a) / f64::from(r.output_length - 1)),
+                _ => None,
+            })
+            .collect(),
+    );
+    let mut rows = Vec::new();
+    for (name, m, p) in [("TTFT", m_ttft, p_ttft), ("TPOT", m_tpot, p_tpot)] {
+        for (i, stat) in ["mean", "p50", "p90"].iter().enumerate() {
+            rows.push((format!("{name} {stat} (ms)"), m[i], p[i]));
+        }
+    }
+    RequestComparison { counts: (measured.len(), done.len()), rows }
+}
+
+/// The comparison as a text table with signed errors.
+#[must_use]
+pub fn requests_table(c: &RequestComparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "requests: {} measured, {} predicted", c.counts.0, c.counts.1);
+    let _ = writeln!(out, "{:<18} {:>12} {:>12} {:>9}", "metric", "measured", "servesim", "error");
+    for (name, m, p) in &c.rows {
+        let _ = writeln!(out, "{name:<18} {m:>12.1} {p:>12.1} {:>+8.1}%", (p - m) / m * 100.0);
+    }
+    out
+}

@@ -1,0 +1,918 @@
+//! `servesim recommend`: search deployments by replaying each candidate in full.
+//!
+//! A recommend config is a prediction config with search domains in place of values
+//! (`{choices: [...]}` or `{range: {min, max, step, scale}}`, REF §6), an `optimization`
+//! block (target, GPU budget, SLA strictness) and optionally `parallelism: {preset: default}`
+//! on a worker role (every feasible worker shape of 1, 2, 4, 8 or 16 GPUs with replicas up to
+//! the budget). The search is exhaustive: every combination is materialised as a concrete
+//! prediction config, rejected early when it cannot run (GPU budget, memory, topology) with a
+//! reason category, and otherwise simulated; scores, the top-N and the Pareto front (output
+//! tok/s/GPU vs tok/s/user) come from the replays.
+//!
+//! Evaluation is independent per candidate, so callers run candidates in parallel (the CLI on
+//! threads, the page on Web Workers) and hand the results to [`finish`].
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Map, Value as Json};
+
+use crate::catalog::Catalog;
+use crate::node::{self, Node, Origin, Value};
+use crate::scenario::{prepare, Files, ScenarioError};
+
+/// Most candidates one search may materialise (an exhaustive search beyond this is a spec error).
+pub const MAX_CANDIDATES: usize = 20_000;
+
+/// Worker sizes `preset: default` tries (REF §6).
+const PRESET_GPUS: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// What to optimise (`optimization.target`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Output tokens per second.
+    Throughput,
+    /// Output tokens per second per GPU.
+    ThroughputPerGpu,
+    /// Mean output tokens per second per user.
+    ThroughputPerUser,
+    /// Requests per second meeting the SLA.
+    Goodput,
+    /// Goodput per GPU.
+    GoodputPerGpu,
+    /// Lowest mean TTFT.
+    Ttft,
+    /// Lowest mean end-to-end latency.
+    E2eLatency,
+    /// Fewest GPUs meeting the SLA.
+    MinGpus,
+    /// Pareto front of (tok/s/GPU, tok/s/user).
+    Pareto,
+    /// Lowest cost per million output tokens (servesim extension; needs `gpu_hour_usd`).
+    Cost,
+}
+
+impl Target {
+    const NAMES: [(&'static str, Target); 10] = [
+        ("throughput", Target::Throughput),
+        ("throughput_per_gpu", Target::ThroughputPerGpu),
+        ("throughput_per_user", Target::ThroughputPerUser),
+        ("goodput", Target::Goodput),
+        ("goodput_per_gpu", Target::GoodputPerGpu),
+        ("ttft", Target::Ttft),
+        ("e2e_latency", Target::E2eLatency),
+        ("min_gpus", Target::MinGpus),
+        ("pareto", Target::Pareto),
+        ("cost", Target::Cost),
+    ];
+
+    /// The config name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        Target::NAMES.iter().find(|(_, t)| *t == self).map_or("pareto", |(n, _)| n)
+    }
+
+    fn needs_sla(self) -> bool {
+        matches!(self, Target::Goodput | Target::GoodputPerGpu | Target::MinGpus)
+    }
+}
+
+/// One searched value: where it goes and what it may be.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Domain {
+    /// Dotted path in the config.
+    pub path: String,
+    /// The values, in search order.
+    pub values: Vec<Node>,
+}
+
+/// A parsed search.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The config without `optimization`/`optimizer`, domains still in place.
+    pub base: Node,
+    /// The searched values.
+    pub domains: Vec<Domain>,
+    /// `optimization.target` (default `pareto`).
+    pub target: Target,
+    /// `optimization.constraints.min_candidate_gpus` (1).
+    pub min_gpus: u32,
+    /// `optimization.constraints.max_candidate_gpus` (32).
+    pub max_gpus: u32,
+    /// `optimization.constraints.min_goodput_rps`.
+    pub min_goodput_rps: Option<f64>,
+    /// `optimization.strict_sla`: drop candidates whose mean TTFT/TPOT/E2E exceed the SLA.
+    pub strict_sla: bool,
+    /// `optimization.top_n` (servesim extension, 5): how many ranked configs to write.
+    pub top_n: usize,
+    /// `optimization.gpu_hour_usd` (servesim extension): price per GPU-hour, one number or one
+    /// per hardware id, for cost per million output tokens (and the `cost` target).
+    pub gpu_hour_usd: Vec<(Option<String>, f64)>,
+}
+
+fn spec_error(source: &str, path: &str, origin: &Origin, message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Config {
+        source: source.to_string(),
+        diagnostics: vec![crate::diag::Diagnostic {
+            path: path.to_string(),
+            origin: origin.clone(),
+            message: message.into(),
+            kind: crate::diag::DiagKind::Domain,
+        }],
+    }
+}
+
+fn num(n: &Node) -> Option<f64> {
+    match n.value {
+        Value::Int(i) => Some(i as f64),
+        Value::Float(f) => Some(f),
+        _ => None,
+    }
+}
+
+/// Expands a `{range: {min, max, step, scale}}` into values.
+fn range_values(r: &Node, path: &str, source: &str) -> Result<Vec<Node>, ScenarioError> {
+    let bad = |m: &str| spec_error(source, path, &r.origin, m.to_string());
+    let get = |k: &str| r.get(k).and_then(num);
+    let (Some(min), Some(max)) = (get("min"), get("max")) else {
+        return Err(bad("a range needs numeric min and max"));
+    };
+    if !(min.is_finite() && max.is_finite()) || min > max {
+        return Err(bad("a range needs min <= max"));
+    }
+    let log = match r.get("scale").map(|n| &n.value) {
+        None => false,
+        Some(Value::Str(s)) if s == "linear" => false,
+        Some(Value::Str(s)) if s == "log" => true,
+        Some(_) => return Err(bad("scale must be linear or log")),
+    };
+    let ints = [r.get("min"), r.get("max"), r.get("step")]
+        .iter()
+        .flatten()
+        .all(|n| matches!(n.value, Value::Int(_)));
+    let step = get("step").unwrap_or(if log { 2.0 } else { 1.0 });
+    if (log && step <= 1.0) || (!log && step <= 0.0) || !step.is_finite() {
+        return Err(bad(if log {
+            "a log range needs a step (factor) > 1"
+        } else {
+            "a range needs a step > 0"
+        }));
+    }
+    if min <= 0.0 && log {
+        return Err(bad("a log range needs min > 0"));
+    }
+    let mut out = Vec::new();
+    let mut v = min;
+    while v <= max * (1.0 + 1e-12) {
+        #[allow(clippy::cast_possible_truncation)]
+        let value = if ints { Value::Int(v.round() as i64) } else { Value::Float(v) };
+        out.push(Node { value, origin: r.origin.clone() });
+        if out.len() > MAX_CANDIDATES {
+            return Err(bad("the range has too many values"));
+        }
+        v = if log { v * step } else { v + step };
+    }
+    Ok(out)
+}
+
+/// Finds every domain under `node` (depth first, document order).
+fn find_domains(node: &Node, path: &str, source: &str, out: &mut Vec<Domain>) -> Result<(), ScenarioError> {
+    let Value::Map(entries) = &node.value else { return Ok(()) };
+    if entries.len() == 1 {
+        let (key, _, inner) = &entries[0];
+        match key.as_str() {
+            "choices" => {
+                let Value::Seq(values) = &inner.value else {
+                    return Err(spec_error(source, path, &inner.origin, "choices must be a list"));
+                };
+                if values.is_empty() {
+                    return Err(spec_error(
+                        source,
+                        path,
+                        &inner.origin,
+                        "choices is empty: nothing to search",
+                    ));
+                }
+                out.push(Domain { path: path.to_string(), values: values.clone() });
+                return Ok(());
+            }
+            "range" => {
+                out.push(Domain { path: path.to_string(), values: range_values(inner, path, source)? });
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+    for (k, _, v) in entries {
+        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        find_domains(v, &p, source, out)?;
+    }
+    Ok(())
+}
+
+fn map(entries: &[(&str, Node)]) -> Node {
+    Node::builtin(Value::Map(
+        entries.iter().map(|(k, v)| ((*k).to_string(), Origin::Builtin, v.clone())).collect(),
+    ))
+}
+
+fn int(i: u32) -> Node {
+    Node::builtin(Value::Int(i64::from(i)))
+}
+
+/// The worker shapes of `parallelism: {preset: default}` for a model: tensor parallel for
+/// every model, plus expert-parallel (TEP) and attention-data-parallel (DEP) for MoE, each
+/// with 1 to `max_gpus / size` replicas.
+fn preset_shapes(moe: bool, max_gpus: u32) -> Vec<Node> {
+    let mut out = Vec::new();
+    for g in PRESET_GPUS.iter().copied().filter(|g| *g <= max_gpus) {
+        let mut shapes = vec![vec![("tensor", int(g))]];
+        if moe && g > 1 {
+            shapes.push(vec![("tensor", int(g)), ("moe_expert", int(g))]);
+            shapes.push(vec![("attention_data", int(g)), ("moe_expert", int(g))]);
+        }
+        for s in shapes {
+            for r in 1..=max_gpus / g {
+                let mut e = s.clone();
+                e.push(("replicas", int(r)));
+                out.push(map(&e));
+            }
+        }
+    }
+    out
+}
+
+/// Reads a recommend config: the `optimization` block, domains and presets.
+///
+/// # Errors
+/// Bad optimization values, empty or malformed domains, impossible budgets, too many
+/// candidates, a target that needs an SLA without one.
+pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, ScenarioError> {
+    let Value::Map(entries) = &root.value else {
+        return Err(spec_error(source, "", &root.origin, "a recommend config is a mapping"));
+    };
+    let mut base_entries = Vec::new();
+    let mut opt: Option<Node> = None;
+    for (k, o, v) in entries {
+        match k.as_str() {
+            "optimization" => opt = Some(v.clone()),
+            // servesim searches exhaustively; optimizer settings (algorithm, trials) do not apply.
+            "optimizer" => {}
+            _ => base_entries.push((k.clone(), o.clone(), v.clone())),
+        }
+    }
+    let mut base = Node { value: Value::Map(base_entries), origin: root.origin.clone() };
+    let opt = opt.unwrap_or_else(|| Node::builtin(Value::Map(Vec::new())));
+    let known = ["target", "constraints", "strict_sla", "top_n", "gpu_hour_usd"];
+    if let Value::Map(m) = &opt.value {
+        if let Some((k, o, _)) = m.iter().find(|(k, _, _)| !known.contains(&k.as_str())) {
+            return Err(spec_error(
+                source,
+                &format!("optimization.{k}"),
+                o,
+                format!("unknown key (known: {})", known.join(", ")),
+            ));
+        }
+    }
+    let target = match opt.get("target") {
+        None => Target::Pareto,
+        Some(n) => match &n.value {
+            Value::Str(s) => {
+                Target::NAMES.iter().find(|(name, _)| name == s).map(|(_, t)| *t).ok_or_else(|| {
+                    let names: Vec<&str> = Target::NAMES.iter().map(|(n, _)| *n).collect();
+                    spec_error(
+                        source,
+                        "optimization.target",
+                        &n.origin,
+                        format!("'{s}' is not one of: {}", names.join(", ")),
+                    )
+                })?
+            }
+            _ => return Err(spec_error(source, "optimization.target", &n.origin, "expected a target name")),
+        },
+    };
+    let c = opt.get("constraints");
+    let cnum = |k: &str| c.and_then(|c| c.get(k)).and_then(num);
+    let budget = |k: &str, default: f64| -> Result<u32, ScenarioError> {
+        let v = cnum(k).unwrap_or(default);
+        if v.fract() != 0.0 || !(1.0..=100_000.0).contains(&v) {
+            return Err(spec_error(
+                source,
+                &format!("optimization.constraints.{k}"),
+                &opt.origin,
+                "expected a whole number of GPUs >= 1",
+            ));
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(v as u32)
+    };
+    let (min_gpus, max_gpus) = (budget("min_candidate_gpus", 1.0)?, budget("max_candidate_gpus", 32.0)?);
+    if min_gpus > max_gpus {
+        return Err(spec_error(
+            source,
+            "optimization.constraints",
+            &opt.origin,
+            format!("min_candidate_gpus {min_gpus} > max_candidate_gpus {max_gpus}: no candidate can fit"),
+        ));
+    }
+    let strict_sla = matches!(opt.get("strict_sla").map(|n| &n.value), Some(Value::Bool(true)));
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let top_n = opt.get("top_n").and_then(num).map_or(5, |v| v.max(1.0) as usize);
+    let gpu_hour_usd = match opt.get("gpu_hour_usd") {
+        None => Vec::new(),
+        Some(n) => match &n.value {
+            Value::Map(m) => {
+                let mut out = Vec::new();
+                for (hw, o, v) in m {
+                    match num(v).filter(|x| *x > 0.0 && x.is_finite()) {
+                        Some(x) => out.push((Some(hw.clone()), x)),
+                        None => {
+                            return Err(spec_error(
+                                source,
+                                &format!("optimization.gpu_hour_usd.{hw}"),
+                                o,
+                                "expected a price > 0",
+                            ))
+                        }
+                    }
+                }
+                out
+            }
+            _ => match num(n).filter(|x| *x > 0.0 && x.is_finite()) {
+                Some(x) => vec![(None, x)],
+                None => {
+                    return Err(spec_error(
+                        source,
+                        "optimization.gpu_hour_usd",
+                        &n.origin,
+                        "expected a price > 0, or one per hardware id",
+                    ))
+                }
+            },
+        },
+    };
+    if target == Target::Cost && gpu_hour_usd.is_empty() {
+        return Err(spec_error(
+            source,
+            "optimization.gpu_hour_usd",
+            &opt.origin,
+            "target cost needs gpu_hour_usd",
+        ));
+    }
+    // Presets: `parallelism: {preset: default}` on a role becomes a domain of shapes.
+    let model_id = root.get("engine").and_then(|e| e.get("model")).and_then(|m| match &m.value {
+        Value::Str(s) => Some(s.clone()),
+        _ => None,
+    });
+    let moe = model_id.as_deref().and_then(|m| catalog.model(m)).is_some_and(|m| m.moe.is_some());
+    let roles: Vec<String> = match base.get("engine").and_then(|e| e.get("workers")).map(|w| &w.value) {
+        Some(Value::Map(m)) => m.iter().map(|(k, _, _)| k.clone()).collect(),
+        _ => Vec::new(),
+    };
+    for role in roles {
+        let path = format!("engine.workers.{role}.parallelism");
+        let preset = base
+            .get("engine")
+            .and_then(|e| e.get("workers"))
+            .and_then(|w| w.get(&role))
+            .and_then(|r| r.get("parallelism"))
+            .and_then(|p| p.get("preset"))
+            .map(|n| n.value.clone());
+        match preset {
+            None => {}
+            Some(Value::Str(s)) if s == "default" => {
+                let choices = Node::builtin(Value::Seq(preset_shapes(moe, max_gpus)));
+                base.set_path(&path, map(&[("choices", choices)]))
+                    .map_err(|m| spec_error(source, &path, &root.origin, m))?;
+            }
+            Some(_) => {
+                return Err(spec_error(
+                    source,
+                    &format!("{path}.preset"),
+                    &root.origin,
+                    "the only preset is 'default'",
+                ))
+            }
+        }
+    }
+    let mut domains = Vec::new();
+    find_domains(&base, "", source, &mut domains)?;
+    let total = domains
+        .iter()
+        .try_fold(1usize, |acc, d| acc.checked_mul(d.values.len()).filter(|n| *n <= MAX_CANDIDATES));
+    if total.is_none() {
+        return Err(spec_error(
+            source,
+            "",
+            &root.origin,
+            format!("the search has more than {MAX_CANDIDATES} combinations; narrow the domains"),
+        ));
+    }
+    let has_sla = root
+        .get("evaluation")
+        .and_then(|e| e.get("sla"))
+        .is_some_and(|s| matches!(&s.value, Value::Map(m) if !m.is_empty()));
+    if (target.needs_sla() || strict_sla) && !has_sla {
+        return Err(spec_error(
+            source,
+            "evaluation.sla",
+            &root.origin,
+            format!("target {} needs evaluation.sla (ttft_ms, itl_ms or e2e_ms)", target.name()),
+        ));
+    }
+    let min_goodput_rps = cnum("min_goodput_rps");
+    Ok(Spec { base, domains, target, min_gpus, max_gpus, min_goodput_rps, strict_sla, top_n, gpu_hour_usd })
+}
+
+impl Spec {
+    /// Number of candidates.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.domains.iter().map(|d| d.values.len()).product()
+    }
+
+    /// True when there is nothing to search.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Candidate `i` (mixed-radix over the domains, last domain fastest) as a concrete config.
+    ///
+    /// # Errors
+    /// When a value cannot be placed at its path.
+    pub fn candidate(&self, i: usize) -> Result<Node, String> {
+        let mut node = self.base.clone();
+        let mut rest = i;
+        for d in self.domains.iter().rev() {
+            let n = d.values.len();
+            node.set_path(&d.path, d.values[rest % n].clone())?;
+            rest /= n;
+        }
+        Ok(node)
+    }
+}
+
+/// The outcome of one candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// Index in the search.
+    pub index: usize,
+    /// `feasible`, `infeasible`, `unsupported` or `failed`.
+    pub status: &'static str,
+    /// Reason category (REF §2.3) when not feasible.
+    pub reason_category: Option<&'static str>,
+    /// Reason text.
+    pub reason: Option<String>,
+    /// GPUs the candidate uses (0 when unknown).
+    pub used_gpus: u32,
+    /// The concrete config.
+    pub config: Node,
+    /// Summary metrics (prediction.json keys).
+    pub metrics: Map<String, Json>,
+    /// `throughput_per_gpu`, `throughput_per_user` (and `cost_per_million_output_tokens_usd`).
+    pub objectives: Map<String, Json>,
+    /// Signed score, higher is better (`None` unless feasible).
+    pub score: Option<f64>,
+}
+
+const METRIC_KEYS: [&str; 13] = [
+    "completed_requests",
+    "request_throughput_rps",
+    "output_throughput_tok_s",
+    "mean_ttft_ms",
+    "p90_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p90_tpot_ms",
+    "mean_itl_ms",
+    "mean_e2e_latency_ms",
+    "p90_e2e_latency_ms",
+    "mean_output_token_throughput_per_user",
+    "gpu_hours",
+];
+
+fn f(m: &Map<String, Json>, k: &str) -> f64 {
+    m.get(k).and_then(Json::as_f64).unwrap_or(f64::NAN)
+}
+
+/// Prepares and, if it can run, simulates candidate `index`.
+#[must_use]
+pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, files: &dyn Files) -> Candidate {
+    let mut c = Candidate {
+        index,
+        status: "failed",
+        reason_category: Some("candidate_materialization"),
+        reason: None,
+        used_gpus: 0,
+        config: spec.base.clone(),
+        metrics: Map::new(),
+        objectives: Map::new(),
+        score: None,
+    };
+    let node = match spec.candidate(index) {
+        Ok(n) => n,
+        Err(m) => {
+            c.reason = Some(m);
+            return c;
+        }
+    };
+    c.config = node;
+    let prepared = match prepare(&c.config, source, catalog, None, files) {
+        Ok(p) => p,
+        Err(e) => {
+            let (status, cat) = match &e {
+                ScenarioError::Resource { .. } => ("infeasible", "kv_capacity"),
+                ScenarioError::Config { .. } => ("unsupported", "backend_topology"),
+                ScenarioError::Run { .. } => ("failed", "unknown"),
+            };
+            c.status = status;
+            c.reason_category = Some(cat);
+            c.reason = Some(e.to_string().lines().collect::<Vec<_>>().join(" "));
+            return c;
+        }
+    };
+    c.used_gpus = prepared.roles.iter().map(crate::scenario::PreparedRole::gpus).sum();
+    let prepared_hw: Vec<(String, u32)> =
+        prepared.roles.iter().map(|r| (r.hardware.id.clone(), r.gpus())).collect();
+    if c.used_gpus > spec.max_gpus || c.used_gpus < spec.min_gpus {
+        c.status = "infeasible";
+        c.reason_category = Some("gpu_budget");
+        c.reason = Some(format!("uses {} GPUs, outside {}..={}", c.used_gpus, spec.min_gpus, spec.max_gpus));
+        return c;
+    }
+    let sla = prepared.config.evaluation.sla;
+    let prediction = match prepared.run() {
+        Ok(p) => p,
+        Err(e) => {
+            c.status = "failed";
+            c.reason_category = Some("replay_runtime");
+            c.reason = Some(e.to_string());
+            return c;
+        }
+    };
+    for k in METRIC_KEYS {
+        if let Some(v) = prediction.json.get(k) {
+            c.metrics.insert(k.to_string(), v.clone());
+        }
+    }
+    let goodput = prediction.summary.goodput.as_ref();
+    if let Some(g) = goodput {
+        c.metrics.insert("goodput_request_throughput_rps".into(), json!(g.request_throughput_rps));
+        c.metrics.insert("goodput_output_throughput_tok_s".into(), json!(g.output_throughput_tok_s));
+    }
+    let gpus = f64::from(c.used_gpus.max(1));
+    let out_tps = f(&c.metrics, "output_throughput_tok_s");
+    c.objectives.insert("throughput_per_gpu".into(), json!(out_tps / gpus));
+    c.objectives
+        .insert("throughput_per_user".into(), json!(f(&c.metrics, "mean_output_token_throughput_per_user")));
+    // $ per hour for the fleet over output tokens per hour, per million tokens.
+    let price = |hw: &str| {
+        spec.gpu_hour_usd
+            .iter()
+            .find(|(h, _)| h.as_deref() == Some(hw))
+            .or_else(|| spec.gpu_hour_usd.iter().find(|(h, _)| h.is_none()))
+            .map(|(_, p)| *p)
+    };
+    let fleet_usd: Option<f64> =
+        prepared_hw.iter().map(|(hw, g)| price(hw).map(|p| p * f64::from(*g))).sum::<Option<f64>>();
+    let cost = fleet_usd.filter(|_| !spec.gpu_hour_usd.is_empty()).map(|usd| usd / (out_tps * 3600.0) * 1e6);
+    if let Some(cost) = cost {
+        c.objectives.insert("cost_per_million_output_tokens_usd".into(), json!(cost));
+    }
+    if prediction.summary.completed_requests == 0 || !out_tps.is_finite() {
+        c.status = "failed";
+        c.reason_category = Some("no_samples");
+        c.reason = Some("no request completed".into());
+        return c;
+    }
+    // SLA gates: aggregate means (REF §6), for strict_sla and for SLA-bound targets.
+    if spec.strict_sla || spec.target == Target::MinGpus {
+        let checks = [
+            ("mean TTFT", f(&c.metrics, "mean_ttft_ms"), sla.ttft_ms),
+            ("mean TPOT", f(&c.metrics, "mean_tpot_ms"), sla.itl_ms),
+            ("mean E2E", f(&c.metrics, "mean_e2e_latency_ms"), sla.e2e_ms),
+        ];
+        if let Some((name, v, Some(bound))) = checks.iter().find(|(_, v, b)| b.is_some_and(|b| *v > b)) {
+            c.status = "infeasible";
+            c.reason_category = Some("sla_constraint");
+            c.reason = Some(format!("{name} {v:.1} ms exceeds the SLA's {bound} ms"));
+            return c;
+        }
+    }
+    let good_rps = goodput.map_or(0.0, |g| g.request_throughput_rps);
+    if let Some(min) = spec.min_goodput_rps {
+        if good_rps < min {
+            c.status = "infeasible";
+            c.reason_category = Some("sla_constraint");
+            c.reason = Some(format!("goodput {good_rps:.3} req/s is below min_goodput_rps {min}"));
+            return c;
+        }
+    }
+    c.score = Some(match spec.target {
+        Target::Throughput => out_tps,
+        Target::ThroughputPerGpu | Target::Pareto => out_tps / gpus,
+        Target::ThroughputPerUser => f(&c.metrics, "mean_output_token_throughput_per_user"),
+        Target::Goodput => good_rps,
+        Target::GoodputPerGpu => good_rps / gpus,
+        Target::Ttft => -f(&c.metrics, "mean_ttft_ms"),
+        Target::E2eLatency => -f(&c.metrics, "mean_e2e_latency_ms"),
+        Target::MinGpus => -gpus,
+        Target::Cost => match cost {
+            Some(x) => -x,
+            None => {
+                c.status = "failed";
+                c.reason_category = Some("invalid_metrics");
+                c.reason = Some(format!("no gpu_hour_usd for {:?}", prepared_hw));
+                return c;
+            }
+        },
+    });
+    c.status = "feasible";
+    c.reason_category = None;
+    c
+}
+
+/// Indices of the Pareto-optimal points (maximising both coordinates): a point is dropped when
+/// another is at least as good in both and better in one. Sorted by the second coordinate.
+#[must_use]
+pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
+    let mut idx: Vec<usize> =
+        (0..points.len()).filter(|i| points[*i].0.is_finite() && points[*i].1.is_finite()).collect();
+    // Sort by x descending (ties: y descending); sweep keeping points that raise the best y.
+    idx.sort_by(|a, b| {
+        points[*b].0.total_cmp(&points[*a].0).then(points[*b].1.total_cmp(&points[*a].1)).then(a.cmp(b))
+    });
+    let mut front = Vec::new();
+    let mut best_y = f64::NEG_INFINITY;
+    let mut last: Option<(f64, f64)> = None;
+    for i in idx {
+        let p = points[i];
+        if p.1 > best_y {
+            front.push(i);
+            best_y = p.1;
+            last = Some(p);
+        } else if last == Some(p) {
+            // An exact duplicate of a front point is not dominated by it.
+            front.push(i);
+        }
+    }
+    front.sort_by(|a, b| points[*a].1.total_cmp(&points[*b].1).then(a.cmp(b)));
+    front
+}
+
+/// The finished search: files to write.
+#[derive(Clone, Debug)]
+pub struct Recommendation {
+    /// `recommendation.json`.
+    pub json: Json,
+    /// `recommendation.csv`.
+    pub csv: String,
+    /// `recommendations/NNNN.yaml`, in view order.
+    pub yamls: Vec<(String, String)>,
+    /// A text summary for the terminal.
+    pub summary: String,
+}
+
+fn candidate_id(i: usize) -> String {
+    format!("candidate-{i:06}")
+}
+
+fn node_json(n: &Node) -> Json {
+    match &n.value {
+        Value::Null => Json::Null,
+        Value::Bool(b) => json!(b),
+        Value::Int(i) => json!(i),
+        Value::Float(x) => json!(x),
+        Value::Str(s) => json!(s),
+        Value::Seq(v) => Json::Array(v.iter().map(node_json).collect()),
+        Value::Map(m) => Json::Object(m.iter().map(|(k, _, v)| (k.clone(), node_json(v))).collect()),
+    }
+}
+
+/// Ranks candidates and builds the outputs. `config_sha256` identifies the input config.
+#[must_use]
+pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Recommendation {
+    cands.sort_by_key(|c| c.index);
+    let feasible: Vec<usize> = (0..cands.len()).filter(|i| cands[*i].status == "feasible").collect();
+    let view: Vec<usize> = if spec.target == Target::Pareto {
+        let pts: Vec<(f64, f64)> = feasible
+            .iter()
+            .map(|i| {
+                (
+                    f(&cands[*i].objectives, "throughput_per_gpu"),
+                    f(&cands[*i].objectives, "throughput_per_user"),
+                )
+            })
+            .collect();
+        pareto_front(&pts).into_iter().map(|k| feasible[k]).collect()
+    } else {
+        let mut ranked = feasible.clone();
+        ranked.sort_by(|a, b| {
+            let (ca, cb) = (&cands[*a], &cands[*b]);
+            let score =
+                cb.score.unwrap_or(f64::NEG_INFINITY).total_cmp(&ca.score.unwrap_or(f64::NEG_INFINITY));
+            let good = |c: &Candidate| f(&c.metrics, "goodput_output_throughput_tok_s");
+            let tie = if spec.target == Target::MinGpus {
+                good(cb).total_cmp(&good(ca)).then(
+                    f(&ca.metrics, "mean_e2e_latency_ms").total_cmp(&f(&cb.metrics, "mean_e2e_latency_ms")),
+                )
+            } else {
+                ca.used_gpus.cmp(&cb.used_gpus)
+            };
+            score.then(tie).then(ca.index.cmp(&cb.index))
+        });
+        ranked.truncate(spec.top_n);
+        ranked
+    };
+    let mut counts = [0usize; 4];
+    for c in &cands {
+        let k = ["feasible", "infeasible", "unsupported", "failed"]
+            .iter()
+            .position(|s| *s == c.status)
+            .unwrap_or(3);
+        counts[k] += 1;
+    }
+    let mut yamls = Vec::new();
+    for (rank, i) in view.iter().enumerate() {
+        let c = &cands[*i];
+        let header = format!(
+            "# {} ({} GPUs), rank {} of servesim recommend, target {}: replay with servesim predict -c\n",
+            candidate_id(c.index),
+            c.used_gpus,
+            rank + 1,
+            spec.target.name()
+        );
+        yamls.push((format!("{:04}.yaml", rank + 1), header + &node::to_yaml(&c.config)));
+    }
+    let cand_json = |c: &Candidate| {
+        json!({
+            "candidate_id": candidate_id(c.index),
+            "status": c.status,
+            "reason_category": c.reason_category,
+            "reason": c.reason,
+            "used_gpus": c.used_gpus,
+            "score": c.score,
+            "config": node_json(&c.config),
+            "metrics": c.metrics,
+            "objectives": c.objectives,
+        })
+    };
+    let view_ids: Vec<String> = view.iter().map(|i| candidate_id(cands[*i].index)).collect();
+    let views = if spec.target == Target::Pareto {
+        json!({ "pareto_front": view_ids })
+    } else {
+        json!({ "top_n": view_ids })
+    };
+    let json = json!({
+        "schema_version": "1.1",
+        "candidate_retention": "all",
+        "counts": {
+            "evaluated": cands.len(),
+            "feasible": counts[0],
+            "infeasible": counts[1],
+            "unsupported": counts[2],
+            "timed_out": 0,
+            "failed": counts[3],
+            "cache_hits": 0,
+            "resource_limited": 0,
+        },
+        "candidates": cands.iter().map(cand_json).collect::<Vec<_>>(),
+        "views": views,
+        "provenance": {
+            "strategy": "exhaustive",
+            "target": spec.target.name(),
+            "gpu_budget": [spec.min_gpus, spec.max_gpus],
+            "config_sha256": config_sha256,
+            "searched": spec.domains.iter().map(|d| json!({"path": d.path, "values": d.values.len()})).collect::<Vec<_>>(),
+        },
+    });
+    let mut csv = String::from("schema_version,candidate_id,status,reason_category,reason,used_gpus,score,config_json,metrics_json,objectives_json,is_top_n,is_pareto\n");
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    for (i, c) in cands.iter().enumerate() {
+        let in_view = view.contains(&i);
+        let _ = writeln!(
+            csv,
+            "1.1,{},{},{},{},{},{},{},{},{},{},{}",
+            candidate_id(c.index),
+            c.status,
+            c.reason_category.unwrap_or(""),
+            q(c.reason.as_deref().unwrap_or("")),
+            c.used_gpus,
+            c.score.map_or(String::new(), |s| s.to_string()),
+            q(&node_json(&c.config).to_string()),
+            q(&Json::Object(c.metrics.clone()).to_string()),
+            q(&Json::Object(c.objectives.clone()).to_string()),
+            in_view && spec.target != Target::Pareto,
+            in_view && spec.target == Target::Pareto,
+        );
+    }
+    let mut summary = String::new();
+    let _ = writeln!(
+        summary,
+        "{} candidates: {} feasible, {} infeasible, {} unsupported, {} failed (target {})",
+        cands.len(),
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3],
+        spec.target.name()
+    );
+    let _ = writeln!(
+        summary,
+        "{:<5} {:<17} {:>5} {:>12} {:>12} {:>10} {:>10}  searched values",
+        "rank", "candidate", "GPUs", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms"
+    );
+    for (rank, i) in view.iter().enumerate() {
+        let c = &cands[*i];
+        let chosen: Vec<String> = spec
+            .domains
+            .iter()
+            .map(|d| {
+                let v = path_get(&c.config, &d.path).map_or(Json::Null, node_json);
+                format!("{}={}", d.path.rsplit('.').next().unwrap_or(&d.path), v)
+            })
+            .collect();
+        let _ = writeln!(
+            summary,
+            "{:<5} {:<17} {:>5} {:>12.1} {:>12.1} {:>10.1} {:>10.2}  {}",
+            rank + 1,
+            candidate_id(c.index),
+            c.used_gpus,
+            f(&c.objectives, "throughput_per_gpu"),
+            f(&c.objectives, "throughput_per_user"),
+            f(&c.metrics, "mean_ttft_ms"),
+            f(&c.metrics, "mean_tpot_ms"),
+            chosen.join(" ")
+        );
+    }
+    Recommendation { json, csv, yamls, summary }
+}
+
+fn path_get<'a>(n: &'a Node, path: &str) -> Option<&'a Node> {
+    path.split('.').try_fold(n, |cur, k| cur.get(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn brute(points: &[(f64, f64)]) -> Vec<usize> {
+        let mut out: Vec<usize> = (0..points.len())
+            .filter(|i| {
+                let p = points[*i];
+                !points.iter().any(|q| q.0 >= p.0 && q.1 >= p.1 && (q.0 > p.0 || q.1 > p.1))
+            })
+            .collect();
+        out.sort_by(|a, b| points[*a].1.total_cmp(&points[*b].1).then(a.cmp(b)));
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn pareto_front_matches_brute_force(pts in proptest::collection::vec((0u8..20, 0u8..20), 0..40)) {
+            let points: Vec<(f64, f64)> = pts.iter().map(|(a, b)| (f64::from(*a), f64::from(*b))).collect();
+            prop_assert_eq!(pareto_front(&points), brute(&points));
+        }
+    }
+
+    fn spec(text: &str) -> Result<Spec, ScenarioError> {
+        let root = node::parse(text, None).unwrap();
+        parse_spec(&root, "t.yaml", &Catalog::builtin().unwrap())
+    }
+
+    #[test]
+    fn domains_expand_in_mixed_radix_order() {
+        let s = spec("engine: {model: Qwen/Qwen3-8B, workers: {aggregated: {parallelism: {tensor: {choices: [1, 2]}, replicas: {range: {min: 1, max: 4, step: 1}}}}}}\noptimization: {target: throughput}").unwrap();
+        assert_eq!(s.len(), 8);
+        let c = s.candidate(5).unwrap();
+        let par = path_get(&c, "engine.workers.aggregated.parallelism").unwrap();
+        assert_eq!(par.get("tensor").unwrap().value, Value::Int(2));
+        assert_eq!(par.get("replicas").unwrap().value, Value::Int(2));
+        let s = spec("x: {range: {min: 1, max: 16, step: 2, scale: log}}").unwrap();
+        assert_eq!(s.domains[0].values.len(), 5);
+    }
+
+    #[test]
+    fn bad_specs_are_clear_errors() {
+        let e = |t: &str| spec(t).unwrap_err().to_string();
+        assert!(e("x: {choices: []}").contains("choices is empty"));
+        assert!(e("x: {range: {min: 4, max: 1}}").contains("min <= max"));
+        assert!(e("optimization: {constraints: {min_candidate_gpus: 8, max_candidate_gpus: 4}}")
+            .contains("no candidate can fit"));
+        assert!(e("optimization: {target: fastest}").contains("not one of"));
+        assert!(e("optimization: {target: min_gpus}").contains("needs evaluation.sla"));
+        assert!(e("optimization: {budget: 3}").contains("optimization.budget"));
+        assert!(e("a: {range: {min: 1, max: 1000}}\nb: {range: {min: 1, max: 1000}}").contains("more than"));
+    }
+
+    #[test]
+    fn the_default_preset_spans_shapes_and_replicas_within_budget() {
+        let s = spec("engine: {model: Qwen/Qwen3-8B, workers: {aggregated: {parallelism: {preset: default}}}}\noptimization: {constraints: {max_candidate_gpus: 8}}").unwrap();
+        // TP1 x 1..8, TP2 x 1..4, TP4 x 1..2, TP8 x 1.
+        assert_eq!(s.len(), 8 + 4 + 2 + 1);
+        let s = spec("engine: {model: Qwen/Qwen3-30B-A3B, workers: {aggregated: {parallelism: {preset: default}}}}\noptimization: {constraints: {max_candidate_gpus: 4}}").unwrap();
+        // MoE adds TEP and DEP shapes for 2 and 4 GPUs.
+        assert_eq!(s.len(), 4 + 3 * 2 + 3);
+    }
+}

@@ -1,0 +1,93 @@
+//! `servesim recommend` end to end: candidates are replayed, ranked and written as configs that
+//! replay to the same numbers; `min_gpus` picks the fewest GPUs that meet the SLA.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use servesim_scenario::catalog::Catalog;
+use servesim_scenario::recommend::{evaluate, finish, parse_spec, Candidate, Recommendation, Spec};
+use servesim_scenario::scenario::parse_with_overrides;
+use servesim_tests::{repo_root, DataOnly};
+
+fn search(rel: &str) -> (Spec, Vec<Candidate>, Recommendation) {
+    let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let root = parse_with_overrides(&text, rel, &[]).unwrap();
+    let spec = parse_spec(&root, rel, &catalog).unwrap();
+    let cands: Vec<Candidate> =
+        (0..spec.len()).map(|i| evaluate(&spec, i, rel, &catalog, &DataOnly)).collect();
+    let rec = finish(&spec, cands.clone(), "test");
+    (spec, cands, rec)
+}
+
+#[test]
+fn min_gpus_picks_the_smallest_count_that_meets_the_sla() {
+    let (_, cands, rec) = search("tests/recommend/min_gpus_qwen3_8b_h100.yaml");
+    assert_eq!(cands.len(), 8);
+    // Independently: the smallest used_gpus among candidates whose means meet the SLA.
+    let meets = |c: &Candidate| {
+        let m = |k: &str| c.metrics[k].as_f64().unwrap();
+        m("mean_ttft_ms") <= 400.0 && m("mean_tpot_ms") <= 15.0
+    };
+    let fewest = cands.iter().filter(|c| meets(c)).map(|c| c.used_gpus).min().unwrap();
+    assert!(cands.iter().any(|c| !meets(c) && c.used_gpus < fewest), "the case must reject smaller fleets");
+    let top = &rec.json["views"]["top_n"];
+    let first = top[0].as_str().unwrap();
+    let best =
+        rec.json["candidates"].as_array().unwrap().iter().find(|c| c["candidate_id"] == first).unwrap();
+    assert_eq!(best["used_gpus"].as_u64().unwrap(), u64::from(fewest));
+    for c in rec.json["candidates"].as_array().unwrap() {
+        if c["used_gpus"].as_u64().unwrap() < u64::from(fewest) {
+            assert_eq!(c["status"], "infeasible");
+            assert_eq!(c["reason_category"], "sla_constraint");
+        }
+    }
+}
+
+#[test]
+fn recommended_configs_replay_to_the_same_metrics() {
+    let (_, _, rec) = search("data/recommend/qwen3_32b_h200.yaml");
+    assert!(!rec.yamls.is_empty());
+    let front = rec.json["views"]["pareto_front"].as_array().unwrap();
+    assert_eq!(front.len(), rec.yamls.len());
+    // Along the front tok/s/user rises and tok/s/GPU falls.
+    let cands = rec.json["candidates"].as_array().unwrap();
+    let obj = |id: &serde_json::Value, k: &str| {
+        cands.iter().find(|c| &c["candidate_id"] == id).unwrap()["objectives"][k].as_f64().unwrap()
+    };
+    for w in front.windows(2) {
+        assert!(obj(&w[0], "throughput_per_user") <= obj(&w[1], "throughput_per_user"));
+        assert!(obj(&w[0], "throughput_per_gpu") >= obj(&w[1], "throughput_per_gpu"));
+    }
+    for ((name, yaml), id) in rec.yamls.iter().zip(front) {
+        let p = servesim_scenario::predict(yaml, name, &[], None, &DataOnly).unwrap();
+        let c = cands.iter().find(|c| &c["candidate_id"] == id).unwrap();
+        for (k, v) in c["metrics"].as_object().unwrap() {
+            if let Some(direct) = p.json.get(k) {
+                assert_eq!(direct, v, "{name} {k}");
+            }
+        }
+        assert!(c["objectives"]["cost_per_million_output_tokens_usd"].as_f64().unwrap() > 0.0);
+    }
+    // CSV: a header and one line per candidate.
+    assert_eq!(rec.csv.lines().count(), cands.len() + 1);
+}
+
+#[test]
+fn infeasible_candidates_are_rejected_before_simulation_with_a_category() {
+    let text = "engine: {model: meta-llama/Llama-3.1-70B-Instruct, hardware: h100_sxm, backend: vllm, workers: {aggregated: {parallelism: {tensor: {choices: [1, 4, 16]}}}}}\n\
+                traffic: {source: {type: synthetic, input_tokens: 100, output_tokens: 10}, load: {type: concurrency, concurrency: 1}, stop: {requests: 2}}\n\
+                optimization: {target: throughput, constraints: {max_candidate_gpus: 8}}";
+    let catalog = Catalog::builtin().unwrap();
+    let root = parse_with_overrides(text, "t.yaml", &[]).unwrap();
+    let spec = parse_spec(&root, "t.yaml", &catalog).unwrap();
+    let cands: Vec<Candidate> =
+        (0..spec.len()).map(|i| evaluate(&spec, i, "t.yaml", &catalog, &DataOnly)).collect();
+    // 70B in bf16 does not fit one 80 GB GPU; TP16 exceeds the 8-GPU budget.
+    assert_eq!((cands[0].status, cands[0].reason_category), ("infeasible", Some("kv_capacity")));
+    assert_eq!(cands[1].status, "feasible");
+    assert_eq!((cands[2].status, cands[2].reason_category), ("infeasible", Some("gpu_budget")));
+    assert!(
+        cands[0].metrics.is_empty() && cands[2].metrics.is_empty(),
+        "rejected candidates are never simulated"
+    );
+}
