@@ -284,3 +284,25 @@ fn pd_gpu_hours_count_both_pools() {
     assert!((s.gpu_hours - want).abs() < 1e-12);
     assert!((s.gpu_hours - 12.0 * s.duration_ms / 3.6e6).abs() < 1e-9);
 }
+
+#[test]
+fn a_shared_prompt_prefix_is_reused_and_shortens_prefill() {
+    let base = predict_file_with("data/scenarios/default.yaml", &[]).unwrap();
+    let shared =
+        predict_file_with("data/scenarios/default.yaml", &["traffic.source.shared_prefix_tokens=512"])
+            .unwrap();
+    // Every request after the first reuses the 512 shared tokens (whole 16-token blocks).
+    let ratio = shared.summary.prefix_cache_reused_ratio;
+    assert!(ratio > 0.45 && ratio <= 0.5, "reuse {ratio}");
+    assert_eq!(base.summary.prefix_cache_reused_ratio, 0.0);
+    assert!(
+        shared.summary.ttft.mean < 0.8 * base.summary.ttft.mean,
+        "{} vs {}",
+        shared.summary.ttft.mean,
+        base.summary.ttft.mean
+    );
+    // A prefix longer than a prompt leaves each request one token of its own.
+    let all = predict_file_with("data/scenarios/default.yaml", &["traffic.source.shared_prefix_tokens=5000"])
+        .unwrap();
+    assert!(all.summary.prefix_cache_reused_ratio < 1.0);
+}

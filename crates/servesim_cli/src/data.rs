@@ -214,7 +214,7 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
                 .map_err(|e| fail(1, format!("cannot write {}: {e}", dst.display())))?;
             total_bytes += out.len() as u64;
             let rel = dst.strip_prefix(&a.out).unwrap_or(&dst).display().to_string();
-            println!(
+            say!(
                 "{rel:<58} {:>7} rows (of {:>7}) {:>9} B  from {}",
                 imported.rows.len(),
                 imported.source_rows,
@@ -281,12 +281,7 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
     });
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| fail(1, e.to_string()))? + "\n";
     std::fs::write(&path, text).map_err(|e| fail(1, format!("cannot write {}: {e}", path.display())))?;
-    println!(
-        "wrote {} ({} files; this import {:.2} MB)",
-        path.display(),
-        files.len(),
-        total_bytes as f64 / 1e6
-    );
+    say!("wrote {} ({} files; this import {:.2} MB)", path.display(), files.len(), total_bytes as f64 / 1e6);
     Ok(())
 }
 
@@ -391,7 +386,7 @@ pub fn inspect(path: &Path) -> Result<(), Failure> {
         }
         _ => return Err(fail(2, format!("{name}: unsupported file type (parquet, jsonl, csv)"))),
     }
-    print!("{out}");
+    say_raw!("{out}");
     Ok(())
 }
 

@@ -15,6 +15,22 @@ use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
 use sha2::{Digest, Sha256};
 
+/// `println!` that ends quietly when stdout is closed (`servesim ... | head`) instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `print!` with [`say!`]'s handling of a closed stdout.
+macro_rules! say_raw {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod data;
 
 mod embedded {
@@ -397,8 +413,8 @@ fn recommend(
     for (name, yaml) in &rec.yamls {
         write(dir.join(name), yaml)?;
     }
-    print!("{}", rec.summary);
-    println!(
+    say_raw!("{}", rec.summary);
+    say!(
         "wrote {}/recommendation.json, recommendation.csv and {} configs in recommendations/ ({} candidates in {:.1} s on {jobs} threads)",
         output_dir.display(),
         rec.yamls.len(),
@@ -423,7 +439,7 @@ fn validate_requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> Re
         DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir };
     let prediction = servesim_scenario::scenario::predict_with_catalog(&text, &source, &catalog, &files)?;
     let c = servesim_scenario::validate::compare_requests(&measured, &prediction);
-    print!("{}", servesim_scenario::validate::requests_table(&c));
+    say_raw!("{}", servesim_scenario::validate::requests_table(&c));
     Ok(())
 }
 
@@ -478,18 +494,18 @@ fn validate(
         eprintln!();
     }
     let s = summarize(&rows, &outcomes, &catalog);
-    println!("servesim validate --silicon {name}: {} rows\n", rows.len());
-    print!("{}", table(&s));
+    say!("servesim validate --silicon {name}: {} rows\n", rows.len());
+    say_raw!("{}", table(&s));
     let mut errors: Vec<String> = rows
         .iter()
         .zip(&outcomes)
         .filter_map(|(r, o)| o.error.as_ref().map(|e| format!("{} (line {}): {e}", r.id, r.line)))
         .collect();
     if !errors.is_empty() {
-        println!("\nnot predicted ({}):", errors.len());
+        say!("\nnot predicted ({}):", errors.len());
         errors.truncate(20);
         for e in errors {
-            println!("  {e}");
+            say!("  {e}");
         }
     }
     if let Some(path) = rows_csv {
@@ -541,7 +557,7 @@ fn show_validation_scenarios(
                 .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
     }) {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
-        println!("---\n{}", servesim_scenario::validate::scenario_yaml(r, knobs, dense));
+        say!("---\n{}", servesim_scenario::validate::scenario_yaml(r, knobs, dense));
     }
     Ok(())
 }
@@ -577,9 +593,9 @@ fn export_fpm(config: &Path, out: &Path, data_dir: Option<PathBuf>) -> Result<()
     std::fs::write(&side, sidecar)
         .map_err(|e| Failure { code: 1, message: format!("cannot write {side}: {e}") })?;
     for c in &cells {
-        println!("{}", c.describe());
+        say!("{}", c.describe());
     }
-    println!("wrote {name} ({} bytes) and {side}", bytes.len());
+    say!("wrote {name} ({} bytes) and {side}", bytes.len());
     Ok(())
 }
 
@@ -674,14 +690,10 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
 
     match format {
         Format::Table => {
-            print!("{}", summary_table(&prediction));
-            println!(
-                "\nwrote {}{}",
-                prediction_path.display(),
-                if capture { " and requests.jsonl" } else { "" }
-            );
+            say_raw!("{}", summary_table(&prediction));
+            say!("\nwrote {}{}", prediction_path.display(), if capture { " and requests.jsonl" } else { "" });
         }
-        Format::Json => print!("{json}"),
+        Format::Json => say_raw!("{json}"),
     }
     eprintln!("wall time {:.0} ms", wall_ms);
     Ok(())

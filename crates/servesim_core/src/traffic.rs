@@ -152,6 +152,9 @@ pub enum Source {
         input_tokens: LengthDist,
         /// Output length.
         output_tokens: LengthDist,
+        /// Leading prompt tokens every request shares (a common system prompt), capped at
+        /// one less than the prompt so each request computes at least one token of its own.
+        shared_prefix_tokens: u32,
     },
     /// Synthetic multi-turn sessions.
     Sessions(SessionSpec),
@@ -395,11 +398,18 @@ impl Traffic {
         }
         let job = self.jobs_started;
         let spec = match self.spec.source.clone() {
-            Source::Synthetic { input_tokens, output_tokens } => {
+            Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => {
                 let input = input_tokens.sample(&mut self.lengths);
                 let output = output_tokens.sample(&mut self.lengths);
-                let prompt =
-                    vec![Segment { id: self.stream_id(2 * u64::from(self.requests_sent)), len: input }];
+                let shared = shared_prefix_tokens.min(input.saturating_sub(1));
+                let own =
+                    Segment { id: self.stream_id(2 * u64::from(self.requests_sent)), len: input - shared };
+                let prompt = if shared > 0 {
+                    // One stream for everyone's prefix, distinct from every request stream.
+                    vec![Segment { id: self.stream_id(u64::MAX), len: shared }, own]
+                } else {
+                    vec![own]
+                };
                 self.request(at, prompt, output, None)
             }
             Source::Sessions(s) => {
@@ -575,6 +585,7 @@ mod tests {
             source: Source::Synthetic {
                 input_tokens: LengthDist::Fixed(100),
                 output_tokens: LengthDist::Fixed(10),
+                shared_prefix_tokens: 0,
             },
             load,
             stop: Stop { max_requests: n, max_sessions: u32::MAX },

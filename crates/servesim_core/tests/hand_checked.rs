@@ -68,6 +68,7 @@ fn run(c: Case) -> RunResult {
             source: Source::Synthetic {
                 input_tokens: LengthDist::Fixed(c.input),
                 output_tokens: LengthDist::Fixed(c.output),
+                shared_prefix_tokens: 0,
             },
             load: c.load,
             stop: Stop { max_requests: c.requests, max_sessions: u32::MAX },
@@ -273,6 +274,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
             source: Source::Synthetic {
                 input_tokens: LengthDist::Fixed(100),
                 output_tokens: LengthDist::Fixed(5),
+                shared_prefix_tokens: 0,
             },
             load: Load::Concurrency(requests),
             stop: Stop { max_requests: requests, max_sessions: u32::MAX },

@@ -39,6 +39,9 @@ pub enum SourceConfig {
         input_tokens: LengthDist,
         /// `output_tokens`.
         output_tokens: LengthDist,
+        /// `shared_prefix_tokens` (servesim extension, 0): leading tokens every prompt shares,
+        /// like AIConfigurator's `--prefix`.
+        shared_prefix_tokens: u32,
     },
     /// `type: synthetic-session` — multi-turn sessions.
     Session {

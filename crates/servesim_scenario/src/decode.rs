@@ -76,6 +76,7 @@ fn default_traffic() -> TrafficConfig {
         source: SourceConfig::Synthetic {
             input_tokens: LengthDist::Fixed(1024),
             output_tokens: LengthDist::Fixed(128),
+            shared_prefix_tokens: 0,
         },
         load: LoadConfig { kind: LoadKind::Concurrency(10), seed: 42 },
         stop: StopConfig::default(),
@@ -118,6 +119,7 @@ const SOURCE_KEYS: &[&str] = &[
     "type",
     "input_tokens",
     "output_tokens",
+    "shared_prefix_tokens",
     "images",
     "new_input_tokens_per_turn",
     "output_tokens_per_turn",
@@ -144,7 +146,15 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
             }
             let input = len_or(&mut f, "input_tokens", 1024, cx);
             let output = len_or(&mut f, "output_tokens", 128, cx);
-            Some(SourceConfig::Synthetic { input_tokens: input?, output_tokens: output? })
+            let shared = match f.take("shared_prefix_tokens") {
+                Some((n, p)) => u32_in(n, &p, cx, 0, 10_000_000),
+                None => Some(0),
+            };
+            Some(SourceConfig::Synthetic {
+                input_tokens: input?,
+                output_tokens: output?,
+                shared_prefix_tokens: shared?,
+            })
         }
         "synthetic-session" => {
             let input = len_or(&mut f, "new_input_tokens_per_turn", 1024, cx);

@@ -652,8 +652,12 @@ fn build_traffic(
 ) -> Result<TrafficSpec, ScenarioError> {
     let t = &config.traffic;
     let (src, per_job_tokens) = match &t.source {
-        SourceConfig::Synthetic { input_tokens, output_tokens } => (
-            Source::Synthetic { input_tokens: input_tokens.clone(), output_tokens: output_tokens.clone() },
+        SourceConfig::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => (
+            Source::Synthetic {
+                input_tokens: input_tokens.clone(),
+                output_tokens: output_tokens.clone(),
+                shared_prefix_tokens: *shared_prefix_tokens,
+            },
             input_tokens.nominal_mean() + output_tokens.nominal_mean(),
         ),
         SourceConfig::Session {

@@ -7,7 +7,8 @@
 //! lengths uniform in `[floor × nominal, nominal]` (the CLI's default floor 0.8 is what the
 //! benchmark and AISimulate's dashboard use; floor 1 replays them exactly — fixed lengths in a
 //! closed loop phase-lock into waves that no real deployment keeps), prefix caching off,
-//! `max_batched_tokens` 8192 and `max_sequences` `max(256, batch per rank)`. The KV cache is
+//! `max_batched_tokens` 8192 and `max_sequences` `max(256, concurrency per rank)` on the
+//! role that runs decode (prefill workers keep the row's prefill batch size). The KV cache is
 //! fp8 when the row runs in fp8 or fp4, else bf16. Everything else is the engine's default.
 
 use std::collections::BTreeMap;
@@ -81,14 +82,25 @@ fn quant_moe(s: &str) -> Option<&'static str> {
     }
 }
 
-fn role_yaml(out: &mut String, name: &str, l: &Layout, replicas: u32, prefill: bool, knobs: &Knobs) {
+fn role_yaml(
+    out: &mut String,
+    name: &str,
+    l: &Layout,
+    replicas: u32,
+    prefill: bool,
+    concurrency: u32,
+    knobs: &Knobs,
+) {
     let _ = writeln!(out, "    {name}:");
     let _ = writeln!(
         out,
         "      parallelism: {{replicas: {replicas}, tensor: {}, pipeline: {}, attention_data: {}, moe_tensor: {}, moe_expert: {}}}",
         l.tp, l.pp, l.dp, l.moe_tp, l.moe_ep
     );
-    let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256) };
+    // REF §7: max_num_seqs = max(256, concurrency), per attention-DP rank of the role that
+    // holds the running requests (decode, or the aggregated workers).
+    let ranks = (replicas.max(1) * l.dp.max(1)).max(1);
+    let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256).max(concurrency.div_ceil(ranks)) };
     let _ = writeln!(out, "      scheduler: {{max_batched_tokens: 8192, max_sequences: {seqs}}}");
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false}}");
     let k = knobs.yaml();
@@ -128,13 +140,21 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
     match row.mode {
         Mode::Agg { layout } => {
             let _ = writeln!(y, "  workers:");
-            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, knobs);
+            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, row.concurrency, knobs);
         }
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
             let _ = writeln!(y, "  mode: disaggregated");
             let _ = writeln!(y, "  workers:");
-            role_yaml(&mut y, "prefill", &strip(prefill, dense), prefill_workers, true, knobs);
-            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, knobs);
+            role_yaml(
+                &mut y,
+                "prefill",
+                &strip(prefill, dense),
+                prefill_workers,
+                true,
+                row.concurrency,
+                knobs,
+            );
+            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row.concurrency, knobs);
         }
     }
     let len = |n: u32| {
@@ -367,6 +387,11 @@ mod tests {
         );
         assert!(d.contains("timing: {prefill_scale: 1.5}"), "{d}");
         assert!(d.contains("mode: disaggregated") && d.contains("replicas: 3"), "{d}");
+        // Decode ranks hold the running requests: max(256, concurrency per rank).
+        let mut big = row(Mode::Disagg { prefill: l, prefill_workers: 2, decode: l, decode_workers: 3 });
+        big.concurrency = 4096;
+        let b = scenario_yaml(&big, &Knobs::default(), true);
+        assert!(b.contains("max_sequences: 1366"), "{b}");
     }
 
     #[test]
