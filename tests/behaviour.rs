@@ -306,3 +306,24 @@ fn a_shared_prompt_prefix_is_reused_and_shortens_prefill() {
         .unwrap();
     assert!(all.summary.prefix_cache_reused_ratio < 1.0);
 }
+
+#[test]
+fn sglang_requests_retracted_past_a_chunk_resume_their_recompute() {
+    // Prompts plus outputs far beyond chunked_prefill_size in a small KV pool: retracted
+    // requests come back needing several chunks of recompute (prompt and earlier outputs).
+    // They used to be stranded after their first chunk and the run stalled.
+    let p = predict_file_with(
+        "tests/scenarios/sglang_retraction.yaml",
+        &[
+            "engine.workers.aggregated.kv_cache.capacity={type: fixed, blocks: 60000}",
+            "engine.workers.aggregated.scheduler.chunked_prefill_size=1024",
+            "traffic.source.input_tokens=3000",
+            "traffic.source.output_tokens=3000",
+            "traffic.load.concurrency=24",
+            "traffic.stop.requests=60",
+        ],
+    )
+    .unwrap();
+    assert_eq!(p.summary.completed_requests, 60);
+    assert!(p.summary.num_preemptions > 0, "the case must retract");
+}

@@ -179,6 +179,8 @@ pub struct Request {
     pub prefill_worker: Option<u32>,
     /// P/D: prefill rank.
     pub prefill_rank: u32,
+    /// Attention-DP rank of the decode worker holding the request's reserved KV (P/D).
+    pub decode_rank: u32,
     /// P/D: decode worker (global index).
     pub decode_worker: Option<u32>,
     /// P/D milestones.
@@ -223,6 +225,7 @@ impl Request {
             dest: KvHold::default(),
             prefill_worker: None,
             prefill_rank: 0,
+            decode_rank: 0,
             decode_worker: None,
             pd: PdStamps::default(),
             decode_reused: 0,

@@ -64,6 +64,8 @@ pub enum SimError {
         unfinished: u64,
         /// Where they are: `(status, phase, count)`, for the message.
         states: Vec<(&'static str, &'static str, u64)>,
+        /// The first stuck request's progress, for diagnosis.
+        example: String,
     },
 }
 
@@ -73,10 +75,13 @@ impl core::fmt::Display for SimError {
             SimError::Timing { worker, message } => {
                 write!(f, "worker {worker}: cannot time a step: {message}")
             }
-            SimError::Stalled { unfinished, states } => {
+            SimError::Stalled { unfinished, states, example } => {
                 write!(f, "{unfinished} requests can never be scheduled (simulation stalled)")?;
                 for (i, (s, p, n)) in states.iter().enumerate() {
                     write!(f, "{}{n} {s} in {p}", if i == 0 { ": " } else { ", " })?;
+                }
+                if !example.is_empty() {
+                    write!(f, "; e.g. {example}")?;
                 }
                 Ok(())
             }
@@ -269,7 +274,17 @@ impl Simulation {
                 let unfinished = self.requests.len() as u64 - self.finished;
                 if unfinished > 0 || self.traffic.next_arrival().is_some() {
                     let mut states: Vec<(&'static str, &'static str, u64)> = Vec::new();
+                    let mut example = String::new();
                     for r in &self.requests {
+                        if example.is_empty() && !matches!(r.status, Status::Completed | Status::Rejected) {
+                            example = alloc::format!(
+                                "a request with {} prompt tokens, {} computed, {} of {} outputs",
+                                r.input_tokens,
+                                r.computed,
+                                r.emitted,
+                                r.output_target()
+                            );
+                        }
                         let status = match r.status {
                             Status::Waiting => "waiting",
                             Status::Transferring => "transferring",
@@ -287,7 +302,33 @@ impl Simulation {
                             None => states.push((status, phase, 1)),
                         }
                     }
-                    return Err(SimError::Stalled { unfinished, states });
+                    // Where the work is stuck: the first ranks holding anything.
+                    let mut shown = 0;
+                    for w in &self.workers {
+                        for (i, r) in w.ranks.iter().enumerate() {
+                            if r.load() == 0 || shown == 4 {
+                                continue;
+                            }
+                            shown += 1;
+                            let (used, cap) = match &r.kv {
+                                crate::engine::KvStore::Radix(c) => (c.used_tokens(), c.capacity()),
+                                crate::engine::KvStore::Paged(p) => (
+                                    u64::from(p.num_used()) * u64::from(p.block_size()),
+                                    u64::from(p.capacity()) * u64::from(p.block_size()),
+                                ),
+                            };
+                            example.push_str(&alloc::format!(
+                                "; worker {} rank {}: {} waiting, {} running, {} awaiting KV, {} loading, KV {used} of {cap} tokens in use",
+                                w.id,
+                                i,
+                                r.waiting.len(),
+                                r.running.len(),
+                                r.handoffs.len(),
+                                r.loading.len()
+                            ));
+                        }
+                    }
+                    return Err(SimError::Stalled { unfinished, states, example });
                 }
                 self.stopped = Some(StopReason::Drained);
                 break;
@@ -546,11 +587,13 @@ impl Simulation {
         r.prefill_rank = r.rank;
         r.hash_known_blocks();
         if pd.destination_first {
-            // The decode worker reserved KV before prefill started.
+            // The decode worker reserved KV before prefill started, on its own rank (the
+            // prefill worker's rank numbering is another worker's).
             r.unpark_dest();
             if let Some(dw) = r.decode_worker {
                 r.worker = dw;
             }
+            r.rank = r.decode_rank;
             self.start_transfer(id);
             return;
         }

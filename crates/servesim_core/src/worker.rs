@@ -154,6 +154,7 @@ impl Worker {
         #[allow(clippy::cast_possible_truncation)] // Rank counts are small.
         {
             req.rank = best as u32;
+            req.decode_rank = best as u32;
         }
         req.status = Status::Transferring;
         self.ranks[best].handoffs.push_back(id);

@@ -92,10 +92,11 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         let mut rem_input = i64::from(k.max_prefill_tokens);
         let mut rem_chunk = i64::from(k.chunked_prefill_size);
 
-        // A request left mid-prompt by the previous prefill batch continues first.
+        // A request left mid-prompt by the previous prefill batch continues first; that
+        // includes a retracted request recomputing its prompt and earlier outputs.
         if let Some(&id) = running.iter().find(|id| {
             let r = &reqs[**id as usize];
-            r.emitted == 0 && r.pending_tokens() > 0
+            !r.is_decoding() && r.pending_tokens() > 0
         }) {
             let r = &mut reqs[id as usize];
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
