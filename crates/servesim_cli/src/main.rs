@@ -173,6 +173,9 @@ enum Command {
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
         #[arg(long, default_value_t = 0.8)]
         length_floor: f64,
+        /// Replay MLA models' `tp N, attention_dp 1` layouts as attention data parallelism over N GPUs.
+        #[arg(long)]
+        mla_attention_dp: bool,
         /// Print the prediction.yaml each row is replayed as, instead of running it.
         #[arg(long)]
         show_scenarios: bool,
@@ -272,6 +275,7 @@ fn main() -> ExitCode {
             step_overhead_ms,
             frontend_ms,
             length_floor,
+            mla_attention_dp,
             show_scenarios,
         } => {
             let knobs = servesim_scenario::validate::Knobs {
@@ -279,6 +283,7 @@ fn main() -> ExitCode {
                 step_overhead_ms,
                 frontend_ms,
                 length_floor: Some(length_floor),
+                mla_attention_dp,
             };
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate_requests(log, config, data_dir)
@@ -326,16 +331,7 @@ fn recommend(
     use servesim_scenario::recommend::{evaluate, finish, parse_spec};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let started = Instant::now();
-    let source = config.display().to_string();
-    let text = std::fs::read_to_string(config)
-        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
-    let overrides = set
-        .iter()
-        .map(|s| Override::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|m| Failure { code: 2, message: m })?;
-    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let root = parse_with_overrides(&text, &source, &overrides)?;
+    let (source, root, catalog) = load_config(config, set)?;
     let spec = parse_spec(&root, &source, &catalog)?;
     let json_path = output_dir.join("recommendation.json");
     if json_path.exists() && !overwrite {
@@ -557,7 +553,8 @@ fn show_validation_scenarios(
                 .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
     }) {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
-        say!("---\n{}", servesim_scenario::validate::scenario_yaml(r, knobs, dense));
+        let r = servesim_scenario::validate::interpret(r, &catalog, knobs);
+        say!("---\n{}", servesim_scenario::validate::scenario_yaml(&r, knobs, dense));
     }
     Ok(())
 }
@@ -569,11 +566,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
 
 /// `servesim data export-fpm`: the op-level model's grid for each role as one FPM file.
 fn export_fpm(config: &Path, out: &Path, data_dir: Option<PathBuf>) -> Result<(), Failure> {
-    let source = config.display().to_string();
-    let text = std::fs::read_to_string(config)
-        .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
-    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let root = parse_with_overrides(&text, &source, &[])?;
+    let (source, root, catalog) = load_config(config, &[])?;
     let files =
         DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir };
     let prepared = prepare(&root, &source, &catalog, None, &files)?;
@@ -609,9 +602,11 @@ struct Options {
     data_dir: Option<PathBuf>,
 }
 
-fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> Result<(), Failure> {
-    let Options { overwrite, format, capture, seed, details, ref data_dir } = *opts;
-    let started = Instant::now();
+/// Reads a config file, applies `--set` overrides and loads the catalog.
+fn load_config(
+    config: &Path,
+    set: &[String],
+) -> Result<(String, servesim_scenario::node::Node, Catalog), Failure> {
     let source = config.display().to_string();
     let text = std::fs::read_to_string(config)
         .map_err(|e| Failure { code: 2, message: format!("cannot read {source}: {e}") })?;
@@ -622,6 +617,13 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
         .map_err(|m| Failure { code: 2, message: m })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     let root = parse_with_overrides(&text, &source, &overrides)?;
+    Ok((source, root, catalog))
+}
+
+fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> Result<(), Failure> {
+    let Options { overwrite, format, capture, seed, details, ref data_dir } = *opts;
+    let started = Instant::now();
+    let (source, root, catalog) = load_config(config, set)?;
     let files = DiskFiles {
         base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
         data_dir: data_dir.clone(),

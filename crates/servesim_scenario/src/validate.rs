@@ -34,6 +34,11 @@ pub struct Knobs {
     /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
     /// `None`: fixed lengths.
     pub length_floor: Option<f64>,
+    /// Read an MLA model's `tp N, attention_dp 1` layout as attention data parallelism over
+    /// the N GPUs (`tp 1, attention_dp N`), the way SGLang and TensorRT-LLM serve DeepSeek-style
+    /// models at high concurrency. One rule for every row; off by default (rows replay as
+    /// written).
+    pub mla_attention_dp: bool,
 }
 
 impl Knobs {
@@ -179,11 +184,30 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
     y
 }
 
+/// The row as it will be replayed: with [`Knobs::mla_attention_dp`], MLA layouts written as
+/// tensor parallelism become attention data parallelism.
+#[must_use]
+pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconRow {
+    let mla = catalog.model(&row.model).is_some_and(|m| m.mla.is_some());
+    if !(knobs.mla_attention_dp && mla) {
+        return row.clone();
+    }
+    let dp = |l: Layout| if l.dp <= 1 && l.tp > 1 { Layout { dp: l.tp, tp: 1, ..l } } else { l };
+    let mut out = row.clone();
+    out.mode = match row.mode {
+        Mode::Agg { layout } => Mode::Agg { layout: dp(layout) },
+        Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
+            Mode::Disagg { prefill: dp(prefill), prefill_workers, decode: dp(decode), decode_workers }
+        }
+    };
+    out
+}
+
 /// Replays one row.
 #[must_use]
 pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &Knobs) -> Outcome {
     let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
-    let yaml = scenario_yaml(row, knobs, dense);
+    let yaml = scenario_yaml(&interpret(row, catalog, knobs), knobs, dense);
     match predict_with_catalog(&yaml, &row.id, catalog, files) {
         Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None },
         Err(e) => {
@@ -363,6 +387,21 @@ mod tests {
             ttft_ms: 100.0,
             tpot_ms: 10.0,
         }
+    }
+
+    #[test]
+    fn mla_layouts_can_be_read_as_attention_data_parallel() {
+        let catalog = Catalog::builtin().unwrap();
+        let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 64 };
+        let mut r = row(Mode::Agg { layout: l });
+        r.model = "deepseek-ai/DeepSeek-R1".into();
+        let on = Knobs { mla_attention_dp: true, ..Knobs::default() };
+        let Mode::Agg { layout } = interpret(&r, &catalog, &on).mode else { panic!() };
+        assert_eq!((layout.tp, layout.dp, layout.moe_ep), (1, 8, 8));
+        // Off by default, and never for models without MLA.
+        assert_eq!(interpret(&r, &catalog, &Knobs::default()), r);
+        let dense = row(Mode::Agg { layout: l });
+        assert_eq!(interpret(&dense, &catalog, &on), dense);
     }
 
     #[test]
