@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod decode;
 pub mod diag;
+pub mod estimate;
 pub mod fpmgrid;
 pub mod node;
 pub mod perfdata;

@@ -785,6 +785,22 @@ impl Prepared {
         }
     }
 
+    /// A fresh step timer for `role` (one of `self.roles`).
+    #[must_use]
+    pub fn timer(&self, role: &PreparedRole) -> Box<dyn StepTimer> {
+        match &role.timing {
+            RoleTiming::OpLevel { setup, db } => Box::new(OpLevelTimer::new((**setup).clone(), db.clone())),
+            RoleTiming::Fpm(m) => Box::new(FpmTimer::new(m.clone())),
+            RoleTiming::Roofline => Box::new(RooflineTimer::new(
+                self.model.clone(),
+                role.hardware.clone(),
+                role.parallelism,
+                self.gemm_dtype,
+                self.kv_dtype,
+            )),
+        }
+    }
+
     /// Builds the simulation, ready to run.
     #[must_use]
     pub fn start(&self) -> Simulation {
@@ -813,19 +829,7 @@ impl Prepared {
                 let id = workers.len() as u32;
                 workers.push(Worker::new(id, cfg.clone(), ranks, ti));
             }
-            match &role.timing {
-                RoleTiming::OpLevel { setup, db } => {
-                    timers.push(Box::new(OpLevelTimer::new((**setup).clone(), db.clone())));
-                }
-                RoleTiming::Fpm(m) => timers.push(Box::new(FpmTimer::new(m.clone()))),
-                RoleTiming::Roofline => timers.push(Box::new(RooflineTimer::new(
-                    self.model.clone(),
-                    role.hardware.clone(),
-                    role.parallelism,
-                    self.gemm_dtype,
-                    self.kv_dtype,
-                ))),
-            }
+            timers.push(self.timer(role));
         }
         let fleet = match &self.roles[..] {
             [p, d] => Fleet {

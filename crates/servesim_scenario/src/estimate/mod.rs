@@ -1,0 +1,809 @@
+//! `servesim estimate`: the steady state of one deployment from its step times, without a replay.
+//!
+//! A static estimate answers in milliseconds where a replay takes seconds, so it suits quick
+//! what-ifs and the first screen of a large search. It uses the same step-time model, memory
+//! plan and scheduler budgets as `predict`, but replaces the event loop with a steady-state
+//! balance (the model is written up in `docs/estimate.md`):
+//!
+//! - **Aggregated**, per attention-DP rank with `b` requests in flight: each request spends
+//!   `k` steps prefilling (its prompt minus cached shared prefix, in chunks of the token
+//!   budget left beside the decodes) and `osl − 1` steps decoding. Per cycle of the batch
+//!   there are `b·k/q` mixed steps (`q` prompts packed into one step when they fit) and the
+//!   rest are decode-only; when mixed steps outnumber a request's own steps, prefill is the
+//!   bottleneck and requests wait for prefill slots. TTFT is half a step of arrival phase, the
+//!   request's own prefill steps and the frontend delay; TPOT is the mean time of the other
+//!   steps. Throughput follows from Little's law, `b / E2E` per rank.
+//! - **Disaggregated**: a prefill rank serves `q` prompts per step; a decode rank holds `b_d =
+//!   λ_d · osl · TPOT(b_d)` requests (solved by bisection); TTFT adds the KV transfer and the
+//!   first decode step. The closed-loop rate solves `λ · E2E(λ) = concurrency`.
+//! - **Limits**: a rank holds at most `max_sequences` requests and as many as its KV capacity
+//!   allows (reserved to completion for TensorRT-LLM, half the output on average for vLLM and
+//!   SGLang's optimistic admission). Beyond capacity a closed loop's excess requests wait
+//!   (added to TTFT) and an open loop is overloaded.
+//!
+//! Queueing below saturation (bursts, phase locking, preemption) is not estimated: that is what
+//! the replay is for, and `servesim estimate --default` replays its winners to show the gap.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value as Json};
+
+use servesim_core::engine::Backend;
+use servesim_core::timing::{PrefillChunk, RankLoad, StepTimer};
+use servesim_core::traffic::{Load, Source};
+
+use crate::scenario::{Prepared, PreparedRole, ScenarioError};
+
+pub mod sweep;
+
+/// Bisection steps for the steady-state solves (2⁻⁶⁰ of the bracket: far below any figure
+/// the estimate reports).
+const BISECTION_STEPS: usize = 60;
+
+/// Squared coefficient of variation of a closed loop's arrivals at the prefill pool. A finished
+/// request is replaced at once, so arrivals follow decode completions and are far more regular
+/// than Poisson (1). Fitted to servesim's own replays (docs/estimate.md): the prefill queueing
+/// of two disaggregated closed loops at utilisations 0.38 and 0.85 implies 0.17 and 0.21.
+pub const CLOSED_LOOP_CA2: f64 = 0.2;
+
+/// What the estimate is for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Operating {
+    /// Closed loop: this many requests in flight.
+    Concurrency(f64),
+    /// Open loop at this many requests per second.
+    Rate(f64),
+}
+
+/// The mean request of the traffic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Workload {
+    /// Mean prompt tokens.
+    pub isl: f64,
+    /// Mean output tokens.
+    pub osl: f64,
+    /// Leading prompt tokens shared by every request.
+    pub shared_prefix: f64,
+}
+
+/// A static estimate of one deployment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// `aggregated` or `disaggregated`.
+    pub mode: &'static str,
+    /// GPUs used.
+    pub gpus: u32,
+    /// The mean request.
+    pub workload: Workload,
+    /// The operating point asked for.
+    pub operating: Operating,
+    /// Requests in flight (closed loop: as asked; open loop: by Little's law).
+    pub concurrency: f64,
+    /// Completed requests per second.
+    pub request_rate_rps: f64,
+    /// Mean time to first token over the whole run, as `predict` reports it: a closed loop's
+    /// first wave (every client starting at once) weighs in by its share of the requests.
+    pub ttft_ms: f64,
+    /// Mean time to first token in steady state (without the first wave).
+    pub steady_ttft_ms: f64,
+    /// Mean time per output token after the first.
+    pub tpot_ms: f64,
+    /// Mean end-to-end latency.
+    pub e2e_ms: f64,
+    /// Output tokens per second.
+    pub output_tok_s: f64,
+    /// What limits throughput: `none`, `prefill`, `decode`, `kv_capacity` or `max_sequences`.
+    pub bottleneck: &'static str,
+    /// Open loop only: the offered rate exceeds capacity (latencies are those at capacity and
+    /// queues grow without bound).
+    pub overloaded: bool,
+    /// Most requests per second the deployment serves.
+    pub capacity_rps: f64,
+    /// Step-level figures (ms, counts) behind the estimate, in a stable order.
+    pub detail: Vec<(&'static str, f64)>,
+}
+
+impl Estimate {
+    /// Output tokens per second per GPU.
+    #[must_use]
+    pub fn per_gpu(&self) -> f64 {
+        self.output_tok_s / f64::from(self.gpus.max(1))
+    }
+
+    /// Output tokens per second per user (1000 / TPOT).
+    #[must_use]
+    pub fn per_user(&self) -> f64 {
+        if self.tpot_ms > 0.0 {
+            1000.0 / self.tpot_ms
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// `estimate.json`.
+    #[must_use]
+    pub fn to_json(&self) -> Json {
+        let (kind, value) = match self.operating {
+            Operating::Concurrency(c) => ("concurrency", c),
+            Operating::Rate(r) => ("requests_per_second", r),
+        };
+        let detail: serde_json::Map<String, Json> =
+            self.detail.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+        json!({
+            "mode": self.mode,
+            "gpus": self.gpus,
+            "input_tokens": self.workload.isl,
+            "output_tokens": self.workload.osl,
+            "shared_prefix_tokens": self.workload.shared_prefix,
+            "load": {"type": kind, "value": value},
+            "concurrency": self.concurrency,
+            "request_throughput_rps": self.request_rate_rps,
+            "capacity_rps": self.capacity_rps,
+            "mean_ttft_ms": self.ttft_ms,
+            "steady_ttft_ms": self.steady_ttft_ms,
+            "mean_tpot_ms": self.tpot_ms,
+            "mean_e2e_latency_ms": self.e2e_ms,
+            "output_throughput_tok_s": self.output_tok_s,
+            "output_throughput_tok_s_per_gpu": self.per_gpu(),
+            "output_throughput_tok_s_per_user": self.per_user(),
+            "bottleneck": self.bottleneck,
+            "overloaded": self.overloaded,
+            "detail": detail,
+        })
+    }
+
+    /// A short table for the terminal.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let load = match self.operating {
+            Operating::Concurrency(c) => format!("concurrency {c}"),
+            Operating::Rate(r) => format!("{r} req/s offered"),
+        };
+        let _ = writeln!(
+            s,
+            "static estimate ({}, {} GPUs, {load}, ISL {:.0}, OSL {:.0}, shared prefix {:.0})",
+            self.mode, self.gpus, self.workload.isl, self.workload.osl, self.workload.shared_prefix
+        );
+        if self.overloaded {
+            let _ = writeln!(
+                s,
+                "OVERLOADED: capacity is {:.3} req/s; queues grow without bound (latencies below are at capacity)",
+                self.capacity_rps
+            );
+        }
+        let _ = writeln!(
+            s,
+            "TTFT {:.1} ms  TPOT {:.2} ms  E2E {:.1} ms",
+            self.ttft_ms, self.tpot_ms, self.e2e_ms
+        );
+        let _ = writeln!(
+            s,
+            "{:.3} req/s (capacity {:.3}), {:.1} output tok/s, {:.1} tok/s/GPU, {:.1} tok/s/user, {:.1} in flight, bottleneck {}",
+            self.request_rate_rps,
+            self.capacity_rps,
+            self.output_tok_s,
+            self.per_gpu(),
+            self.per_user(),
+            self.concurrency,
+            self.bottleneck
+        );
+        s
+    }
+}
+
+fn run_error(message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Run { message: message.into() }
+}
+
+/// One role's step times and limits, per attention-DP rank.
+struct RoleSteps {
+    timer: Box<dyn StepTimer>,
+    dp: usize,
+    /// Token budget per step (`max_batched_tokens`).
+    budget: u32,
+    chunked: bool,
+    max_seqs: f64,
+    kv_tokens: f64,
+    loads: Vec<RankLoad>,
+}
+
+impl RoleSteps {
+    fn new(p: &Prepared, role: &PreparedRole) -> Self {
+        let dp = role.parallelism.attention_data.max(1) as usize;
+        RoleSteps {
+            timer: p.timer(role),
+            dp,
+            budget: role.config.scheduler.max_batched_tokens.max(1),
+            chunked: p.config.engine.enable_chunked_prefill,
+            max_seqs: f64::from(role.config.scheduler.max_sequences.max(1)),
+            kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),
+            loads: vec![RankLoad::default(); dp],
+        }
+    }
+
+    /// One step with the same work on every rank (ms).
+    fn step_ms(
+        &mut self,
+        chunks: &[PrefillChunk],
+        decodes: u32,
+        kv_per_decode: f64,
+    ) -> Result<f64, ScenarioError> {
+        for l in &mut self.loads {
+            l.clear();
+            l.prefill.extend_from_slice(chunks);
+            l.decode_requests = decodes;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            {
+                l.decode_kv_tokens = (f64::from(decodes) * kv_per_decode).round() as u64;
+            }
+        }
+        let d = self.timer.step_time(&self.loads).map_err(|e| run_error(e.message))?;
+        Ok(d.as_secs_f64() * 1000.0)
+    }
+
+    /// A decode-only step for `b` requests (linear between whole batch sizes; at least one).
+    fn gen_ms(&mut self, b: f64, kv_per_decode: f64) -> Result<f64, ScenarioError> {
+        let b = b.max(1.0);
+        let lo = b.floor();
+        let t_lo = self.step_ms(&[], to_u32(lo), kv_per_decode)?;
+        if b == lo {
+            return Ok(t_lo);
+        }
+        let t_hi = self.step_ms(&[], to_u32(lo + 1.0), kv_per_decode)?;
+        Ok(t_lo + (t_hi - t_lo) * (b - lo))
+    }
+
+    /// How a prompt of `new` tokens after `cached` ones is split into chunks when `beside`
+    /// other tokens share the step: the chunks, and how many whole prompts fit in one step.
+    fn plan(&self, new: f64, cached: f64, beside: f64) -> (Vec<PrefillChunk>, u32) {
+        let new = to_u32(new.max(1.0));
+        let cached = to_u32(cached);
+        let room = if self.chunked { (f64::from(self.budget) - beside).max(1.0) } else { f64::INFINITY };
+        if f64::from(new) > room {
+            let size = to_u32(room);
+            let mut chunks = Vec::new();
+            let mut done = 0;
+            while done < new {
+                let n = size.min(new - done);
+                chunks.push(PrefillChunk { new_tokens: n, context_tokens: cached + done });
+                done += n;
+            }
+            (chunks, 1)
+        } else {
+            let fit = (f64::from(self.budget) - beside).max(0.0) / f64::from(new);
+            (vec![PrefillChunk { new_tokens: new, context_tokens: cached }], to_u32(fit.floor().max(1.0)))
+        }
+    }
+}
+
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn to_u32(x: f64) -> u32 {
+    x.clamp(0.0, f64::from(u32::MAX)).round() as u32
+}
+
+/// The mean request of a prepared scenario's traffic.
+///
+/// # Errors
+/// Sessions and trace replays: their prefix reuse and pacing need the replay.
+pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
+    match &p.traffic.source {
+        Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => {
+            let isl = input_tokens.nominal_mean().max(1.0);
+            Ok(Workload {
+                isl,
+                osl: output_tokens.nominal_mean().max(1.0),
+                shared_prefix: f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0),
+            })
+        }
+        Source::Sessions(_) => Err(run_error(
+            "estimate needs synthetic single-turn traffic; multi-turn sessions need a replay (servesim predict)",
+        )),
+        Source::Trace(_) => Err(run_error("estimate needs synthetic traffic; trace replays need servesim predict")),
+    }
+}
+
+/// The operating point of a prepared scenario's load.
+///
+/// # Errors
+/// Trace-timestamp pacing.
+pub fn operating(p: &Prepared) -> Result<Operating, ScenarioError> {
+    match p.traffic.load {
+        Load::Concurrency(c) => Ok(Operating::Concurrency(f64::from(c))),
+        // Static: bursts (gamma cv) change queueing, not the mean rate.
+        Load::Poisson(r) | Load::ConstantRate(r) | Load::Gamma { rate: r, .. } => Ok(Operating::Rate(r)),
+        Load::TraceTimestamps { .. } => Err(run_error("estimate cannot pace by trace timestamps")),
+    }
+}
+
+/// Estimates a prepared scenario at its own traffic.
+///
+/// # Errors
+/// Traffic the estimate cannot describe, or a step the timing model cannot time.
+pub fn estimate(p: &Prepared) -> Result<Estimate, ScenarioError> {
+    estimate_at(p, workload(p)?, operating(p)?)
+}
+
+/// Estimates a prepared deployment for a given mean request and operating point.
+///
+/// # Errors
+/// A step the timing model cannot time, or a non-positive operating point.
+pub fn estimate_at(p: &Prepared, w: Workload, op: Operating) -> Result<Estimate, ScenarioError> {
+    match op {
+        Operating::Concurrency(c) | Operating::Rate(c) if !(c > 0.0 && c.is_finite()) => {
+            return Err(run_error("the load must be positive"));
+        }
+        _ => {}
+    }
+    match &p.roles[..] {
+        [a] => Aggregated::new(p, a, w)?.solve(op),
+        [pre, dec] => {
+            let mut d = Disaggregated::new(p, pre, dec, w)?;
+            d.arrival_ca2 = match (op, &p.traffic.load) {
+                (Operating::Concurrency(_), _) => CLOSED_LOOP_CA2,
+                (_, Load::ConstantRate(_)) => 0.0,
+                (_, Load::Gamma { cv, .. }) => cv * cv,
+                _ => 1.0,
+            };
+            d.solve(op)
+        }
+        _ => Err(run_error("a deployment has one role (aggregated) or two (prefill, decode)")),
+    }
+}
+
+/// Per-rank steady state of an aggregated worker at `b` requests in flight.
+#[derive(Clone, Copy, Debug)]
+struct AggPoint {
+    ttft_ms: f64,
+    tpot_ms: f64,
+    e2e_ms: f64,
+    prefill_bound: bool,
+    mix_ms: f64,
+    gen_ms: f64,
+    mix_steps: f64,
+    gen_steps: f64,
+}
+
+pub(crate) struct Aggregated {
+    steps: RoleSteps,
+    w: Workload,
+    pub(crate) ranks: f64,
+    gpus: u32,
+    /// Prompt tokens each request computes (the shared prefix comes from the cache).
+    new_tokens: f64,
+    cached: f64,
+    kv_mean: f64,
+    pub(crate) b_max: f64,
+    kv_limited: bool,
+    frontend_ms: f64,
+    /// Requests the traffic sends (the start-up wave's share of the mean).
+    pub(crate) total_requests: f64,
+}
+
+/// KV a request holds on average (or, for reserve-to-completion admission, at most).
+fn kv_need(backend: Backend, w: &Workload, cached: f64) -> f64 {
+    let out = if backend == Backend::TrtLlm { w.osl } else { w.osl / 2.0 };
+    (w.isl - cached + out).max(1.0)
+}
+
+impl Aggregated {
+    pub(crate) fn new(p: &Prepared, role: &PreparedRole, w: Workload) -> Result<Self, ScenarioError> {
+        let steps = RoleSteps::new(p, role);
+        let cached = if role.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
+        // Shared prefix blocks are held once per rank.
+        let kv_room = (steps.kv_tokens - cached).max(0.0);
+        let by_kv = (kv_room / kv_need(p.config.engine.backend, &w, cached)).floor();
+        if by_kv < 1.0 {
+            return Err(run_error(format!(
+                "one request ({:.0} + {:.0} tokens) does not fit in a rank's KV cache ({:.0} tokens)",
+                w.isl, w.osl, steps.kv_tokens
+            )));
+        }
+        let b_max = by_kv.min(steps.max_seqs);
+        Ok(Aggregated {
+            ranks: f64::from(role.config.parallelism.replicas) * steps.dp as f64,
+            gpus: role.gpus(),
+            new_tokens: (w.isl - cached).max(1.0),
+            cached,
+            kv_mean: w.isl + w.osl / 2.0,
+            kv_limited: by_kv < steps.max_seqs,
+            b_max,
+            frontend_ms: p.frontend_delay.as_secs_f64() * 1000.0,
+            total_requests: f64::from(p.traffic.max_requests()),
+            steps,
+            w,
+        })
+    }
+
+    fn point(&mut self, b: f64) -> Result<AggPoint, ScenarioError> {
+        let b = b.max(1.0);
+        let osl = self.w.osl;
+        let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, b - 1.0);
+        let k = chunks.len() as f64;
+        let life = k + osl - 1.0;
+        // Prompts share a step only when more of them start per step than one: about b·k/life
+        // requests enter prefill each step in steady state.
+        let q = (b * k / life).ceil().clamp(1.0, f64::from(fit).min(b));
+        // The mixed steps: q prompts (or one chunk) beside the others' decodes.
+        let decodes_beside = (b - q).max(0.0);
+        let mut own_ms = 0.0;
+        let mut mix_sum = 0.0;
+        for c in &chunks {
+            let packed: Vec<PrefillChunk> =
+                if chunks.len() == 1 { vec![*c; to_u32(q) as usize] } else { vec![*c] };
+            let t = self.steps.step_ms(&packed, to_u32(decodes_beside), self.kv_mean)?;
+            own_ms += t;
+            mix_sum += t;
+        }
+        let mix_ms = mix_sum / k;
+        let gen_ms = self.steps.gen_ms(b, self.kv_mean)?;
+        let mix_steps = b * k / q;
+        let cycle_steps = life.max(mix_steps);
+        let gen_steps = (cycle_steps - mix_steps).max(0.0);
+        let cycle_ms = mix_steps * mix_ms + gen_steps * gen_ms;
+        let mean_step = cycle_ms / cycle_steps;
+        let wait_ms = mean_step / 2.0 + (cycle_steps - life) * mean_step;
+        let tpot_ms = if osl > 1.0 { (cycle_ms - own_ms).max(0.0) / (cycle_steps - k).max(1.0) } else { 0.0 };
+        let ttft_ms = self.frontend_ms + wait_ms + own_ms;
+        Ok(AggPoint {
+            ttft_ms,
+            tpot_ms,
+            e2e_ms: ttft_ms + (osl - 1.0) * tpot_ms,
+            prefill_bound: mix_steps > life,
+            mix_ms,
+            gen_ms,
+            mix_steps,
+            gen_steps,
+        })
+    }
+
+    /// Mean TTFT of a closed loop's first wave: `b` prompts arrive together on an idle rank
+    /// and are prefilled in groups of as many as fit in a step.
+    fn start_wave_ttft(&mut self, b: f64) -> Result<f64, ScenarioError> {
+        let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, 0.0);
+        let q = if chunks.len() > 1 { 1.0 } else { f64::from(fit).min(b).max(1.0) };
+        let mut group_ms = 0.0;
+        for c in &chunks {
+            group_ms += self.steps.step_ms(&vec![*c; to_u32(q) as usize], 0, 0.0)?;
+        }
+        let groups = (b / q).ceil().max(1.0);
+        Ok(self.frontend_ms + group_ms * (groups + 1.0) / 2.0)
+    }
+
+    fn rate(&mut self, b: f64) -> Result<f64, ScenarioError> {
+        Ok(b / (self.point(b)?.e2e_ms / 1000.0))
+    }
+
+    pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
+        let capacity_rps = self.rate(self.b_max)? * self.ranks;
+        let limit = if self.kv_limited { "kv_capacity" } else { "max_sequences" };
+        let (b, extra_wait_ms, overloaded, bound) = match op {
+            Operating::Concurrency(n) => {
+                let per_rank = n / self.ranks;
+                if per_rank > self.b_max {
+                    let at = self.point(self.b_max)?;
+                    let served_rps = self.b_max / (at.e2e_ms / 1000.0);
+                    (self.b_max, (per_rank / served_rps * 1000.0 - at.e2e_ms).max(0.0), false, Some(limit))
+                } else {
+                    (per_rank, 0.0, false, None)
+                }
+            }
+            Operating::Rate(r) => {
+                let target = r / self.ranks;
+                if self.rate(self.b_max)? < target {
+                    (self.b_max, 0.0, true, Some(limit))
+                } else {
+                    // rate(b) grows with b: bisect for the batch that serves the offered rate.
+                    let (mut lo, mut hi) = (0.0, self.b_max);
+                    for _ in 0..BISECTION_STEPS {
+                        let mid = (lo + hi) / 2.0;
+                        if self.rate(mid)? < target {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    (hi, 0.0, false, None)
+                }
+            }
+        };
+        let at = self.point(b)?;
+        // A closed loop starts every client at once: that first wave queues for prefill and
+        // weighs in the benchmark's mean by its share of the requests.
+        let (wave_ms, share) = match op {
+            Operating::Concurrency(n) if self.total_requests > 0.0 => {
+                (self.start_wave_ttft(b)?, (n / self.total_requests).min(1.0))
+            }
+            _ => (0.0, 0.0),
+        };
+        let steady_ttft = at.ttft_ms + extra_wait_ms;
+        let ttft_ms = share * wave_ms.max(steady_ttft) + (1.0 - share) * steady_ttft;
+        let e2e_ms = at.e2e_ms + extra_wait_ms + (ttft_ms - steady_ttft);
+        let served_rps = b / (at.e2e_ms / 1000.0);
+        let request_rate_rps = match op {
+            Operating::Rate(r) if !overloaded => r,
+            _ => served_rps * self.ranks,
+        };
+        let bottleneck = bound.unwrap_or(if at.prefill_bound { "prefill" } else { "none" });
+        Ok(Estimate {
+            mode: "aggregated",
+            gpus: self.gpus,
+            workload: self.w,
+            operating: op,
+            concurrency: match op {
+                Operating::Concurrency(n) => n,
+                Operating::Rate(_) => request_rate_rps * e2e_ms / 1000.0,
+            },
+            request_rate_rps,
+            ttft_ms,
+            steady_ttft_ms: steady_ttft,
+            tpot_ms: at.tpot_ms,
+            e2e_ms,
+            output_tok_s: request_rate_rps * self.w.osl,
+            bottleneck,
+            overloaded,
+            capacity_rps,
+            detail: vec![
+                ("batch_per_rank", b),
+                ("ranks", self.ranks),
+                ("max_batch_per_rank", self.b_max),
+                ("mixed_step_ms", at.mix_ms),
+                ("decode_step_ms", at.gen_ms),
+                ("mixed_steps_per_cycle", at.mix_steps),
+                ("decode_steps_per_cycle", at.gen_steps),
+                ("queue_wait_ms", extra_wait_ms),
+                ("steady_ttft_ms", steady_ttft),
+                ("start_wave_ttft_ms", wave_ms),
+                ("start_wave_share", share),
+            ],
+        })
+    }
+}
+
+pub(crate) struct Disaggregated {
+    pre: RoleSteps,
+    dec: RoleSteps,
+    w: Workload,
+    pub(crate) pre_ranks: f64,
+    pub(crate) dec_ranks: f64,
+    gpus: u32,
+    new_tokens: f64,
+    kv_mean: f64,
+    pub(crate) dec_b_max: f64,
+    dec_kv_limited: bool,
+    pub(crate) transfer_ms: f64,
+    pub(crate) frontend_ms: f64,
+    /// Squared coefficient of variation of arrivals at the prefill pool.
+    pub(crate) arrival_ca2: f64,
+    /// Requests the traffic sends (the start-up wave's share of the mean).
+    total_requests: f64,
+    /// Prefill: the chunks of one prompt, and prompts per step.
+    chunks: Vec<PrefillChunk>,
+    fit: f64,
+}
+
+/// Disaggregated steady state at a request rate.
+#[derive(Clone, Copy, Debug)]
+struct PdPoint {
+    ttft_ms: f64,
+    tpot_ms: f64,
+    e2e_ms: f64,
+    prefill_ms: f64,
+    prefill_queue_ms: f64,
+    decode_batch: f64,
+}
+
+impl Disaggregated {
+    pub(crate) fn new(
+        p: &Prepared,
+        pre: &PreparedRole,
+        dec: &PreparedRole,
+        w: Workload,
+    ) -> Result<Self, ScenarioError> {
+        let pre_steps = RoleSteps::new(p, pre);
+        let dec_steps = RoleSteps::new(p, dec);
+        let cached = if pre.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
+        let by_kv = (dec_steps.kv_tokens / kv_need(p.config.engine.backend, &w, 0.0)).floor();
+        if by_kv < 1.0 {
+            return Err(run_error(format!(
+                "one request ({:.0} + {:.0} tokens) does not fit in a decode rank's KV cache ({:.0} tokens)",
+                w.isl, w.osl, dec_steps.kv_tokens
+            )));
+        }
+        if pre_steps.kv_tokens < w.isl {
+            return Err(run_error(format!(
+                "one prompt ({:.0} tokens) does not fit in a prefill rank's KV cache ({:.0} tokens)",
+                w.isl, pre_steps.kv_tokens
+            )));
+        }
+        let t = p.config.engine.kv_transfer;
+        #[allow(clippy::cast_precision_loss)]
+        let bytes_per_token = t.bytes_per_token.unwrap_or(pre.memory.kv_bytes_per_token) as f64;
+        // Without a configured bandwidth the replay moves KV instantly; so does the estimate.
+        let transfer_ms = t
+            .bandwidth_gb_per_second
+            .filter(|g| *g > 0.0)
+            .map_or(0.0, |g| w.isl * bytes_per_token / (g * 1e9) * 1000.0);
+        let new_tokens = (w.isl - cached).max(1.0);
+        let (chunks, fit) = pre_steps.plan(new_tokens, cached, 0.0);
+        Ok(Disaggregated {
+            pre_ranks: f64::from(pre.config.parallelism.replicas) * pre_steps.dp as f64,
+            dec_ranks: f64::from(dec.config.parallelism.replicas) * dec_steps.dp as f64,
+            gpus: pre.gpus() + dec.gpus(),
+            new_tokens,
+            kv_mean: w.isl + w.osl / 2.0,
+            dec_b_max: by_kv.min(dec_steps.max_seqs),
+            dec_kv_limited: by_kv < dec_steps.max_seqs,
+            transfer_ms,
+            frontend_ms: p.frontend_delay.as_secs_f64() * 1000.0,
+            chunks,
+            fit: f64::from(fit),
+            arrival_ca2: 1.0,
+            total_requests: f64::from(p.traffic.max_requests()),
+            pre: pre_steps,
+            dec: dec_steps,
+            w,
+        })
+    }
+
+    /// Prefill time of one step carrying `q` prompts (or one prompt's chunks).
+    pub(crate) fn prefill_ms(&mut self, q: f64) -> Result<f64, ScenarioError> {
+        if self.chunks.len() > 1 {
+            let mut total = 0.0;
+            for c in self.chunks.clone() {
+                total += self.pre.step_ms(&[c], 0, 0.0)?;
+            }
+            return Ok(total);
+        }
+        let c = self.chunks[0];
+        self.pre.step_ms(&vec![c; to_u32(q.max(1.0)) as usize], 0, 0.0)
+    }
+
+    /// Prompts one prefill step takes when many wait, and that step's time (ms).
+    pub(crate) fn full_prefill_step(&mut self) -> Result<(f64, f64), ScenarioError> {
+        let q = if self.chunks.len() > 1 { 1.0 } else { self.fit };
+        Ok((q, self.prefill_ms(q)?))
+    }
+
+    /// Requests per second the prefill pool can serve.
+    pub(crate) fn prefill_capacity(&mut self) -> Result<f64, ScenarioError> {
+        let q = if self.chunks.len() > 1 { 1.0 } else { self.fit };
+        Ok(q / (self.prefill_ms(q)? / 1000.0) * self.pre_ranks)
+    }
+
+    /// Decode-only step time at `b` requests per rank (ms).
+    pub(crate) fn decode_step_ms(&mut self, b: f64) -> Result<f64, ScenarioError> {
+        self.dec.gen_ms(b, self.kv_mean)
+    }
+
+    /// Requests per second the decode pool can serve.
+    fn decode_capacity(&mut self) -> Result<f64, ScenarioError> {
+        let t = self.dec.gen_ms(self.dec_b_max, self.kv_mean)?;
+        Ok(self.dec_b_max / (self.w.osl * t / 1000.0) * self.dec_ranks)
+    }
+
+    fn point(&mut self, rate: f64) -> Result<PdPoint, ScenarioError> {
+        // Prefill: prompts arriving during one step share the next one.
+        let per_pre = rate / self.pre_ranks;
+        let single = self.prefill_ms(1.0)?;
+        let q =
+            if self.chunks.len() > 1 { 1.0 } else { (per_pre * single / 1000.0).ceil().clamp(1.0, self.fit) };
+        let prefill_ms = self.prefill_ms(q)?;
+        // Decode: b requests per rank, each resident for osl steps of TPOT(b).
+        let per_dec = rate / self.dec_ranks;
+        let (mut lo, mut hi) = (0.0, self.dec_b_max);
+        for _ in 0..BISECTION_STEPS {
+            let mid = (lo + hi) / 2.0;
+            let resident = per_dec * self.w.osl * self.dec.gen_ms(mid, self.kv_mean)? / 1000.0;
+            if resident > mid {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let b = hi;
+        let tpot_ms = self.dec.gen_ms(b, self.kv_mean)?;
+        // Prompts queue for a prefill rank: Kingman's G/D/1 wait with the arrivals' variability.
+        let mu = self.prefill_capacity()? / self.pre_ranks;
+        let u = per_pre / mu;
+        let queue_ms =
+            if u < 1.0 { self.arrival_ca2 / 2.0 * u / (1.0 - u) * 1000.0 / mu } else { f64::INFINITY };
+        // An idle prefill rank starts a prompt at once; waiting behind busy ones is the queue.
+        let ttft_ms = self.frontend_ms + queue_ms + prefill_ms + self.transfer_ms + tpot_ms * 1.5;
+        Ok(PdPoint {
+            ttft_ms,
+            tpot_ms,
+            e2e_ms: ttft_ms + (self.w.osl - 1.0) * tpot_ms,
+            prefill_ms,
+            prefill_queue_ms: queue_ms,
+            decode_batch: b,
+        })
+    }
+
+    pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
+        let pre_cap = self.prefill_capacity()?;
+        let dec_cap = self.decode_capacity()?;
+        let capacity = pre_cap.min(dec_cap);
+        let limit = if pre_cap <= dec_cap {
+            "prefill"
+        } else if self.dec_kv_limited {
+            "kv_capacity"
+        } else {
+            "decode"
+        };
+        let (rate, extra_wait_ms, overloaded, bound) = match op {
+            Operating::Rate(r) if r > capacity => (capacity, 0.0, true, Some(limit)),
+            Operating::Rate(r) => (r, 0.0, false, None),
+            Operating::Concurrency(n) => {
+                let at_cap = self.point(capacity)?;
+                if capacity * at_cap.e2e_ms / 1000.0 <= n {
+                    (capacity, (n / capacity * 1000.0 - at_cap.e2e_ms).max(0.0), false, Some(limit))
+                } else {
+                    // λ·E2E(λ) grows with λ: bisect for the rate that keeps n in flight.
+                    let (mut lo, mut hi) = (0.0, capacity);
+                    for _ in 0..BISECTION_STEPS {
+                        let mid = (lo + hi) / 2.0;
+                        if mid * self.point(mid)?.e2e_ms / 1000.0 < n {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    (lo, 0.0, false, None)
+                }
+            }
+        };
+        let at = self.point(rate)?;
+        // The closed loop's first wave: every prompt arrives at once and the prefill ranks
+        // work through them in groups (as for aggregated workers).
+        let (wave_ms, share) = match op {
+            Operating::Concurrency(n) if self.total_requests > 0.0 => {
+                let (q, group_ms) = self.full_prefill_step()?;
+                let groups = (n / self.pre_ranks / q).ceil().max(1.0);
+                let wave =
+                    self.frontend_ms + group_ms * (groups + 1.0) / 2.0 + self.transfer_ms + at.tpot_ms * 1.5;
+                (wave, (n / self.total_requests).min(1.0))
+            }
+            _ => (0.0, 0.0),
+        };
+        let steady_ttft = at.ttft_ms + extra_wait_ms;
+        let ttft_ms = share * wave_ms.max(steady_ttft) + (1.0 - share) * steady_ttft;
+        let e2e_ms = at.e2e_ms + extra_wait_ms + (ttft_ms - steady_ttft);
+        Ok(Estimate {
+            mode: "disaggregated",
+            gpus: self.gpus,
+            workload: self.w,
+            operating: op,
+            concurrency: match op {
+                Operating::Concurrency(n) => n,
+                Operating::Rate(_) => rate * e2e_ms / 1000.0,
+            },
+            request_rate_rps: rate,
+            ttft_ms,
+            steady_ttft_ms: steady_ttft,
+            tpot_ms: at.tpot_ms,
+            e2e_ms,
+            output_tok_s: rate * self.w.osl,
+            bottleneck: bound.unwrap_or("none"),
+            overloaded,
+            capacity_rps: capacity,
+            detail: vec![
+                ("prefill_ranks", self.pre_ranks),
+                ("decode_ranks", self.dec_ranks),
+                ("prefill_step_ms", at.prefill_ms),
+                ("prefill_queue_ms", at.prefill_queue_ms),
+                ("prefill_capacity_rps", pre_cap),
+                ("decode_batch_per_rank", at.decode_batch),
+                ("max_decode_batch_per_rank", self.dec_b_max),
+                ("decode_step_ms", at.tpot_ms),
+                ("decode_capacity_rps", dec_cap),
+                ("kv_transfer_ms", self.transfer_ms),
+                ("prefill_new_tokens", self.new_tokens),
+                ("queue_wait_ms", extra_wait_ms),
+                ("steady_ttft_ms", steady_ttft),
+                ("start_wave_ttft_ms", wave_ms),
+                ("start_wave_share", share),
+            ],
+        })
+    }
+}
