@@ -8,20 +8,26 @@ use servesim_scenario::recommend::{evaluate, finish, parse_spec, Candidate, Reco
 use servesim_scenario::scenario::parse_with_overrides;
 use servesim_tests::{repo_root, DataOnly};
 
-fn search(rel: &str) -> (Spec, Vec<Candidate>, Recommendation) {
+fn search_file(rel: &str) -> (Spec, Vec<Candidate>, Recommendation) {
     let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
     let catalog = Catalog::builtin().unwrap();
     let root = parse_with_overrides(&text, rel, &[]).unwrap();
     let spec = parse_spec(&root, rel, &catalog).unwrap();
     let cands: Vec<Candidate> =
         (0..spec.len()).map(|i| evaluate(&spec, i, rel, &catalog, &DataOnly)).collect();
-    let rec = finish(&spec, cands.clone(), "test");
+    let stages = [servesim_scenario::recommend::StageReport {
+        fidelity: servesim_scenario::recommend::Fidelity::Full,
+        evaluated: cands.len(),
+        feasible: cands.iter().filter(|c| c.status == "feasible").count(),
+        kept: 0,
+    }];
+    let rec = finish(&spec, cands.clone(), "test", &stages);
     (spec, cands, rec)
 }
 
 #[test]
 fn min_gpus_picks_the_smallest_count_that_meets_the_sla() {
-    let (_, cands, rec) = search("tests/recommend/min_gpus_qwen3_8b_h100.yaml");
+    let (_, cands, rec) = search_file("tests/recommend/min_gpus_qwen3_8b_h100.yaml");
     assert_eq!(cands.len(), 8);
     // Independently: the smallest used_gpus among candidates whose means meet the SLA.
     let meets = |c: &Candidate| {
@@ -45,7 +51,7 @@ fn min_gpus_picks_the_smallest_count_that_meets_the_sla() {
 
 #[test]
 fn recommended_configs_replay_to_the_same_metrics() {
-    let (_, _, rec) = search("data/recommend/qwen3_32b_h200.yaml");
+    let (_, _, rec) = search_file("data/recommend/qwen3_32b_h200.yaml");
     assert!(!rec.yamls.is_empty());
     let front = rec.json["views"]["pareto_front"].as_array().unwrap();
     assert_eq!(front.len(), rec.yamls.len());
@@ -90,4 +96,85 @@ fn infeasible_candidates_are_rejected_before_simulation_with_a_category() {
         cands[0].metrics.is_empty() && cands[2].metrics.is_empty(),
         "rejected candidates are never simulated"
     );
+}
+
+/// Runs a search on two threads.
+fn run_search(
+    spec: &Spec,
+    rel: &str,
+    catalog: &Catalog,
+) -> (Vec<Candidate>, Vec<servesim_scenario::recommend::StageReport>) {
+    let mut run = |idx: &[usize], fid: servesim_scenario::recommend::Fidelity| {
+        servesim_scenario::recommend::evaluate_parallel(
+            spec,
+            idx,
+            fid,
+            rel,
+            catalog,
+            &DataOnly,
+            2,
+            &|_, _| {},
+        )
+    };
+    servesim_scenario::recommend::search(spec, &mut run)
+}
+
+#[test]
+fn a_staged_search_ranks_the_same_top_configs_as_replaying_every_candidate() {
+    use servesim_scenario::recommend::{Fidelity, Strategy};
+    let rel = "tests/recommend/staged_qwen3_32b_h200.yaml";
+    let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let root = parse_with_overrides(&text, rel, &[]).unwrap();
+    let staged = parse_spec(&root, rel, &catalog).unwrap();
+    assert_eq!(staged.len(), 135);
+    assert_eq!(staged.strategy, Strategy::Staged, "above 64 candidates the default is staged");
+    let (cands, stages) = run_search(&staged, rel, &catalog);
+    assert_eq!(cands.len(), 135);
+    let names: Vec<&str> = stages.iter().map(|s| s.fidelity.name()).collect();
+    // A closed loop goes from the screen straight to full replays.
+    assert_eq!(names, ["static estimate", "full replay"]);
+    assert_eq!(stages[0].evaluated, 135);
+    assert!(stages[1].evaluated <= 135 / 3, "{stages:?}");
+    // Every ranked candidate was replayed in full; every pruned one says where it was dropped.
+    for c in &cands {
+        match c.status {
+            "feasible" => assert_eq!(c.fidelity, Fidelity::Full),
+            "pruned" => assert!(c.reason.as_deref().unwrap().contains("after the")),
+            _ => {}
+        }
+    }
+    let staged_rec = finish(&staged, cands, "t", &stages);
+    let mut exhaustive = staged.clone();
+    exhaustive.strategy = Strategy::Exhaustive;
+    let (all, all_stages) = run_search(&exhaustive, rel, &catalog);
+    let full_rec = finish(&exhaustive, all, "t", &all_stages);
+    assert_eq!(staged_rec.json["views"]["top_n"], full_rec.json["views"]["top_n"]);
+    assert_eq!(staged_rec.json["provenance"]["strategy"], "staged");
+}
+
+#[test]
+fn an_unknown_search_algorithm_is_a_clear_error() {
+    let catalog = Catalog::builtin().unwrap();
+    let root = parse_with_overrides("optimizer: {algorithm: annealing}\n", "t.yaml", &[]).unwrap();
+    let e = parse_spec(&root, "t.yaml", &catalog).unwrap_err().to_string();
+    assert!(e.contains("optimizer.algorithm") && e.contains("staged"), "{e}");
+}
+
+#[test]
+fn an_open_loop_staged_search_screens_with_short_replays_and_keeps_the_answer() {
+    use servesim_scenario::recommend::Strategy;
+    let rel = "tests/recommend/min_gpus_qwen3_8b_h100.yaml";
+    let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let overrides = [servesim_scenario::Override::parse("optimizer.algorithm=staged").unwrap()];
+    let root = parse_with_overrides(&text, rel, &overrides).unwrap();
+    let spec = parse_spec(&root, rel, &catalog).unwrap();
+    assert_eq!(spec.strategy, Strategy::Staged);
+    let (cands, stages) = run_search(&spec, rel, &catalog);
+    let names: Vec<&str> = stages.iter().map(|s| s.fidelity.name()).collect();
+    assert_eq!(names, ["static estimate", "short replay", "full replay"]);
+    let staged = finish(&spec, cands, "t", &stages);
+    let (_, _, exhaustive) = search_file(rel);
+    assert_eq!(staged.json["views"]["top_n"][0], exhaustive.json["views"]["top_n"][0]);
 }

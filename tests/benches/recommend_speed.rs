@@ -1,44 +1,28 @@
 //! Recommend speed: candidates replayed per wall-second for the search specs in
 //! `data/recommend/` (or YAML files given on the command line), single-threaded and on every
-//! core. Each candidate is a full replay, so this is the figure that decides how large a
-//! search stays interactive.
+//! core, with the strategy the spec asks for (exhaustive: every candidate a full replay;
+//! staged: static estimates, then short and full replays of the best), and the stages' sizes.
 //!
 //!     cargo bench -p servesim_tests --bench recommend_speed [-- FILE.yaml ...]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use servesim_scenario::catalog::Catalog;
-use servesim_scenario::recommend::{evaluate, finish, parse_spec, Spec};
+use servesim_scenario::recommend::{
+    evaluate_parallel, finish, parse_spec, search, Fidelity, Spec, StageReport,
+};
 use servesim_scenario::scenario::parse_with_overrides;
 use servesim_tests::{repo_root, DataOnly};
 
-fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, usize) {
+fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, Vec<StageReport>) {
     let started = Instant::now();
-    let next = AtomicUsize::new(0);
-    let mut all = Vec::new();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= spec.len() {
-                            return mine;
-                        }
-                        mine.push(evaluate(spec, i, source, catalog, &DataOnly));
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            all.extend(h.join().unwrap());
-        }
-    });
-    let rec = finish(spec, all, "bench");
-    (started.elapsed().as_secs_f64(), rec.yamls.len())
+    let mut runner = |indices: &[usize], fidelity: Fidelity| {
+        evaluate_parallel(spec, indices, fidelity, source, catalog, &DataOnly, jobs, &|_, _| {})
+    };
+    let (all, stages) = search(spec, &mut runner);
+    let _ = finish(spec, all, "bench", &stages);
+    (started.elapsed().as_secs_f64(), stages)
 }
 
 fn main() {
@@ -63,10 +47,12 @@ fn main() {
         let root = parse_with_overrides(&text, &name, &[]).unwrap();
         let spec = parse_spec(&root, &name, &catalog).unwrap();
         for jobs in [1, cores] {
-            let (secs, _) = run(&spec, &name, &catalog, jobs);
+            let (secs, stages) = run(&spec, &name, &catalog, jobs);
             #[allow(clippy::cast_precision_loss)]
             let rate = spec.len() as f64 / secs;
-            println!("{name:<28} {:>10} {jobs:>6} {secs:>10.2} {rate:>14.1}", spec.len());
+            let st: Vec<String> =
+                stages.iter().map(|s| format!("{} {}->{}", s.fidelity.name(), s.evaluated, s.kept)).collect();
+            println!("{name:<28} {:>10} {jobs:>6} {secs:>10.2} {rate:>14.1}   {}", spec.len(), st.join(", "));
         }
     }
 }

@@ -32,6 +32,7 @@ macro_rules! say_raw {
 }
 
 mod data;
+mod estimate;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/data_files.rs"));
@@ -39,14 +40,14 @@ mod embedded {
 
 /// Files named by a config, resolved relative to the config file's directory; servesim's own
 /// data from `--data-dir`, else from the copy built into the binary.
-struct DiskFiles {
+pub(crate) struct DiskFiles {
     base: PathBuf,
     data_dir: Option<PathBuf>,
 }
 
 impl DiskFiles {
     /// Files beside `config` (relative paths in it resolve against its directory).
-    fn beside(config: &Path, data_dir: Option<PathBuf>) -> Self {
+    pub(crate) fn beside(config: &Path, data_dir: Option<PathBuf>) -> Self {
         DiskFiles { base: config.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), data_dir }
     }
 }
@@ -82,7 +83,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     /// A summary table on stdout.
     Table,
     /// prediction.json on stdout.
@@ -215,46 +216,46 @@ enum Command {
 
 /// `servesim estimate --default`: AIConfigurator's `cli default` flags.
 #[derive(clap::Args)]
-struct DefaultSweepArgs {
+pub(crate) struct DefaultSweepArgs {
     /// Sweep aggregated and disaggregated deployments instead of estimating one config.
     #[arg(long = "default", conflicts_with = "config")]
-    default: bool,
+    pub(crate) default: bool,
     /// Model id (catalog or Hugging Face id), e.g. Qwen/Qwen3-32B-FP8.
     #[arg(long, required_if_eq("default", "true"))]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// GPU type (catalog id), e.g. h200_sxm.
     #[arg(long, required_if_eq("default", "true"))]
-    system: Option<String>,
+    pub(crate) system: Option<String>,
     /// Engine: trtllm (AIConfigurator's default), vllm or sglang.
     #[arg(long, default_value = "trtllm")]
-    backend: String,
+    pub(crate) backend: String,
     /// GPUs the deployment may use.
     #[arg(long, required_if_eq("default", "true"))]
-    total_gpus: Option<u32>,
+    pub(crate) total_gpus: Option<u32>,
     /// Prompt tokens per request.
     #[arg(long, default_value_t = 4000)]
-    isl: u32,
+    pub(crate) isl: u32,
     /// Output tokens per request.
     #[arg(long, default_value_t = 1000)]
-    osl: u32,
+    pub(crate) osl: u32,
     /// Leading prompt tokens every request shares (served from the prefix cache).
     #[arg(long, default_value_t = 0)]
-    prefix: u32,
+    pub(crate) prefix: u32,
     /// Mean TTFT limit (ms).
     #[arg(long, default_value_t = 2000.0)]
-    ttft: f64,
+    pub(crate) ttft: f64,
     /// Mean TPOT limit (ms).
     #[arg(long, default_value_t = 30.0)]
-    tpot: f64,
+    pub(crate) tpot: f64,
     /// Winners per mode confirmed by a full replay (0: estimate only).
     #[arg(long, default_value_t = 1)]
-    replay_top: usize,
+    pub(crate) replay_top: usize,
     /// Threads for the confirming replays (default: the machine's cores).
     #[arg(long)]
-    jobs: Option<usize>,
+    pub(crate) jobs: Option<usize>,
     /// Write estimate-default.json and the winners' prediction configs here.
     #[arg(long, value_name = "DIR")]
-    output_dir: Option<PathBuf>,
+    pub(crate) output_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -369,8 +370,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Estimate { config, set, format, data_dir, sweep } => match config {
-            Some(config) if !sweep.default => estimate(&config, &set, format, data_dir),
-            _ => estimate_default(&sweep, format, data_dir),
+            Some(config) if !sweep.default => estimate::single(&config, &set, format, data_dir),
+            _ => estimate::default_sweep(&sweep, format, data_dir),
         },
         Command::Recommend { config, set, output_dir, overwrite, jobs, data_dir } => {
             recommend(&config, &set, &output_dir, overwrite, jobs, data_dir)
@@ -402,8 +403,7 @@ fn recommend(
     jobs: Option<usize>,
     data_dir: Option<PathBuf>,
 ) -> Result<(), Failure> {
-    use servesim_scenario::recommend::{evaluate, finish, parse_spec};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use servesim_scenario::recommend::{evaluate_parallel, finish, parse_spec, search, Candidate, Fidelity};
     let started = Instant::now();
     let (source, root, catalog) = load_config(config, set)?;
     let spec = parse_spec(&root, &source, &catalog)?;
@@ -422,52 +422,31 @@ fn recommend(
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
         .max(1);
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let show = std::io::stderr().is_terminal();
-    let mut results = Vec::with_capacity(total);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..jobs.min(total.max(1)))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= total {
-                            break;
-                        }
-                        mine.push(evaluate(&spec, i, &source, &catalog, &files));
-                        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        if show {
-                            eprint!("\r{d}/{total} candidates");
-                        }
-                    }
-                    mine
-                })
-            })
-            .collect();
-        for w in workers {
-            // A panicking candidate thread is a bug; its candidates are reported as missing.
-            if let Ok(mine) = w.join() {
-                results.extend(mine);
+    let mut lost = 0usize;
+    let mut run = |indices: &[usize], fidelity: Fidelity| -> Vec<Candidate> {
+        let progress = |d: usize, n: usize| {
+            if show {
+                eprint!("\r{}: {d}/{n} candidates   ", fidelity.name());
             }
+        };
+        let results = evaluate_parallel(&spec, indices, fidelity, &source, &catalog, &files, jobs, &progress);
+        if show {
+            eprintln!();
         }
-    });
-    if show {
-        eprintln!();
-    }
-    if results.len() != total {
-        return Err(Failure {
-            code: 1,
-            message: format!("only {} of {total} candidates finished", results.len()),
-        });
+        lost += indices.len() - results.len();
+        results
+    };
+    let (results, stages) = search(&spec, &mut run);
+    if lost > 0 {
+        return Err(Failure { code: 1, message: format!("{lost} candidate evaluations did not finish") });
     }
     let sha = {
         let mut h = Sha256::new();
         h.update(servesim_scenario::node::to_yaml(&root).as_bytes());
         h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
     };
-    let rec = finish(&spec, results, &sha);
+    let rec = finish(&spec, results, &sha, &stages);
     let dir = output_dir.join("recommendations");
     std::fs::create_dir_all(&dir)
         .map_err(|e| Failure { code: 1, message: format!("cannot create {}: {e}", dir.display()) })?;
@@ -490,19 +469,6 @@ fn recommend(
         total,
         started.elapsed().as_secs_f64()
     );
-    Ok(())
-}
-
-/// `servesim estimate -c FILE`.
-fn estimate(config: &Path, set: &[String], format: Format, data_dir: Option<PathBuf>) -> Result<(), Failure> {
-    let (source, root, catalog) = load_config(config, set)?;
-    let files = DiskFiles::beside(config, data_dir);
-    let prepared = prepare(&root, &source, &catalog, None, &files)?;
-    let e = servesim_scenario::estimate::estimate(&prepared)?;
-    match format {
-        Format::Json => say!("{}", to_pretty_json(&e.to_json())),
-        Format::Table => say_raw!("{}", e.summary()),
-    }
     Ok(())
 }
 
@@ -687,7 +653,7 @@ struct Options {
 }
 
 /// Reads a config file, applies `--set` overrides and loads the catalog.
-fn load_config(
+pub(crate) fn load_config(
     config: &Path,
     set: &[String],
 ) -> Result<(String, servesim_scenario::node::Node, Catalog), Failure> {
@@ -780,351 +746,4 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
     }
     eprintln!("wall time {:.0} ms", wall_ms);
     Ok(())
-}
-
-/// A confirming replay of a sweep winner: (mean TTFT, mean TPOT, output tok/s) or the error.
-type Replay = Result<ReplayFigures, String>;
-
-/// What a confirming replay measured.
-#[derive(Clone, Copy, Debug)]
-struct ReplayFigures {
-    /// Mean TTFT over every request (as `predict` reports it).
-    ttft_ms: f64,
-    /// Mean TTFT without the first wave (the first `concurrency` arrivals).
-    steady_ttft_ms: f64,
-    tpot_ms: f64,
-    tok_s: f64,
-}
-
-fn replay_meets(r: &Replay, spec: &servesim_scenario::estimate::sweep::SweepSpec) -> bool {
-    matches!(r, Ok(f) if f.steady_ttft_ms <= spec.ttft_ms && f.tpot_ms <= spec.tpot_ms)
-}
-
-/// Replays a sweep point.
-fn replay_point(
-    w: &servesim_scenario::estimate::sweep::SweepPoint,
-    catalog: &Catalog,
-    files: &DiskFiles,
-) -> Replay {
-    let p = servesim_scenario::scenario::predict_with_catalog(&w.yaml, &w.label, catalog, files)
-        .map_err(|e| e.to_string())?;
-    let g = |k: &str| p.json.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
-    // Records are sorted by arrival: the first `concurrency` are the first wave.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let wave = w.estimate.concurrency.round() as usize;
-    let steady: Vec<f64> = p.requests.iter().skip(wave).filter_map(|r| r.ttft_ms).collect();
-    #[allow(clippy::cast_precision_loss)]
-    let steady_ttft_ms =
-        if steady.is_empty() { f64::NAN } else { steady.iter().sum::<f64>() / steady.len() as f64 };
-    Ok(ReplayFigures {
-        ttft_ms: g("mean_ttft_ms"),
-        steady_ttft_ms,
-        tpot_ms: g("mean_tpot_ms"),
-        tok_s: g("output_throughput_tok_s"),
-    })
-}
-
-/// `servesim estimate --default`.
-fn estimate_default(a: &DefaultSweepArgs, format: Format, data_dir: Option<PathBuf>) -> Result<(), Failure> {
-    use servesim_scenario::estimate::sweep::{default_sweep, SweepPoint, SweepSpec};
-    let started = Instant::now();
-    let (Some(model), Some(system), Some(total_gpus)) = (&a.model, &a.system, a.total_gpus) else {
-        return Err(Failure {
-            code: 2,
-            message: "--default needs --model, --system and --total-gpus".into(),
-        });
-    };
-    let spec = SweepSpec {
-        model: model.clone(),
-        system: system.clone(),
-        backend: a.backend.clone(),
-        total_gpus,
-        isl: a.isl,
-        osl: a.osl,
-        prefix: a.prefix,
-        ttft_ms: a.ttft,
-        tpot_ms: a.tpot,
-    };
-    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let files = DiskFiles { base: PathBuf::from("."), data_dir };
-    let sweep =
-        default_sweep(&spec, &catalog, &files).map_err(|e| Failure { code: 2, message: e.to_string() })?;
-    let static_s = started.elapsed().as_secs_f64();
-    // Confirm with full replays, best first per mode, in waves of `jobs`: a mode is settled
-    // once `replay_top` of its points meet the limits on replay, or after MAX_REPLAYS_PER_MODE.
-    const MAX_REPLAYS_PER_MODE: usize = 12;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-        .max(1);
-    let mut winners: Vec<&SweepPoint> = Vec::new();
-    let mut replays: Vec<Replay> = Vec::new();
-    let mut cursor = [0usize; 2];
-    let lists = [&sweep.agg, &sweep.disagg];
-    let meets = |r: &Replay| replay_meets(r, &spec);
-    loop {
-        let mut wave: Vec<&SweepPoint> = Vec::new();
-        for (m, list) in lists.iter().enumerate() {
-            let confirmed = winners
-                .iter()
-                .zip(&replays)
-                .filter(|(w, r)| w.mode == list.first().map_or("", |p| p.mode) && meets(r))
-                .count();
-            let budget = if a.replay_top == 0 || confirmed >= a.replay_top {
-                0
-            } else {
-                MAX_REPLAYS_PER_MODE.saturating_sub(cursor[m])
-            };
-            let take = budget.min(jobs.div_ceil(2).max(1)).min(list.len().saturating_sub(cursor[m]));
-            wave.extend(list[cursor[m]..cursor[m] + take].iter());
-            cursor[m] += take;
-        }
-        if wave.is_empty() {
-            break;
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let mut done: Vec<(usize, Replay)> = Vec::new();
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..jobs.min(wave.len()))
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut mine = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(w) = wave.get(i) else { break };
-                            let r = replay_point(w, &catalog, &files);
-                            mine.push((i, r));
-                        }
-                        mine
-                    })
-                })
-                .collect();
-            for h in handles {
-                if let Ok(mine) = h.join() {
-                    done.extend(mine);
-                }
-            }
-        });
-        done.sort_by_key(|(i, _)| *i);
-        if done.len() != wave.len() {
-            return Err(Failure { code: 1, message: "a replay thread failed".into() });
-        }
-        winners.extend(wave);
-        replays.extend(done.into_iter().map(|(_, r)| r));
-    }
-    if a.replay_top == 0 {
-        winners.extend(sweep.agg.first());
-        winners.extend(sweep.disagg.first());
-    }
-    let replay_of = |i: usize| replays.get(i).cloned();
-    let json = default_json(&spec, &sweep, &winners, &replay_of, static_s, started.elapsed().as_secs_f64());
-    if let Some(dir) = &a.output_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Failure { code: 1, message: format!("cannot create {}: {e}", dir.display()) })?;
-        let write = |p: PathBuf, text: &str| {
-            std::fs::write(&p, text)
-                .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", p.display()) })
-        };
-        write(dir.join("estimate-default.json"), &(to_pretty_json(&json) + "\n"))?;
-        for (i, w) in winners.iter().enumerate() {
-            write(
-                dir.join(format!("{}-{}.yaml", if w.mode == "aggregated" { "agg" } else { "disagg" }, i + 1)),
-                &w.yaml,
-            )?;
-        }
-    }
-    match format {
-        Format::Json => say!("{}", to_pretty_json(&json)),
-        Format::Table => say_raw!(
-            "{}",
-            default_table(&spec, &sweep, &winners, &replay_of, static_s, started.elapsed().as_secs_f64())
-        ),
-    }
-    if sweep.agg.is_empty() && sweep.disagg.is_empty() {
-        return Err(Failure { code: 1, message: "no deployment meets the TTFT and TPOT limits".into() });
-    }
-    Ok(())
-}
-
-fn default_json(
-    spec: &servesim_scenario::estimate::sweep::SweepSpec,
-    sweep: &servesim_scenario::estimate::sweep::Sweep,
-    winners: &[&servesim_scenario::estimate::sweep::SweepPoint],
-    replay_of: &dyn Fn(usize) -> Option<Replay>,
-    static_s: f64,
-    total_s: f64,
-) -> serde_json::Value {
-    use serde_json::json;
-    let point = |p: &servesim_scenario::estimate::sweep::SweepPoint, replay: Option<Replay>| {
-        let mut v = json!({"mode": p.mode, "deployment": p.label, "estimate": p.estimate.to_json()});
-        if let Some(r) = replay {
-            v["replay"] = match r {
-                Ok(f) => json!({
-                    "mean_ttft_ms": f.ttft_ms,
-                    "steady_ttft_ms": f.steady_ttft_ms,
-                    "mean_tpot_ms": f.tpot_ms,
-                    "output_throughput_tok_s": f.tok_s,
-                    "output_throughput_tok_s_per_gpu": f.tok_s / f64::from(p.estimate.gpus.max(1)),
-                    "meets_limits": replay_meets(&Ok(f), spec),
-                }),
-                Err(e) => json!({"error": e}),
-            };
-        }
-        v
-    };
-    let best = |mode: &str| winners.iter().position(|w| w.mode == mode);
-    let agg_best = best("aggregated");
-    let dis_best = best("disaggregated");
-    let confirmed = |mode: &str| {
-        (0..winners.len())
-            .find(|i| winners[*i].mode == mode && replay_of(*i).is_some_and(|r| replay_meets(&r, spec)))
-    };
-    let per_gpu = |i: Option<usize>| i.map(|i| winners[i].estimate.per_gpu());
-    json!({
-        "query": {
-            "model": spec.model, "system": spec.system, "backend": spec.backend, "total_gpus": spec.total_gpus,
-            "isl": spec.isl, "osl": spec.osl, "prefix": spec.prefix, "ttft_ms": spec.ttft_ms, "tpot_ms": spec.tpot_ms,
-        },
-        "best_aggregated": agg_best.map(|i| point(winners[i], replay_of(i))),
-        "best_disaggregated": dis_best.map(|i| point(winners[i], replay_of(i))),
-        "disagg_over_agg": match (per_gpu(dis_best), per_gpu(agg_best)) { (Some(d), Some(a)) if a > 0.0 => Some(d / a), _ => None },
-        "confirmed_aggregated": confirmed("aggregated").map(|i| point(winners[i], replay_of(i))),
-        "confirmed_disaggregated": confirmed("disaggregated").map(|i| point(winners[i], replay_of(i))),
-        "replayed": winners.iter().enumerate().map(|(i, w)| point(w, replay_of(i))).collect::<Vec<_>>(),
-        "counts": {
-            "aggregated_estimated": sweep.agg_evaluated,
-            "aggregated_meeting_limits": sweep.agg.len(),
-            "disaggregated_screened": sweep.disagg_screened,
-            "disaggregated_screen_passed": sweep.disagg_screen_passed,
-            "disaggregated_estimated": sweep.disagg_refined,
-            "disaggregated_meeting_limits": sweep.disagg.len(),
-        },
-        "rejected_shapes": sweep.rejected,
-        "wall_seconds": {"static": static_s, "total": total_s},
-    })
-}
-
-fn default_table(
-    spec: &servesim_scenario::estimate::sweep::SweepSpec,
-    sweep: &servesim_scenario::estimate::sweep::Sweep,
-    winners: &[&servesim_scenario::estimate::sweep::SweepPoint],
-    replay_of: &dyn Fn(usize) -> Option<Replay>,
-    static_s: f64,
-    total_s: f64,
-) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{} on {} x {} ({}), ISL {}, OSL {}, prefix {}; limits: mean TTFT <= {} ms, mean TPOT <= {} ms",
-        spec.model,
-        spec.total_gpus,
-        spec.system,
-        spec.backend,
-        spec.isl,
-        spec.osl,
-        spec.prefix,
-        spec.ttft_ms,
-        spec.tpot_ms
-    );
-    let _ = writeln!(
-        s,
-        "aggregated: {} estimated, {} meet the limits; disaggregated: {} screened, {} pass the screen, {} estimated, {} meet the limits ({:.2} s)",
-        sweep.agg_evaluated,
-        sweep.agg.len(),
-        sweep.disagg_screened,
-        sweep.disagg_screen_passed,
-        sweep.disagg_refined,
-        sweep.disagg.len(),
-        static_s
-    );
-    let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "{:<14} {:<52} {:>4} {:>5} {:>10} {:>10} {:>8} {:>8} {:>7} | {:>10} {:>8} {:>8} {:>7}",
-        "mode",
-        "deployment",
-        "GPUs",
-        "conc",
-        "tok/s/GPU",
-        "tok/s/user",
-        "TTFT",
-        "(all)",
-        "TPOT",
-        "replay t/G",
-        "TTFT",
-        "(all)",
-        "TPOT"
-    );
-    for (i, w) in winners.iter().enumerate() {
-        let e = &w.estimate;
-        let replay = match replay_of(i) {
-            Some(Ok(f)) => {
-                let ok = if replay_meets(&Ok(f), spec) { "" } else { "  (misses limits)" };
-                format!(
-                    "{:>10.1} {:>8.1} {:>8.1} {:>7.2}{ok}",
-                    f.tok_s / f64::from(e.gpus.max(1)),
-                    f.steady_ttft_ms,
-                    f.ttft_ms,
-                    f.tpot_ms
-                )
-            }
-            Some(Err(m)) => format!("replay failed: {m}"),
-            None => String::new(),
-        };
-        let _ = writeln!(
-            s,
-            "{:<14} {:<52} {:>4} {:>5.0} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>7.2} | {replay}",
-            w.mode,
-            w.label,
-            e.gpus,
-            e.concurrency,
-            e.per_gpu(),
-            e.per_user(),
-            e.steady_ttft_ms,
-            e.ttft_ms,
-            e.tpot_ms
-        );
-    }
-    let best = |mode: &str| winners.iter().find(|w| w.mode == mode).map(|w| w.estimate.per_gpu());
-    match (best("aggregated"), best("disaggregated")) {
-        (Some(a), Some(d)) => {
-            let (mode, ratio) = if d >= a { ("disaggregated", d / a) } else { ("aggregated", a / d) };
-            let _ = writeln!(s, "\nbest (static): {mode}, {ratio:.2}x the other mode's tok/s/GPU");
-        }
-        (Some(_), None) => {
-            let _ = writeln!(s, "\nbest (static): aggregated; no disaggregated deployment meets the limits");
-        }
-        (None, Some(_)) => {
-            let _ = writeln!(s, "\nbest (static): disaggregated; no aggregated deployment meets the limits");
-        }
-        (None, None) => {}
-    }
-    for mode in ["aggregated", "disaggregated"] {
-        let c = (0..winners.len())
-            .find(|i| winners[*i].mode == mode && replay_of(*i).is_some_and(|r| replay_meets(&r, spec)));
-        match c {
-            Some(i) => {
-                let tps = match replay_of(i) {
-                    Some(Ok(f)) => f.tok_s / f64::from(winners[i].estimate.gpus.max(1)),
-                    _ => f64::NAN,
-                };
-                let _ = writeln!(
-                    s,
-                    "best {mode} confirmed by replay: {} ({tps:.1} tok/s/GPU replayed)",
-                    winners[i].label
-                );
-            }
-            None if replay_of(0).is_some() => {
-                let _ = writeln!(s, "no {mode} deployment replayed here meets the limits");
-            }
-            None => {}
-        }
-    }
-    let _ = writeln!(
-        s,
-        "done in {total_s:.2} s (replays: {} requests per concurrency slot)",
-        servesim_scenario::estimate::sweep::REPLAY_REQUESTS_PER_SLOT
-    );
-    s
 }

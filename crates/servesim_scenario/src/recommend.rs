@@ -1,16 +1,19 @@
-//! `servesim recommend`: search deployments by replaying each candidate in full.
+//! `servesim recommend`: search deployments by replaying candidates in full.
 //!
 //! A recommend config is a prediction config with search domains in place of values
 //! (`{choices: [...]}` or `{range: {min, max, step, scale}}`, REF §6), an `optimization`
 //! block (target, GPU budget, SLA strictness) and optionally `parallelism: {preset: default}`
 //! on a worker role (every feasible worker shape of 1, 2, 4, 8 or 16 GPUs with replicas up to
-//! the budget). The search is exhaustive: every combination is materialised as a concrete
-//! prediction config, rejected early when it cannot run (GPU budget, memory, topology) with a
-//! reason category, and otherwise simulated; scores, the top-N and the Pareto front (output
-//! tok/s/GPU vs tok/s/user) come from the replays.
+//! the budget). Every combination is materialised as a concrete prediction config and rejected
+//! early when it cannot run (GPU budget, memory, topology) with a reason category. A small
+//! search replays every other candidate; a large one ([`STAGED_ABOVE`], or
+//! `optimizer.algorithm: staged`) runs in stages ([`search`]): the static estimate of every
+//! candidate, short replays of the best (open loops only), full replays of the best of those.
+//! Scores, the top-N and the Pareto front (output tok/s/GPU vs tok/s/user) always come from
+//! full replays.
 //!
-//! Evaluation is independent per candidate, so callers run candidates in parallel (the CLI on
-//! threads, the page on Web Workers) and hand the results to [`finish`].
+//! Evaluation is independent per candidate, so callers run each stage's candidates in parallel
+//! (the CLI on threads, the page on Web Workers) and hand the results to [`finish`].
 
 use std::fmt::Write as _;
 
@@ -107,6 +110,32 @@ pub struct Spec {
     /// `optimization.gpu_hour_usd` (servesim extension): price per GPU-hour, one number or one
     /// per hardware id, for cost per million output tokens (and the `cost` target).
     pub gpu_hour_usd: Vec<(Option<String>, f64)>,
+    /// How candidates are searched (`optimizer.algorithm`).
+    pub strategy: Strategy,
+}
+
+/// How a search evaluates its candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Every candidate replayed in full.
+    Exhaustive,
+    /// Static estimates of every candidate, short replays of the best, full replays of the
+    /// best of those ([`stage_keep`]).
+    Staged,
+}
+
+/// Above this many candidates the default (`optimizer.algorithm: auto`) is staged.
+pub const STAGED_ABOVE: usize = 64;
+
+/// Candidates kept after a stage that evaluated `feasible` ones: a quarter after the static
+/// estimate (at least 16), half after the short replays (at least 8).
+#[must_use]
+pub fn stage_keep(after: Fidelity, feasible: usize) -> usize {
+    match after {
+        Fidelity::Static => feasible.div_ceil(4).max(16),
+        Fidelity::Short => feasible.div_ceil(2).max(8),
+        Fidelity::Full => feasible,
+    }
 }
 
 fn spec_error(source: &str, path: &str, origin: &Origin, message: impl Into<String>) -> ScenarioError {
@@ -252,11 +281,27 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
     };
     let mut base_entries = Vec::new();
     let mut opt: Option<Node> = None;
+    let mut algorithm: Option<(String, Origin)> = None;
     for (k, o, v) in entries {
         match k.as_str() {
             "optimization" => opt = Some(v.clone()),
-            // servesim searches exhaustively; optimizer settings (algorithm, trials) do not apply.
-            "optimizer" => {}
+            // Of AISimulate's optimizer settings only the algorithm applies: servesim searches
+            // exhaustively or in stages; `bayesian`/`random` (and trial budgets) mean `auto`.
+            "optimizer" => {
+                if let Some(a) = v.get("algorithm") {
+                    match &a.value {
+                        Value::Str(x) => algorithm = Some((x.clone(), a.origin.clone())),
+                        _ => {
+                            return Err(spec_error(
+                                source,
+                                "optimizer.algorithm",
+                                &a.origin,
+                                "expected a name",
+                            ))
+                        }
+                    }
+                }
+            }
             _ => base_entries.push((k.clone(), o.clone(), v.clone())),
         }
     }
@@ -420,10 +465,48 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
         ));
     }
     let min_goodput_rps = cnum("min_goodput_rps");
-    Ok(Spec { base, domains, target, min_gpus, max_gpus, min_goodput_rps, strict_sla, top_n, gpu_hour_usd })
+    let n: usize = domains.iter().map(|d| d.values.len()).product();
+    let strategy = match algorithm.as_ref().map(|(a, o)| (a.as_str(), o)) {
+        Some(("exhaustive", _)) => Strategy::Exhaustive,
+        Some(("staged", _)) => Strategy::Staged,
+        None | Some(("auto" | "bayesian" | "random", _)) => {
+            if n > STAGED_ABOVE {
+                Strategy::Staged
+            } else {
+                Strategy::Exhaustive
+            }
+        }
+        Some((other, o)) => {
+            return Err(spec_error(
+                source,
+                "optimizer.algorithm",
+                o,
+                format!("'{other}' is not one of: auto, exhaustive, staged (bayesian and random mean auto)"),
+            ))
+        }
+    };
+    Ok(Spec {
+        base,
+        domains,
+        target,
+        min_gpus,
+        max_gpus,
+        min_goodput_rps,
+        strict_sla,
+        top_n,
+        gpu_hour_usd,
+        strategy,
+    })
 }
 
 impl Spec {
+    /// True when every candidate's traffic is a closed loop (`traffic.load.type: concurrency`).
+    #[must_use]
+    pub fn closed_loop(&self) -> bool {
+        let kind = path_get(&self.base, "traffic.load.type");
+        matches!(kind.map(|n| &n.value), Some(Value::Str(k)) if k == "concurrency")
+    }
+
     /// Number of candidates.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -473,6 +556,8 @@ pub struct Candidate {
     pub objectives: Map<String, Json>,
     /// Signed score, higher is better (`None` unless feasible).
     pub score: Option<f64>,
+    /// How it was evaluated (the last stage it reached).
+    pub fidelity: Fidelity,
 }
 
 const METRIC_KEYS: [&str; 13] = [
@@ -495,9 +580,111 @@ fn f(m: &Map<String, Json>, k: &str) -> f64 {
     m.get(k).and_then(Json::as_f64).unwrap_or(f64::NAN)
 }
 
-/// Prepares and, if it can run, simulates candidate `index`.
+/// How closely a candidate is evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fidelity {
+    /// The static estimate (`servesim estimate`): milliseconds, no replay.
+    Static,
+    /// A replay of a quarter of the requests (at least [`SHORT_MIN_REQUESTS`]).
+    Short,
+    /// The full replay.
+    Full,
+}
+
+impl Fidelity {
+    /// The stage name in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Fidelity::Static => "static estimate",
+            Fidelity::Short => "short replay",
+            Fidelity::Full => "full replay",
+        }
+    }
+}
+
+/// Fewest requests a short replay sends.
+pub const SHORT_MIN_REQUESTS: u32 = 64;
+
+/// Fewest requests per closed-loop client a short replay sends.
+pub const SHORT_REQUESTS_PER_CLIENT: u32 = 4;
+
+/// Screening stages judge SLA bounds this much looser than the final replay: the static
+/// estimate's TTFT is within 25% of its replay (`tests/estimate.rs`), and a screen must not
+/// drop a candidate the full replay would keep.
+pub const SCREEN_SLA_SLACK: f64 = 1.25;
+
+/// Prepares and, if it can run, simulates candidate `index` in full.
 #[must_use]
 pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, files: &dyn Files) -> Candidate {
+    evaluate_at(spec, index, source, catalog, files, Fidelity::Full)
+}
+
+/// What one evaluation measured, whatever its fidelity.
+struct Measured {
+    metrics: Map<String, Json>,
+    /// `(request_throughput_rps, output_throughput_tok_s)` of requests meeting the SLA.
+    goodput: Option<(f64, f64)>,
+    completed: u64,
+}
+
+fn measure(prepared: &mut crate::scenario::Prepared, fidelity: Fidelity) -> Result<Measured, ScenarioError> {
+    if fidelity == Fidelity::Static {
+        let e = crate::estimate::estimate(prepared)?;
+        let mut metrics = Map::new();
+        for (k, v) in [
+            ("request_throughput_rps", e.request_rate_rps),
+            ("output_throughput_tok_s", e.output_tok_s),
+            ("mean_ttft_ms", e.ttft_ms),
+            ("mean_tpot_ms", e.tpot_ms),
+            ("mean_itl_ms", e.tpot_ms),
+            ("mean_e2e_latency_ms", e.e2e_ms),
+            ("mean_output_token_throughput_per_user", e.per_user()),
+        ] {
+            metrics.insert(k.to_string(), json!(v));
+        }
+        // Static goodput: every request when the means meet the SLA, none otherwise.
+        let sla = prepared.config.evaluation.sla;
+        let meets = [(e.ttft_ms, sla.ttft_ms), (e.tpot_ms, sla.itl_ms), (e.e2e_ms, sla.e2e_ms)]
+            .iter()
+            .all(|(v, b)| b.is_none_or(|b| *v <= b));
+        let served = if meets && !e.overloaded { (e.request_rate_rps, e.output_tok_s) } else { (0.0, 0.0) };
+        let goodput = sla.is_set().then_some(served);
+        return Ok(Measured { metrics, goodput, completed: u64::from(!e.overloaded) });
+    }
+    if fidelity == Fidelity::Short {
+        // A closed loop's first wave (every client at once) must stay a small share of the
+        // run, or its queueing decides the screen: keep at least four requests per client.
+        let per_client = match prepared.traffic.load {
+            servesim_core::traffic::Load::Concurrency(c) => c.saturating_mul(SHORT_REQUESTS_PER_CLIENT),
+            _ => 0,
+        };
+        let stop = &mut prepared.traffic.stop;
+        stop.max_requests =
+            (stop.max_requests / 4).max(SHORT_MIN_REQUESTS).max(per_client).min(stop.max_requests);
+    }
+    let prediction = prepared.run()?;
+    let mut metrics = Map::new();
+    for k in METRIC_KEYS {
+        if let Some(v) = prediction.json.get(k) {
+            metrics.insert(k.to_string(), v.clone());
+        }
+    }
+    let goodput =
+        prediction.summary.goodput.as_ref().map(|g| (g.request_throughput_rps, g.output_throughput_tok_s));
+    Ok(Measured { metrics, goodput, completed: prediction.summary.completed_requests })
+}
+
+/// Prepares and evaluates candidate `index` at `fidelity`.
+#[must_use]
+pub fn evaluate_at(
+    spec: &Spec,
+    index: usize,
+    source: &str,
+    catalog: &Catalog,
+    files: &dyn Files,
+    fidelity: Fidelity,
+) -> Candidate {
     let mut c = Candidate {
         index,
         status: "failed",
@@ -508,6 +695,7 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
         metrics: Map::new(),
         objectives: Map::new(),
         score: None,
+        fidelity,
     };
     let node = match spec.candidate(index) {
         Ok(n) => n,
@@ -517,7 +705,7 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
         }
     };
     c.config = node;
-    let prepared = match prepare(&c.config, source, catalog, None, files) {
+    let mut prepared = match prepare(&c.config, source, catalog, None, files) {
         Ok(p) => p,
         Err(e) => {
             let (status, cat) = match &e {
@@ -541,24 +729,21 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
         return c;
     }
     let sla = prepared.config.evaluation.sla;
-    let prediction = match prepared.run() {
-        Ok(p) => p,
+    let measured = match measure(&mut prepared, fidelity) {
+        Ok(m) => m,
         Err(e) => {
             c.status = "failed";
-            c.reason_category = Some("replay_runtime");
+            c.reason_category =
+                Some(if fidelity == Fidelity::Static { "estimate" } else { "replay_runtime" });
             c.reason = Some(e.to_string());
             return c;
         }
     };
-    for k in METRIC_KEYS {
-        if let Some(v) = prediction.json.get(k) {
-            c.metrics.insert(k.to_string(), v.clone());
-        }
-    }
-    let goodput = prediction.summary.goodput.as_ref();
-    if let Some(g) = goodput {
-        c.metrics.insert("goodput_request_throughput_rps".into(), json!(g.request_throughput_rps));
-        c.metrics.insert("goodput_output_throughput_tok_s".into(), json!(g.output_throughput_tok_s));
+    c.metrics = measured.metrics;
+    let goodput = measured.goodput;
+    if let Some((rps, tps)) = goodput {
+        c.metrics.insert("goodput_request_throughput_rps".into(), json!(rps));
+        c.metrics.insert("goodput_output_throughput_tok_s".into(), json!(tps));
     }
     let gpus = f64::from(c.used_gpus.max(1));
     let out_tps = f(&c.metrics, "output_throughput_tok_s");
@@ -579,7 +764,7 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
     if let Some(cost) = cost {
         c.objectives.insert("cost_per_million_output_tokens_usd".into(), json!(cost));
     }
-    if prediction.summary.completed_requests == 0 || !out_tps.is_finite() {
+    if measured.completed == 0 || !out_tps.is_finite() {
         c.status = "failed";
         c.reason_category = Some("no_samples");
         c.reason = Some("no request completed".into());
@@ -592,14 +777,17 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
             ("mean TPOT", f(&c.metrics, "mean_tpot_ms"), sla.itl_ms),
             ("mean E2E", f(&c.metrics, "mean_e2e_latency_ms"), sla.e2e_ms),
         ];
-        if let Some((name, v, Some(bound))) = checks.iter().find(|(_, v, b)| b.is_some_and(|b| *v > b)) {
+        let slack = if fidelity == Fidelity::Full { 1.0 } else { SCREEN_SLA_SLACK };
+        if let Some((name, v, Some(bound))) =
+            checks.iter().find(|(_, v, b)| b.is_some_and(|b| *v > b * slack))
+        {
             c.status = "infeasible";
             c.reason_category = Some("sla_constraint");
             c.reason = Some(format!("{name} {v:.1} ms exceeds the SLA's {bound} ms"));
             return c;
         }
     }
-    let good_rps = goodput.map_or(0.0, |g| g.request_throughput_rps);
+    let good_rps = goodput.map_or(0.0, |g| g.0);
     if let Some(min) = spec.min_goodput_rps {
         if good_rps < min {
             c.status = "infeasible";
@@ -630,6 +818,163 @@ pub fn evaluate(spec: &Spec, index: usize, source: &str, catalog: &Catalog, file
     c.status = "feasible";
     c.reason_category = None;
     c
+}
+
+/// The best `keep` feasible candidates of a stage, as candidate indices: by score, or for
+/// `pareto` by successive Pareto fronts (the front, then the front of the rest, ...).
+#[must_use]
+pub fn survivors(spec: &Spec, cands: &[Candidate], keep: usize) -> Vec<usize> {
+    let feasible: Vec<&Candidate> = cands.iter().filter(|c| c.status == "feasible").collect();
+    let mut out: Vec<usize> = Vec::new();
+    best_of(spec, feasible, keep, &mut out);
+    out.sort_unstable();
+    out
+}
+
+fn best_of(spec: &Spec, feasible: Vec<&Candidate>, keep: usize, out: &mut Vec<usize>) {
+    let start = out.len();
+    if spec.target == Target::Pareto {
+        let mut rest = feasible;
+        while out.len() - start < keep && !rest.is_empty() {
+            let pts: Vec<(f64, f64)> = rest
+                .iter()
+                .map(|c| (f(&c.objectives, "throughput_per_gpu"), f(&c.objectives, "throughput_per_user")))
+                .collect();
+            let mut front = pareto_front(&pts);
+            if front.is_empty() {
+                break;
+            }
+            front.sort_unstable();
+            out.extend(front.iter().map(|k| rest[*k].index));
+            let mut k = 0;
+            rest.retain(|_| {
+                let drop = front.binary_search(&k).is_ok();
+                k += 1;
+                !drop
+            });
+        }
+    } else {
+        let mut ranked = feasible;
+        ranked.sort_by(|a, b| {
+            b.score
+                .unwrap_or(f64::NEG_INFINITY)
+                .total_cmp(&a.score.unwrap_or(f64::NEG_INFINITY))
+                .then(a.index.cmp(&b.index))
+        });
+        out.extend(ranked.iter().take(keep).map(|c| c.index));
+    }
+}
+
+/// Evaluates `indices` at `fidelity` on `jobs` native threads; `progress(done, of)` after each.
+/// Candidates whose thread panicked are missing from the result (a bug, reported by the caller
+/// comparing lengths). Native only: the page runs candidates on Web Workers instead.
+#[must_use]
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate_parallel(
+    spec: &Spec,
+    indices: &[usize],
+    fidelity: Fidelity,
+    source: &str,
+    catalog: &Catalog,
+    files: &(dyn Files + Sync),
+    jobs: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Vec<Candidate> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let n = indices.len();
+    let mut results = Vec::with_capacity(n);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs.clamp(1, n.max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while let Some(i) = indices.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        mine.push(evaluate_at(spec, *i, source, catalog, files, fidelity));
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, n);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for w in workers {
+            if let Ok(mine) = w.join() {
+                results.extend(mine);
+            }
+        }
+    });
+    results.sort_by_key(|c| c.index);
+    results
+}
+
+/// What one stage of a search did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageReport {
+    /// How it evaluated.
+    pub fidelity: Fidelity,
+    /// Candidates evaluated.
+    pub evaluated: usize,
+    /// Feasible at this fidelity.
+    pub feasible: usize,
+    /// Passed on to the next stage (or, for the last, ranked).
+    pub kept: usize,
+}
+
+/// Runs a search. `run` evaluates a list of candidate indices at a fidelity (callers run them
+/// in parallel) and returns one [`Candidate`] per index. Returns every candidate in its last
+/// stage's form (`pruned` when a screen dropped it) and what each stage did.
+pub fn search(
+    spec: &Spec,
+    run: &mut dyn FnMut(&[usize], Fidelity) -> Vec<Candidate>,
+) -> (Vec<Candidate>, Vec<StageReport>) {
+    let all: Vec<usize> = (0..spec.len()).collect();
+    if spec.strategy == Strategy::Exhaustive {
+        let cands = run(&all, Fidelity::Full);
+        let feasible = cands.iter().filter(|c| c.status == "feasible").count();
+        let report =
+            StageReport { fidelity: Fidelity::Full, evaluated: cands.len(), feasible, kept: feasible };
+        return (cands, vec![report]);
+    }
+    let mut latest: Vec<Option<Candidate>> = vec![None; all.len()];
+    let mut stages = Vec::new();
+    let mut next = all;
+    // A shorter closed loop is not a smaller sample of the same run: its first wave (every
+    // client at once) weighs more in the means. Closed loops go from the screen to full replays.
+    let plan: &[Fidelity] = if spec.closed_loop() {
+        &[Fidelity::Static, Fidelity::Full]
+    } else {
+        &[Fidelity::Static, Fidelity::Short, Fidelity::Full]
+    };
+    for &fidelity in plan {
+        let cands = run(&next, fidelity);
+        let feasible = cands.iter().filter(|c| c.status == "feasible").count();
+        let keep = stage_keep(fidelity, feasible);
+        let mut kept = survivors(spec, &cands, keep);
+        // Candidates the estimate cannot describe (sessions, traces) go on to be replayed.
+        if fidelity == Fidelity::Static {
+            kept.extend(cands.iter().filter(|c| c.reason_category == Some("estimate")).map(|c| c.index));
+            kept.sort_unstable();
+        }
+        stages.push(StageReport { fidelity, evaluated: cands.len(), feasible, kept: kept.len() });
+        for mut c in cands {
+            if fidelity != Fidelity::Full && c.status == "feasible" && kept.binary_search(&c.index).is_err() {
+                c.status = "pruned";
+                c.reason_category = Some("search_pruned");
+                c.reason = Some(format!("not among the best {keep} after the {}", fidelity.name()));
+                c.score = None;
+            }
+            let i = c.index;
+            if let Some(slot) = latest.get_mut(i) {
+                *slot = Some(c);
+            }
+        }
+        next = kept;
+        if next.is_empty() {
+            break;
+        }
+    }
+    (latest.into_iter().flatten().collect(), stages)
 }
 
 /// Indices of the Pareto-optimal points (maximising both coordinates): a point is dropped when
@@ -691,7 +1036,12 @@ fn node_json(n: &Node) -> Json {
 
 /// Ranks candidates and builds the outputs. `config_sha256` identifies the input config.
 #[must_use]
-pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Recommendation {
+pub fn finish(
+    spec: &Spec,
+    mut cands: Vec<Candidate>,
+    config_sha256: &str,
+    stages: &[StageReport],
+) -> Recommendation {
     cands.sort_by_key(|c| c.index);
     let feasible: Vec<usize> = (0..cands.len()).filter(|i| cands[*i].status == "feasible").collect();
     let view: Vec<usize> = if spec.target == Target::Pareto {
@@ -724,9 +1074,9 @@ pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Re
         ranked.truncate(spec.top_n);
         ranked
     };
-    let mut counts = [0usize; 4];
+    let mut counts = [0usize; 5];
     for c in &cands {
-        let k = ["feasible", "infeasible", "unsupported", "failed"]
+        let k = ["feasible", "infeasible", "unsupported", "failed", "pruned"]
             .iter()
             .position(|s| *s == c.status)
             .unwrap_or(3);
@@ -755,6 +1105,7 @@ pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Re
             "config": node_json(&c.config),
             "metrics": c.metrics,
             "objectives": c.objectives,
+            "evaluation": c.fidelity.name(),
         })
     };
     let view_ids: Vec<String> = view.iter().map(|i| candidate_id(cands[*i].index)).collect();
@@ -773,13 +1124,20 @@ pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Re
             "unsupported": counts[2],
             "timed_out": 0,
             "failed": counts[3],
+            "pruned": counts[4],
             "cache_hits": 0,
             "resource_limited": 0,
         },
         "candidates": cands.iter().map(cand_json).collect::<Vec<_>>(),
         "views": views,
         "provenance": {
-            "strategy": "exhaustive",
+            "strategy": match spec.strategy { Strategy::Exhaustive => "exhaustive", Strategy::Staged => "staged" },
+            "stages": stages.iter().map(|st| json!({
+                "evaluation": st.fidelity.name(),
+                "evaluated": st.evaluated,
+                "feasible": st.feasible,
+                "kept": st.kept,
+            })).collect::<Vec<_>>(),
             "target": spec.target.name(),
             "gpu_budget": [spec.min_gpus, spec.max_gpus],
             "config_sha256": config_sha256,
@@ -809,14 +1167,30 @@ pub fn finish(spec: &Spec, mut cands: Vec<Candidate>, config_sha256: &str) -> Re
     let mut summary = String::new();
     let _ = writeln!(
         summary,
-        "{} candidates: {} feasible, {} infeasible, {} unsupported, {} failed (target {})",
+        "{} candidates: {} feasible, {} infeasible, {} unsupported, {} failed, {} pruned (target {})",
         cands.len(),
         counts[0],
         counts[1],
         counts[2],
         counts[3],
+        counts[4],
         spec.target.name()
     );
+    if spec.strategy == Strategy::Staged {
+        let st: Vec<String> = stages
+            .iter()
+            .map(|st| {
+                format!(
+                    "{}: {} evaluated, {} feasible, {} kept",
+                    st.fidelity.name(),
+                    st.evaluated,
+                    st.feasible,
+                    st.kept
+                )
+            })
+            .collect();
+        let _ = writeln!(summary, "staged search: {}", st.join("; "));
+    }
     let _ = writeln!(
         summary,
         "{:<5} {:<17} {:>5} {:>12} {:>12} {:>10} {:>10}  searched values",

@@ -174,8 +174,8 @@ impl Estimate {
         }
         let _ = writeln!(
             s,
-            "TTFT {:.1} ms  TPOT {:.2} ms  E2E {:.1} ms",
-            self.ttft_ms, self.tpot_ms, self.e2e_ms
+            "TTFT {:.1} ms (steady state {:.1} ms)  TPOT {:.2} ms  E2E {:.1} ms",
+            self.ttft_ms, self.steady_ttft_ms, self.tpot_ms, self.e2e_ms
         );
         let _ = writeln!(
             s,
