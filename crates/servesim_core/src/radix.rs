@@ -35,13 +35,25 @@ pub struct Piece {
 /// The first `limit` tokens of `segments` as pieces.
 #[must_use]
 pub fn pieces(segments: &[Segment], limit: u32) -> Vec<Piece> {
-    let mut out = Vec::with_capacity(segments.len());
+    pieces_with_last(segments, limit, None)
+}
+
+/// [`pieces`], with the last segment taken as `last_len` tokens long when given (a request's
+/// output segment, whose stored length may lag behind its emitted tokens).
+#[must_use]
+pub fn pieces_with_last(segments: &[Segment], limit: u32, last_len: Option<u32>) -> Vec<Piece> {
+    let n = segments.len();
+    let mut out = Vec::with_capacity(n);
     let mut left = limit;
-    for s in segments {
+    for (i, s) in segments.iter().enumerate() {
         if left == 0 {
             break;
         }
-        let len = s.len.min(left);
+        let full = match last_len {
+            Some(l) if i + 1 == n => l,
+            _ => s.len,
+        };
+        let len = full.min(left);
         if len > 0 {
             out.push(Piece { id: s.id, start: 0, len });
         }

@@ -128,33 +128,53 @@ impl Default for Stamps {
 }
 
 /// A request being served, and afterwards its record.
+///
+/// Laid out in declaration order (`repr(C)`) so that the fields every step reads and writes
+/// share the first two cache lines (what a scheduler checks in the first 64 bytes: counters,
+/// state and the block list): a step touches hundreds of requests scattered over the arena,
+/// and the cold P/D and record-keeping fields would otherwise sit between the hot ones. Each
+/// request starts on a cache line (`align(64)`, the line size of x86-64 and Arm cores).
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Request {
-    /// What arrived.
-    pub spec: RequestSpec,
-    /// Prompt length (cached from the spec).
-    pub input_tokens: u32,
-    /// Lifecycle state.
-    pub status: Status,
-    /// Worker it was routed to.
-    pub worker: u32,
-    /// Attention-DP rank within that worker.
-    pub rank: u32,
     /// Tokens whose KV is computed and resident.
     pub computed: u32,
     /// Output tokens generated so far.
     pub emitted: u32,
+    /// Prompt length (cached from the spec).
+    pub input_tokens: u32,
+    /// Output tokens to generate (`spec.output_tokens`, kept here for the hot path; change it
+    /// only through [`Request::cap_output`]).
+    output_tokens: u32,
+    /// Lifecycle state.
+    pub status: Status,
+    /// Serving phase.
+    pub phase: Phase,
     /// KV blocks held, in token order.
     pub blocks: Vec<BlockId>,
-    /// Prompt plus generated tokens, for prefix hashing.
-    pub content: Vec<Segment>,
-    /// Hashes of the full blocks of `content` computed so far.
-    pub hashes: Vec<u64>,
-    hasher: BlockHasher,
+    /// Worker it was routed to.
+    pub worker: u32,
+    /// Attention-DP rank within that worker.
+    pub rank: u32,
     /// Leading full blocks already registered in the prefix index.
     pub registered_blocks: u32,
+    /// Radix cache: the deepest tree node this request locks.
+    pub radix_node: u32,
+    /// Radix cache: leading tokens of this request held in the tree under its lock.
+    pub radix_tokens: u32,
+    /// Radix cache: tokens allocated to this request outside the tree.
+    pub private_tokens: u32,
     /// Milestones.
     pub stamps: Stamps,
+    /// Hashes of the full blocks of `content` computed so far.
+    pub hashes: Vec<u64>,
+    /// Prompt plus generated tokens, for prefix hashing. The output segment's length lags
+    /// behind `emitted` (a step need not touch this heap block for every request); read it
+    /// through [`Request::content`] or [`Request::pieces`], which bring it up to date.
+    content: Vec<Segment>,
+    hasher: BlockHasher,
+    /// What arrived.
+    pub spec: RequestSpec,
     /// Prompt tokens served from the prefix cache at the first admission.
     pub first_admission_reused: Option<u32>,
     /// Largest prefix-cache reuse over all admissions (preemption re-admits).
@@ -163,14 +183,6 @@ pub struct Request {
     pub preemptions: u32,
     /// Prompt tokens cached on the chosen worker when the router placed the request.
     pub route_overlap_tokens: u32,
-    /// Radix cache: the deepest tree node this request locks.
-    pub radix_node: u32,
-    /// Radix cache: leading tokens of this request held in the tree under its lock.
-    pub radix_tokens: u32,
-    /// Radix cache: tokens allocated to this request outside the tree.
-    pub private_tokens: u32,
-    /// Serving phase.
-    pub phase: Phase,
     /// P/D: the source-side KV while the request is handed off.
     pub source: KvHold,
     /// P/D (destination first): the decode-side reservation while the prompt is prefilled.
@@ -200,6 +212,7 @@ impl Request {
         let input_tokens = spec.input_tokens();
         let content = spec.prompt.clone();
         Request {
+            output_tokens: spec.output_tokens,
             spec,
             input_tokens,
             status: Status::Waiting,
@@ -253,8 +266,14 @@ impl Request {
         if self.phase == Phase::Prefill {
             1
         } else {
-            self.spec.output_tokens
+            self.output_tokens
         }
+    }
+
+    /// Lowers the output to `n` tokens (an engine that clamps outputs to its KV pool).
+    pub fn cap_output(&mut self, n: u32) {
+        self.spec.output_tokens = n;
+        self.output_tokens = n;
     }
 
     /// Tokens the request holds in KV when it finishes (for admission that reserves to completion).
@@ -293,8 +312,30 @@ impl Request {
         self.source = hold;
     }
 
+    /// Brings the output segment's length up to `emitted`.
+    fn sync_content(&mut self) {
+        if self.emitted > 0 {
+            if let Some(last) = self.content.last_mut() {
+                last.len = self.emitted;
+            }
+        }
+    }
+
+    /// Prompt plus generated tokens so far.
+    pub fn content(&mut self) -> &[Segment] {
+        self.sync_content();
+        &self.content
+    }
+
+    /// The first `limit` known tokens as radix-tree pieces.
+    #[must_use]
+    pub fn pieces(&self, limit: u32) -> Vec<crate::radix::Piece> {
+        crate::radix::pieces_with_last(&self.content, limit, (self.emitted > 0).then_some(self.emitted))
+    }
+
     /// Extends `hashes` to cover every full block of known content.
     pub fn hash_known_blocks(&mut self) {
+        self.sync_content();
         while let Some(h) = self.hasher.next_block(&self.content) {
             self.hashes.push(h);
         }
@@ -307,9 +348,6 @@ impl Request {
             self.stamps.first_token = now;
         } else if self.emitted == 1 {
             self.stamps.second_token = now;
-        }
-        if let Some(last) = self.content.last_mut() {
-            last.len += 1;
         }
         self.emitted += 1;
         self.stamps.last_token = now;
@@ -330,5 +368,52 @@ impl Request {
     #[must_use]
     pub fn is_decoding(&self) -> bool {
         self.emitted > 0 && self.pending_tokens() == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn the_fields_every_step_touches_share_the_first_cache_line() {
+        let r = Request::new(
+            RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt: Vec::new(),
+                output_tokens: 1,
+                output_stream: 0,
+                session: None,
+            },
+            16,
+        );
+        let base = core::ptr::addr_of!(r) as usize;
+        let end = |p: usize, size: usize| p - base + size;
+        assert_eq!(core::mem::align_of::<Request>(), 64);
+        assert!(end(core::ptr::addr_of!(r.blocks) as usize, core::mem::size_of::<Vec<BlockId>>()) <= 64);
+        assert!(end(core::ptr::addr_of!(r.phase) as usize, 1) <= 64);
+        assert!(end(core::ptr::addr_of!(r.stamps) as usize, core::mem::size_of::<Stamps>()) <= 128);
+    }
+
+    #[test]
+    fn content_and_pieces_include_every_emitted_token() {
+        let spec = RequestSpec {
+            arrival: SimTime::ZERO,
+            prompt: vec![Segment { id: 1, len: 10 }],
+            output_tokens: 5,
+            output_stream: 9,
+            session: None,
+        };
+        let mut r = Request::new(spec, 4);
+        for t in 0..3 {
+            r.emit_token(SimTime::from_ns(t));
+        }
+        let total: u32 = r.pieces(u32::MAX).iter().map(|p| p.len).sum();
+        assert_eq!(total, 13);
+        assert_eq!(r.pieces(12).iter().map(|p| p.len).sum::<u32>(), 12);
+        assert_eq!(r.content(), &[Segment { id: 1, len: 10 }, Segment { id: 9, len: 3 }]);
+        r.hash_known_blocks();
+        assert_eq!(r.hashes.len(), 3, "13 known tokens fill three 4-token blocks");
     }
 }

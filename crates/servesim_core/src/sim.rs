@@ -437,7 +437,7 @@ impl Simulation {
             if worker.cfg.backend == Backend::TrtLlm && u64::from(req.max_tokens()) > cap_tokens {
                 if let Ok(cap) = u32::try_from(cap_tokens) {
                     if req.input_tokens < cap {
-                        req.spec.output_tokens = cap - req.input_tokens;
+                        req.cap_output(cap - req.input_tokens);
                     }
                 }
             }
@@ -445,7 +445,7 @@ impl Simulation {
             if too_long || u64::from(req.max_tokens()) > cap_tokens {
                 req.status = Status::Rejected;
                 req.worker = worker.id;
-                self.traffic.on_request_done(self.now, req.spec.session, &req.content);
+                self.traffic.on_request_done(self.now, req.spec.session, req.content());
                 req.release_content();
                 self.requests.push(req);
                 self.finished += 1;
@@ -497,7 +497,8 @@ impl Simulation {
     /// Accounts a request that emitted its last token.
     fn complete(&mut self, id: ReqId) {
         let r = &mut self.requests[id as usize];
-        self.traffic.on_request_done(self.now, r.spec.session, &r.content);
+        let session = r.spec.session;
+        self.traffic.on_request_done(self.now, session, r.content());
         r.release_content();
         self.finished += 1;
     }
@@ -547,7 +548,7 @@ impl Simulation {
             self.context_limit.is_some_and(|l| req.input_tokens.saturating_add(req.spec.output_tokens) > l);
         if !fits || too_long {
             req.status = Status::Rejected;
-            self.traffic.on_request_done(self.now, req.spec.session, &req.content);
+            self.traffic.on_request_done(self.now, req.spec.session, req.content());
             req.release_content();
             self.requests.push(req);
             self.finished += 1;

@@ -488,9 +488,6 @@ impl Worker {
                 }
                 r.computed += steps;
                 r.emitted += steps;
-                if let Some(last) = r.content.last_mut() {
-                    last.len += steps;
-                }
                 r.stamps.last_token = last_end;
                 if let KvStore::Paged(pool) = &mut rank.kv {
                     kvops::register_full_blocks(pool, r);

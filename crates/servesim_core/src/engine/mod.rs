@@ -184,9 +184,7 @@ impl KvStore {
                 let t = (p.match_len(&req.hashes) as u32).saturating_mul(p.block_size());
                 t.min(req.known_tokens())
             }
-            KvStore::Radix(r) => {
-                r.peek(&crate::radix::pieces(&req.content, req.known_tokens()), req.known_tokens())
-            }
+            KvStore::Radix(r) => r.peek(&req.pieces(req.known_tokens()), req.known_tokens()),
         }
     }
 }
@@ -310,7 +308,7 @@ pub fn reserve_destination(
         }
         KvStore::Radix(cache) => {
             let r = &mut reqs[id as usize];
-            let key = crate::radix::pieces(&r.content, input);
+            let key = r.pieces(input);
             let (matched, node) = cache.match_prefix(&key, input.saturating_sub(1));
             cache.lock(node);
             if !cache.alloc(u64::from(input - matched)) {

@@ -24,7 +24,7 @@
 use alloc::vec::Vec;
 
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
-use crate::radix::{pieces, RadixCache, ROOT};
+use crate::radix::{RadixCache, ROOT};
 use crate::request::{Request, Status};
 
 /// Moves a request's computed tokens into the tree and re-locks its path there.
@@ -34,7 +34,7 @@ pub fn cache_computed(cache: &mut RadixCache, req: &mut Request) {
     if !cache.enabled() {
         return;
     }
-    let (node, matched) = cache.insert(&pieces(&req.content, computed));
+    let (node, matched) = cache.insert(&req.pieces(computed));
     // Tokens this request computed that someone else had already cached: drop our copies.
     cache.free_private(u64::from(matched.saturating_sub(before)));
     req.private_tokens = req.private_tokens.saturating_sub(computed.saturating_sub(before));
@@ -126,7 +126,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                     .map(|(i, id)| {
                         let r = &reqs[*id as usize];
                         let known = r.known_tokens();
-                        (cache.peek(&pieces(&r.content, known), known.saturating_sub(1)), i, *id)
+                        (cache.peek(&r.pieces(known), known.saturating_sub(1)), i, *id)
                     })
                     .collect();
                 order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -143,7 +143,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 }
                 let r = &mut reqs[id as usize];
                 let known = r.known_tokens();
-                let key = pieces(&r.content, known);
+                let key = r.pieces(known);
                 let prefix = cache.peek(&key, known.saturating_sub(1));
                 let extend = known - prefix;
                 let reserve = clip(cfg, r);
@@ -266,7 +266,7 @@ mod tests {
         let mut cache = RadixCache::new(10_000, true);
         // Cache 500 tokens of stream 7.
         assert!(cache.alloc(500));
-        cache.insert(&pieces(&[Segment { id: 7, len: 500 }], 500));
+        cache.insert(&crate::radix::pieces(&[Segment { id: 7, len: 500 }], 500));
         let mut rank = Rank::new(KvStore::Radix(cache));
         let mut reqs = vec![req(1, 400, 11), req(7, 500, 12)];
         rank.waiting.extend([0, 1]);
