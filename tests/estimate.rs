@@ -238,3 +238,23 @@ fn bad_sweep_queries_are_clear_errors() {
     assert!(e(SweepSpec { prefix: 4000, ..readme_case() }).contains("--prefix"));
     assert!(e(SweepSpec { ttft_ms: -1.0, ..readme_case() }).contains("positive"));
 }
+
+#[test]
+fn identical_requests_in_a_closed_loop_stay_in_lock_step() {
+    // Fixed lengths: the clients start together, finish together and every wave queues for
+    // prefill like the first; the estimate's mean TTFT follows the replay's.
+    let yaml = AGG
+        .replace("{dist: uniform, min: 3600, max: 4400}", "4000")
+        .replace("{dist: uniform, min: 450, max: 550}", "500");
+    let p = prepared(&yaml);
+    let e = estimate(&p).unwrap();
+    assert!(e.workload.fixed_lengths);
+    assert!(e.ttft_ms > 3.0 * e.steady_ttft_ms, "{} vs steady {}", e.ttft_ms, e.steady_ttft_ms);
+    let j = replay(&p);
+    assert!(
+        (e.ttft_ms / f(&j, "mean_ttft_ms") - 1.0).abs() < 0.05,
+        "TTFT {} vs replay {}",
+        e.ttft_ms,
+        f(&j, "mean_ttft_ms")
+    );
+}

@@ -25,6 +25,12 @@ function cliPrediction(args = []) {
   return readFileSync(join(dir, 'prediction.json'), 'utf8');
 }
 
+function cliEstimate() {
+  return JSON.parse(execFileSync(BIN, ['estimate', '-c', 'data/scenarios/default.yaml', '--format', 'json'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).toString());
+}
+
 async function openPage() {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on('console', (m) => { if (m.type() === 'error') logs.push(`[console] ${m.text()}`); });
@@ -72,6 +78,13 @@ test('the page runs the default scenario on load and matches the CLI byte for by
   const tpot = Number(await page.textContent('#mean-tpot'));
   assert.ok(Math.abs(ttft - want.mean_ttft_ms) <= 0.005, `mean TTFT ${ttft} vs ${want.mean_ttft_ms}`);
   assert.ok(Math.abs(tpot - want.mean_tpot_ms) <= 0.005, `mean TPOT ${tpot} vs ${want.mean_tpot_ms}`);
+  // The static estimate shown beside the replay is the CLI's `servesim estimate`.
+  const est = cliEstimate();
+  const estTtft = Number(await page.textContent('#est-ttft'));
+  const estTpot = Number(await page.textContent('#est-tpot'));
+  assert.ok(Math.abs(estTtft - est.mean_ttft_ms) <= 0.005, `estimate TTFT ${estTtft} vs ${est.mean_ttft_ms}`);
+  assert.ok(Math.abs(estTpot - est.mean_tpot_ms) <= 0.005, `estimate TPOT ${estTpot} vs ${est.mean_tpot_ms}`);
+  assert.match(await page.textContent('#est-note'), /^bottleneck: /);
   await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
   await page.screenshot({ path: join(ARTIFACTS, 'predict-default.png'), fullPage: true });
   assert.deepEqual(logs.filter((l) => l.startsWith('[offsite]')), [], 'no request leaves the origin');

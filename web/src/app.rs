@@ -65,6 +65,8 @@ fn Card(label: &'static str, id: &'static str, value: Signal<String>, unit: &'st
 pub fn App() -> impl IntoView {
     let config = RwSignal::new(servesim_scenario::DEFAULT_SCENARIO.to_string());
     let state = RwSignal::new(RunState::Idle);
+    // The static estimate of the current run: its JSON, or why there is none.
+    let estimate: RwSignal<Option<Result<Value, String>>> = RwSignal::new(None);
     let worker: StoredValue<Option<SimWorker>, LocalStorage> = StoredValue::new_local(None);
     let run_id = StoredValue::new(0u32);
 
@@ -72,6 +74,10 @@ pub fn App() -> impl IntoView {
         let current = run_id.get_value();
         match msg {
             FromWorker::Ready => {}
+            FromWorker::Estimate { id, estimate: e, note } if id == current => {
+                let parsed = e.and_then(|t| serde_json::from_str::<Value>(&t).ok());
+                estimate.set(Some(parsed.ok_or_else(|| note.unwrap_or_default())));
+            }
             FromWorker::Progress { id, finished, total, .. } if id == current => {
                 state.set(RunState::Running { finished, total });
             }
@@ -102,6 +108,7 @@ pub fn App() -> impl IntoView {
         move || {
             let id = run_id.get_value() + 1;
             run_id.set_value(id);
+            estimate.set(None);
             let mut failed = None;
             worker.update_value(|w| {
                 if w.is_none() {
@@ -139,6 +146,21 @@ pub fn App() -> impl IntoView {
                 RunState::Done(o) => fmt_num(&o.prediction[key], digits),
                 _ => "–".to_string(),
             })
+        })
+    };
+    let est_field = move |key: &'static str, digits: usize| {
+        move || {
+            estimate.with(|e| match e {
+                Some(Ok(v)) => fmt_num(&v[key], digits),
+                _ => "–".to_string(),
+            })
+        }
+    };
+    let est_note = move || {
+        estimate.with(|e| match e {
+            Some(Ok(v)) => format!("bottleneck: {}", v["bottleneck"].as_str().unwrap_or("–")),
+            Some(Err(m)) => format!("not available: {m}"),
+            None => String::new(),
         })
     };
     let running = move || state.with(|s| matches!(s, RunState::Running { .. }));
@@ -241,6 +263,16 @@ pub fn App() -> impl IntoView {
                     <Card label="Requests/s" id="request-throughput" value=field("request_throughput_rps", 3) unit="req/s" />
                     <Card label="GPU-hours" id="gpu-hours" value=field("gpu_hours", 4) unit="h" />
                 </div>
+                <p id="estimate" class="hint">
+                    "Static estimate (no replay, servesim estimate): TTFT "
+                    <span id="est-ttft">{est_field("mean_ttft_ms", 2)}</span>
+                    " ms · TPOT "
+                    <span id="est-tpot">{est_field("mean_tpot_ms", 2)}</span>
+                    " ms · "
+                    <span id="est-throughput">{est_field("output_throughput_tok_s", 1)}</span>
+                    " tok/s · "
+                    <span id="est-note">{est_note}</span>
+                </p>
                 <div id="ttft-chart" class="chart" data-status="empty"></div>
                 <details>
                     <summary>"prediction.json"</summary>

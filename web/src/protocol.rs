@@ -49,6 +49,17 @@ pub enum ToWorker {
 pub enum FromWorker {
     /// The worker is loaded and listening.
     Ready,
+    /// The scenario's static estimate (`servesim estimate`), sent before the replay starts so
+    /// the page has a first answer at once.
+    Estimate {
+        /// Request id.
+        id: u32,
+        /// The estimate as the CLI's `servesim estimate --format json` prints it, when the
+        /// traffic is one the estimate describes.
+        estimate: Option<String>,
+        /// Why there is no estimate (sessions, traces), otherwise empty.
+        note: Option<String>,
+    },
     /// A run advanced.
     Progress {
         /// Request id.
@@ -116,6 +127,10 @@ fn run(
     let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
     let root = parse_with_overrides(config, source, &[])?;
     let prepared = prepare(&root, source, &catalog, None, files)?;
+    match servesim_scenario::estimate::estimate(&prepared) {
+        Ok(e) => post(FromWorker::Estimate { id, estimate: Some(to_pretty_json(&e.to_json())), note: None }),
+        Err(e) => post(FromWorker::Estimate { id, estimate: None, note: Some(e.to_string()) }),
+    }
     let mut sim = prepared.start();
     let mut last_post = f64::NEG_INFINITY;
     loop {
@@ -207,7 +222,17 @@ mod tests {
     #[test]
     fn default_run_reports_progress_then_done_with_the_cli_bytes() {
         let out = run_default();
-        assert!(matches!(out.first(), Some(FromWorker::Progress { id: 7, .. })));
+        // The static estimate comes first, as the CLI's `servesim estimate` prints it.
+        let Some(FromWorker::Estimate { id: 7, estimate: Some(est), note: None }) = out.first() else {
+            panic!("{:?}", out.first())
+        };
+        let root = parse_with_overrides(servesim_scenario::DEFAULT_SCENARIO, "default", &[]).unwrap();
+        let catalog = Catalog::builtin().unwrap();
+        let files = data_for(servesim_scenario::DEFAULT_SCENARIO);
+        let prepared = prepare(&root, "default", &catalog, None, &files).unwrap();
+        let cli_est = servesim_scenario::estimate::estimate(&prepared).unwrap();
+        assert_eq!(*est, to_pretty_json(&cli_est.to_json()));
+        assert!(matches!(out.get(1), Some(FromWorker::Progress { id: 7, .. })));
         let Some(FromWorker::Done { prediction, .. }) = out.last() else { panic!("{out:?}") };
         let cli = servesim_scenario::predict(
             servesim_scenario::DEFAULT_SCENARIO,

@@ -30,7 +30,7 @@ use serde_json::{json, Value as Json};
 
 use servesim_core::engine::Backend;
 use servesim_core::timing::{PrefillChunk, RankLoad, StepTimer};
-use servesim_core::traffic::{Load, Source};
+use servesim_core::traffic::{LengthDist, Load, Source};
 
 use crate::scenario::{Prepared, PreparedRole, ScenarioError};
 
@@ -64,6 +64,9 @@ pub struct Workload {
     pub osl: f64,
     /// Leading prompt tokens shared by every request.
     pub shared_prefix: f64,
+    /// Every request has the same prompt and output length: a closed loop's clients, started
+    /// together, finish together and stay in lock step, so every wave is like the first.
+    pub fixed_lengths: bool,
 }
 
 /// A static estimate of one deployment.
@@ -294,6 +297,10 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
                 isl,
                 osl: output_tokens.nominal_mean().max(1.0),
                 shared_prefix: f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0),
+                fixed_lengths: matches!(
+                    (input_tokens, output_tokens),
+                    (LengthDist::Fixed(_), LengthDist::Fixed(_))
+                ),
             })
         }
         Source::Sessions(_) => Err(run_error(
@@ -380,6 +387,39 @@ pub(crate) struct Aggregated {
     pub(crate) total_requests: f64,
 }
 
+/// Mean time until a prompt of a wave of `b` (arriving together on an idle rank) is prefilled:
+/// groups of `q` prompts (or one prompt's `chunks`) one step after another, the last group
+/// holding what is left.
+fn wave_wait_ms(
+    steps: &mut RoleSteps,
+    chunks: &[PrefillChunk],
+    q: u32,
+    b: f64,
+) -> Result<f64, ScenarioError> {
+    let total = to_u32(b.max(1.0));
+    let (mut left, mut clock, mut sum) = (total, 0.0, 0.0);
+    while left > 0 {
+        let g = q.min(left);
+        for c in chunks {
+            let packed: Vec<PrefillChunk> = if chunks.len() == 1 { vec![*c; g as usize] } else { vec![*c] };
+            clock += steps.step_ms(&packed, 0, 0.0)?;
+        }
+        sum += f64::from(g) * clock;
+        left -= g;
+    }
+    Ok(sum / f64::from(total))
+}
+
+/// The share of a closed loop's requests that see first-wave queueing: the first wave's, or
+/// all of them when identical requests keep the clients in lock step.
+fn wave_share(w: &Workload, n: f64, total: f64) -> f64 {
+    if w.fixed_lengths {
+        1.0
+    } else {
+        (n / total).min(1.0)
+    }
+}
+
 /// KV a request holds on average (or, for reserve-to-completion admission, at most).
 fn kv_need(backend: Backend, w: &Workload, cached: f64) -> f64 {
     let out = if backend == Backend::TrtLlm { w.osl } else { w.osl / 2.0 };
@@ -461,13 +501,13 @@ impl Aggregated {
     /// and are prefilled in groups of as many as fit in a step.
     fn start_wave_ttft(&mut self, b: f64) -> Result<f64, ScenarioError> {
         let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, 0.0);
-        let q = if chunks.len() > 1 { 1.0 } else { f64::from(fit).min(b).max(1.0) };
-        let mut group_ms = 0.0;
-        for c in &chunks {
-            group_ms += self.steps.step_ms(&vec![*c; to_u32(q) as usize], 0, 0.0)?;
-        }
-        let groups = (b / q).ceil().max(1.0);
-        Ok(self.frontend_ms + group_ms * (groups + 1.0) / 2.0)
+        let q = if chunks.len() > 1 { 1 } else { fit.max(1) };
+        let wait = wave_wait_ms(&mut self.steps, &chunks, q, b)?;
+        Ok(self.frontend_ms + wait)
+    }
+
+    fn wave_share(&self, n: f64) -> f64 {
+        wave_share(&self.w, n, self.total_requests)
     }
 
     fn rate(&mut self, b: f64) -> Result<f64, ScenarioError> {
@@ -512,7 +552,7 @@ impl Aggregated {
         // weighs in the benchmark's mean by its share of the requests.
         let (wave_ms, share) = match op {
             Operating::Concurrency(n) if self.total_requests > 0.0 => {
-                (self.start_wave_ttft(b)?, (n / self.total_requests).min(1.0))
+                (self.start_wave_ttft(b)?, self.wave_share(n))
             }
             _ => (0.0, 0.0),
         };
@@ -659,12 +699,6 @@ impl Disaggregated {
         self.pre.step_ms(&vec![c; to_u32(q.max(1.0)) as usize], 0, 0.0)
     }
 
-    /// Prompts one prefill step takes when many wait, and that step's time (ms).
-    pub(crate) fn full_prefill_step(&mut self) -> Result<(f64, f64), ScenarioError> {
-        let q = if self.chunks.len() > 1 { 1.0 } else { self.fit };
-        Ok((q, self.prefill_ms(q)?))
-    }
-
     /// Requests per second the prefill pool can serve.
     pub(crate) fn prefill_capacity(&mut self) -> Result<f64, ScenarioError> {
         let q = if self.chunks.len() > 1 { 1.0 } else { self.fit };
@@ -758,11 +792,11 @@ impl Disaggregated {
         // work through them in groups (as for aggregated workers).
         let (wave_ms, share) = match op {
             Operating::Concurrency(n) if self.total_requests > 0.0 => {
-                let (q, group_ms) = self.full_prefill_step()?;
-                let groups = (n / self.pre_ranks / q).ceil().max(1.0);
-                let wave =
-                    self.frontend_ms + group_ms * (groups + 1.0) / 2.0 + self.transfer_ms + at.tpot_ms * 1.5;
-                (wave, (n / self.total_requests).min(1.0))
+                let q = if self.chunks.len() > 1 { 1 } else { to_u32(self.fit).max(1) };
+                let chunks = self.chunks.clone();
+                let wait = wave_wait_ms(&mut self.pre, &chunks, q, n / self.pre_ranks)?;
+                let wave = self.frontend_ms + wait + self.transfer_ms + at.tpot_ms * 1.5;
+                (wave, wave_share(&self.w, n, self.total_requests))
             }
             _ => (0.0, 0.0),
         };

@@ -186,7 +186,13 @@ fn config_yaml(
 }
 
 fn workload(spec: &SweepSpec) -> Workload {
-    Workload { isl: f64::from(spec.isl), osl: f64::from(spec.osl), shared_prefix: f64::from(spec.prefix) }
+    // The replay configs spread lengths ±10%, so clients do not lock step.
+    Workload {
+        isl: f64::from(spec.isl),
+        osl: f64::from(spec.osl),
+        shared_prefix: f64::from(spec.prefix),
+        fixed_lengths: false,
+    }
 }
 
 fn check(spec: &SweepSpec, catalog: &Catalog) -> Result<bool, ScenarioError> {
