@@ -118,3 +118,20 @@ pub fn predict_file_with(
     let dir = path.parent().map_or_else(repo_root, Path::to_path_buf);
     servesim_scenario::predict(&text, rel, &overrides, None, &DirFiles(dir))
 }
+
+/// The YAML files a bench runs: those named on its command line, else every `*.yaml` in
+/// `default_dir` (relative to the repository), sorted.
+#[must_use]
+pub fn bench_yaml_files(default_dir: &str) -> Vec<PathBuf> {
+    let args: Vec<PathBuf> =
+        std::env::args().skip(1).filter(|a| a.ends_with(".yaml")).map(PathBuf::from).collect();
+    if !args.is_empty() {
+        return args;
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo_root().join(default_dir))
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|x| x == "yaml"));
+    v.sort();
+    v
+}

@@ -13,7 +13,7 @@ use servesim_scenario::recommend::{
     evaluate_parallel, finish, parse_spec, search, Fidelity, Spec, StageReport,
 };
 use servesim_scenario::scenario::parse_with_overrides;
-use servesim_tests::{repo_root, DataOnly};
+use servesim_tests::DataOnly;
 
 fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, Vec<StageReport>) {
     let started = Instant::now();
@@ -26,18 +26,7 @@ fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, Vec<S
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a.ends_with(".yaml")).collect();
-    let files: Vec<std::path::PathBuf> = if args.is_empty() {
-        let mut v: Vec<_> = std::fs::read_dir(repo_root().join("data/recommend"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        v.sort();
-        v
-    } else {
-        args.iter().map(std::path::PathBuf::from).collect()
-    };
+    let files = servesim_tests::bench_yaml_files("data/recommend");
     let catalog = Catalog::builtin().unwrap();
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     println!("{:<28} {:>10} {:>6} {:>10} {:>14}", "search", "candidates", "jobs", "wall s", "candidates/s");

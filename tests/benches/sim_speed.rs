@@ -13,23 +13,12 @@ use std::time::Instant;
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::to_pretty_json;
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
-use servesim_tests::{repo_root, DirFiles};
+use servesim_tests::DirFiles;
 
 const RUNS: usize = 5;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a.ends_with(".yaml")).collect();
-    let files: Vec<std::path::PathBuf> = if args.is_empty() {
-        let mut v: Vec<_> = std::fs::read_dir(repo_root().join("tests/bench_scenarios"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        v.sort();
-        v
-    } else {
-        args.iter().map(std::path::PathBuf::from).collect()
-    };
+    let files = servesim_tests::bench_yaml_files("tests/bench_scenarios");
     let catalog = Catalog::builtin().unwrap();
     println!(
         "{:<34} {:>9} {:>10} {:>10} {:>12} {:>12} {:>10}",

@@ -615,6 +615,8 @@ pub(crate) struct Disaggregated {
     pub(crate) frontend_ms: f64,
     /// Squared coefficient of variation of arrivals at the prefill pool.
     pub(crate) arrival_ca2: f64,
+    /// Prompts per second one prefill rank serves when they queue (fixed per deployment).
+    pre_rank_rps: f64,
     /// Requests the traffic sends (the start-up wave's share of the mean).
     total_requests: f64,
     /// Prefill: the chunks of one prompt, and prompts per step.
@@ -666,7 +668,7 @@ impl Disaggregated {
             .map_or(0.0, |g| w.isl * bytes_per_token / (g * 1e9) * 1000.0);
         let new_tokens = (w.isl - cached).max(1.0);
         let (chunks, fit) = pre_steps.plan(new_tokens, cached, 0.0);
-        Ok(Disaggregated {
+        let mut d = Disaggregated {
             pre_ranks: f64::from(pre.config.parallelism.replicas) * pre_steps.dp as f64,
             dec_ranks: f64::from(dec.config.parallelism.replicas) * dec_steps.dp as f64,
             gpus: pre.gpus() + dec.gpus(),
@@ -679,11 +681,15 @@ impl Disaggregated {
             chunks,
             fit: f64::from(fit),
             arrival_ca2: 1.0,
+            pre_rank_rps: 0.0,
             total_requests: f64::from(p.traffic.max_requests()),
             pre: pre_steps,
             dec: dec_steps,
             w,
-        })
+        };
+        let q = if d.chunks.len() > 1 { 1.0 } else { d.fit };
+        d.pre_rank_rps = q / (d.prefill_ms(q)? / 1000.0);
+        Ok(d)
     }
 
     /// Prefill time of one step carrying `q` prompts (or one prompt's chunks).
@@ -700,9 +706,8 @@ impl Disaggregated {
     }
 
     /// Requests per second the prefill pool can serve.
-    pub(crate) fn prefill_capacity(&mut self) -> Result<f64, ScenarioError> {
-        let q = if self.chunks.len() > 1 { 1.0 } else { self.fit };
-        Ok(q / (self.prefill_ms(q)? / 1000.0) * self.pre_ranks)
+    pub(crate) fn prefill_capacity(&self) -> f64 {
+        self.pre_rank_rps * self.pre_ranks
     }
 
     /// Decode-only step time at `b` requests per rank (ms).
@@ -738,7 +743,7 @@ impl Disaggregated {
         let b = hi;
         let tpot_ms = self.dec.gen_ms(b, self.kv_mean)?;
         // Prompts queue for a prefill rank: Kingman's G/D/1 wait with the arrivals' variability.
-        let mu = self.prefill_capacity()? / self.pre_ranks;
+        let mu = self.pre_rank_rps;
         let u = per_pre / mu;
         let queue_ms =
             if u < 1.0 { self.arrival_ca2 / 2.0 * u / (1.0 - u) * 1000.0 / mu } else { f64::INFINITY };
@@ -755,7 +760,7 @@ impl Disaggregated {
     }
 
     pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
-        let pre_cap = self.prefill_capacity()?;
+        let pre_cap = self.prefill_capacity();
         let dec_cap = self.decode_capacity()?;
         let capacity = pre_cap.min(dec_cap);
         let limit = if pre_cap <= dec_cap {

@@ -314,7 +314,7 @@ pub fn default_sweep(spec: &SweepSpec, catalog: &Catalog, files: &dyn Files) -> 
                     continue;
                 }
             };
-            let pre_rate = d.prefill_capacity()?;
+            let pre_rate = d.prefill_capacity();
             let pre_ms = d.prefill_ms(1.0)?;
             let b_max = d.dec_b_max;
             for b in BATCHES.into_iter().filter(|b| f64::from(*b) <= b_max) {
