@@ -178,3 +178,42 @@ fn an_open_loop_staged_search_screens_with_short_replays_and_keeps_the_answer() 
     let (_, _, exhaustive) = search_file(rel);
     assert_eq!(staged.json["views"]["top_n"][0], exhaustive.json["views"]["top_n"][0]);
 }
+
+#[test]
+fn a_search_driven_by_messages_in_any_order_equals_the_threaded_search() {
+    use servesim_scenario::recommend::{evaluate_at, Search};
+    // What the page does: candidates cross to Web Workers and back as JSON, and results
+    // arrive in whatever order the workers finish.
+    let rel = "tests/recommend/min_gpus_qwen3_8b_h100.yaml";
+    let text = std::fs::read_to_string(repo_root().join(rel)).unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let overrides = [servesim_scenario::Override::parse("optimizer.algorithm=staged").unwrap()];
+    let root = parse_with_overrides(&text, rel, &overrides).unwrap();
+    let spec = parse_spec(&root, rel, &catalog).unwrap();
+    let mut s = Search::new(&spec);
+    while let Some((indices, fidelity)) = s.pending() {
+        let mut wire: Vec<String> = indices
+            .iter()
+            .map(|i| evaluate_at(&spec, *i, rel, &catalog, &DataOnly, fidelity).to_wire().to_string())
+            .collect();
+        wire.reverse();
+        let back: Vec<Candidate> = wire
+            .iter()
+            .map(|t| Candidate::from_wire(&spec, &serde_json::from_str(t).unwrap()).unwrap())
+            .collect();
+        s.submit(&spec, back);
+    }
+    let (cands, stages) = s.into_results();
+    let (threaded, threaded_stages) = run_search(&spec, rel, &catalog);
+    assert_eq!(stages, threaded_stages);
+    for (a, b) in cands.iter().zip(&threaded) {
+        assert_eq!(a.metrics, b.metrics, "candidate {}", a.index);
+        assert_eq!(a.objectives, b.objectives, "candidate {}", a.index);
+        assert_eq!(a.score, b.score, "candidate {}", a.index);
+    }
+    assert_eq!(cands, threaded);
+    // A message naming an unknown status is refused, not guessed.
+    let mut bad = threaded[0].to_wire();
+    bad["status"] = serde_json::json!("splendid");
+    assert!(Candidate::from_wire(&spec, &bad).unwrap_err().contains("unknown status"));
+}

@@ -15,14 +15,19 @@ use servesim_scenario::recommend::{
 use servesim_scenario::scenario::parse_with_overrides;
 use servesim_tests::DataOnly;
 
-fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, Vec<StageReport>) {
+/// Runs a search: total wall seconds, the stages, and each stage's wall seconds.
+fn run(spec: &Spec, source: &str, catalog: &Catalog, jobs: usize) -> (f64, Vec<StageReport>, Vec<f64>) {
     let started = Instant::now();
+    let mut stage_s = Vec::new();
     let mut runner = |indices: &[usize], fidelity: Fidelity| {
-        evaluate_parallel(spec, indices, fidelity, source, catalog, &DataOnly, jobs, &|_, _| {})
+        let t = Instant::now();
+        let out = evaluate_parallel(spec, indices, fidelity, source, catalog, &DataOnly, jobs, &|_, _| {});
+        stage_s.push(t.elapsed().as_secs_f64());
+        out
     };
     let (all, stages) = search(spec, &mut runner);
     let _ = finish(spec, all, "bench", &stages);
-    (started.elapsed().as_secs_f64(), stages)
+    (started.elapsed().as_secs_f64(), stages, stage_s)
 }
 
 fn main() {
@@ -36,11 +41,14 @@ fn main() {
         let root = parse_with_overrides(&text, &name, &[]).unwrap();
         let spec = parse_spec(&root, &name, &catalog).unwrap();
         for jobs in [1, cores] {
-            let (secs, stages) = run(&spec, &name, &catalog, jobs);
+            let (secs, stages, stage_s) = run(&spec, &name, &catalog, jobs);
             #[allow(clippy::cast_precision_loss)]
             let rate = spec.len() as f64 / secs;
-            let st: Vec<String> =
-                stages.iter().map(|s| format!("{} {}->{}", s.fidelity.name(), s.evaluated, s.kept)).collect();
+            let st: Vec<String> = stages
+                .iter()
+                .zip(&stage_s)
+                .map(|(s, t)| format!("{} {}->{} {t:.2} s", s.fidelity.name(), s.evaluated, s.kept))
+                .collect();
             println!("{name:<28} {:>10} {jobs:>6} {secs:>10.2} {rate:>14.1}   {}", spec.len(), st.join(", "));
         }
     }

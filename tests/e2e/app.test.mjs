@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -143,5 +143,110 @@ test('a long run can be cancelled', async () => {
   await page.fill('#scenario-yaml', yaml);
   await page.click('#run');
   assert.match(await waitDone(page), /^Done/);
+  await page.close();
+});
+
+function cliRecommend(spec) {
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-rec-'));
+  execFileSync(BIN, ['recommend', '-c', spec, '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return readFileSync(join(dir, 'recommendation.json'), 'utf8');
+}
+
+async function waitSearch(page, timeout = 180000) {
+  await page.waitForFunction(() => {
+    const s = document.querySelector('#rec-status')?.textContent ?? '';
+    return s.startsWith('Done') || s.includes('failed');
+  }, null, { timeout });
+  return page.textContent('#rec-status');
+}
+
+test('Recommend: a staged search on a pool of workers equals the CLI, and a row opens in Predict', async () => {
+  const cli = cliRecommend('data/recommend/qwen3_32b_h200_staged.yaml');
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-recommend');
+  assert.equal(await page.isVisible('#page-predict'), false);
+  const t0 = Date.now();
+  await page.click('#rec-run');
+  // The plot fills in while the search runs.
+  await page.waitForSelector('#pareto-chart[data-status="rendered"] .main-svg', { timeout: 60000 });
+  const status = await waitSearch(page);
+  const wallMs = Number(await page.getAttribute('#rec-status', 'data-wall-ms'));
+  assert.match(status, /^Done: 279 candidates \(279 static estimate, 34 full replay\)/);
+  assert.equal(await page.textContent('#recommendation-json'), cli, 'page recommendation.json equals the CLI');
+  const rec = JSON.parse(cli);
+  const rows = await page.$$eval('#rec-table tbody tr', (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+  assert.equal(rows.length, rec.views.top_n.length);
+  const top = rec.candidates.find((c) => c.candidate_id === rec.views.top_n[0]);
+  assert.ok(Math.abs(Number(rows[0][5]) - top.objectives.throughput_per_gpu) <= 0.05, `${rows[0][5]} vs ${top.objectives.throughput_per_gpu}`);
+  await page.screenshot({ path: join(ARTIFACTS, 'recommend-staged.png'), fullPage: true });
+  const workers = Number(/on (\d+) workers/.exec(status)[1]);
+  writeFileSync(join(ARTIFACTS, 'bench-recommend-browser.json'), JSON.stringify({
+    spec: 'data/recommend/qwen3_32b_h200_staged.yaml', candidates: 279, full_replays: 34, workers,
+    search_wall_ms: wallMs, candidates_per_s: 279 / (wallMs / 1000), click_to_done_ms: Date.now() - t0,
+  }, null, 2) + '\n');
+  // The best row opens in Predict and replays to the same figures.
+  await page.click('#rec-table tbody tr:first-child .open-predict');
+  assert.equal(await page.isVisible('#page-predict'), true);
+  await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 60000 });
+  const ttft = Number(await page.textContent('#mean-ttft'));
+  assert.ok(Math.abs(ttft - top.metrics.mean_ttft_ms) <= 0.005, `predict ${ttft} vs recommend ${top.metrics.mean_ttft_ms}`);
+  await page.close();
+});
+
+test('Recommend: a bad spec is an error at its field, and a search can be cancelled', async () => {
+  const page = await openPage();
+  await page.click('#tab-recommend');
+  await page.fill('#spec-yaml', 'engine: {model: Qwen/Qwen3-8B, backend: {choices: []}}\n');
+  await page.click('#rec-run');
+  await page.waitForSelector('#rec-error');
+  assert.match(await page.textContent('#rec-error'), /engine\.backend.*choices is empty/);
+  await page.selectOption('#rec-preset', '1');
+  await page.selectOption('#rec-preset', '0');
+  const spec = await page.inputValue('#spec-yaml');
+  await page.fill('#spec-yaml', spec.replace('requests: 256', 'requests: 200000'));
+  await page.click('#rec-run');
+  await page.waitForFunction(() => /\(full replay\)/.test(document.querySelector('#rec-status')?.textContent ?? ''), null, { timeout: 60000 });
+  await page.click('#rec-cancel');
+  await page.waitForFunction(() => document.querySelector('#rec-status')?.textContent === 'Cancelled.');
+  assert.equal(await page.isEnabled('#rec-run'), true);
+  await page.close();
+});
+
+test('Agg vs disagg: the AIConfigurator README case in the page equals servesim estimate --default', async () => {
+  const args = ['estimate', '--default', '--model', 'Qwen/Qwen3-32B-FP8', '--system', 'h200_sxm', '--total-gpus', '32',
+    '--isl', '4000', '--osl', '500', '--prefix', '500', '--ttft', '300', '--tpot', '10', '--format', 'json'];
+  const cli = JSON.parse(execFileSync(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-sweep');
+  const t0 = Date.now();
+  await page.click('#def-run');
+  await page.waitForFunction(() => {
+    const s = document.querySelector('#def-status')?.textContent ?? '';
+    return s.startsWith('Done') || s.includes('failed');
+  }, null, { timeout: 180000 });
+  const clickToDone = Date.now() - t0;
+  assert.match(await page.textContent('#def-status'), /^Done in/);
+  const wallMs = Number(await page.getAttribute('#def-status', 'data-wall-ms'));
+  const got = JSON.parse(await page.textContent('#def-json'));
+  const pageWall = got.wall_seconds;
+  // Host times differ; everything else is the CLI's answer.
+  delete got.wall_seconds;
+  const cliWall = cli.wall_seconds;
+  delete cli.wall_seconds;
+  assert.deepEqual(got, cli);
+  assert.match(await page.textContent('#def-agg'), /^8 x tp4, 16 per rank/);
+  await page.screenshot({ path: join(ARTIFACTS, 'sweep-readme-case.png'), fullPage: true });
+  writeFileSync(join(ARTIFACTS, 'bench-readme-case-browser.json'), JSON.stringify({
+    query: 'Qwen3-32B-FP8, 32 x H200, ISL 4000, OSL 500, prefix 500, TTFT 300 ms, TPOT 10 ms',
+    page_wall_ms: wallMs, page_static_s: pageWall.static, click_to_done_ms: clickToDone,
+    cli_debug_build_s: cliWall.total,
+    aggregated_estimated: cli.counts.aggregated_estimated, disaggregated_screened: cli.counts.disaggregated_screened,
+    replays: cli.replayed.length,
+  }, null, 2) + '\n');
+  // A winner opens in Predict.
+  await page.click('.winners li:first-child .open-predict');
+  await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 120000 });
   await page.close();
 });

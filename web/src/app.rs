@@ -11,6 +11,16 @@ use crate::charts;
 use crate::client::{SimWorker, WORKER_URL};
 use crate::protocol::{FromWorker, ToWorker};
 
+/// A progress bar (0–100 %), announced to assistive technology.
+#[component]
+pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
+    view! {
+        <div class="progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow=move || format!("{:.0}", percent.get())>
+            <div class="bar" style:width=move || format!("{:.1}%", percent.get())></div>
+        </div>
+    }
+}
+
 /// Where a run stands.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunState {
@@ -60,9 +70,21 @@ fn Card(label: &'static str, id: &'static str, value: Signal<String>, unit: &'st
     }
 }
 
+/// The page on show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tab {
+    /// One scenario, replayed.
+    Predict,
+    /// A search over deployments.
+    Recommend,
+    /// The best aggregated and disaggregated deployments (`estimate --default`).
+    Sweep,
+}
+
 /// The application root.
 #[component]
 pub fn App() -> impl IntoView {
+    let tab = RwSignal::new(Tab::Predict);
     let config = RwSignal::new(servesim_scenario::DEFAULT_SCENARIO.to_string());
     let state = RwSignal::new(RunState::Idle);
     // The static estimate of the current run: its JSON, or why there is none.
@@ -225,11 +247,30 @@ pub fn App() -> impl IntoView {
     });
 
     let run_click = run.clone();
+    // Callbacks must be Send; the run closure holds the worker's Rc, so it stays in local storage.
+    let run_stored: StoredValue<_, LocalStorage> = StoredValue::new_local(run.clone());
+    let open_in_predict = Callback::new(move |yaml: String| {
+        config.set(yaml);
+        tab.set(Tab::Predict);
+        run_stored.with_value(|r| r());
+    });
+    let tab_button = move |which: Tab, id: &'static str, label: &'static str| {
+        view! {
+            <button id=id role="tab" class="tab" aria-selected=move || (tab.get() == which).to_string()
+                on:click=move |_| tab.set(which)>{label}</button>
+        }
+    };
     view! {
         <header class="top">
             <h1>"servesim"</h1>
             <p class="tagline">"Predict how an LLM serving deployment behaves — simulated request by request, entirely in your browser."</p>
+            <nav class="tabs" role="tablist" aria-label="Pages">
+                {tab_button(Tab::Predict, "tab-predict", "Predict")}
+                {tab_button(Tab::Recommend, "tab-recommend", "Recommend")}
+                {tab_button(Tab::Sweep, "tab-sweep", "Agg vs disagg")}
+            </nav>
         </header>
+        <div id="page-predict" class:hidden=move || tab.get() != Tab::Predict>
         <main class="layout">
             <section class="panel editor">
                 <h2>"Scenario"</h2>
@@ -245,9 +286,7 @@ pub fn App() -> impl IntoView {
                     <button id="run" on:click=move |_| run_click() disabled=running>"Run"</button>
                     <button id="cancel" class="secondary" on:click=move |_| cancel() disabled=move || !running()>"Cancel"</button>
                 </div>
-                <div class="progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow=move || format!("{:.0}", progress())>
-                    <div class="bar" style:width=move || format!("{:.1}%", progress())></div>
-                </div>
+                <ProgressBar percent=Signal::derive(progress) />
                 <p id="status" class="status" aria-live="polite">{status}</p>
                 <Show when=move || error().is_some()>
                     <pre id="run-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
@@ -281,6 +320,13 @@ pub fn App() -> impl IntoView {
                 </details>
             </section>
         </main>
+        </div>
+        <div id="page-recommend" class:hidden=move || tab.get() != Tab::Recommend>
+            <crate::recommend::RecommendPage open=open_in_predict />
+        </div>
+        <div id="page-sweep" class:hidden=move || tab.get() != Tab::Sweep>
+            <crate::sweep::SweepPage open=open_in_predict />
+        </div>
         <footer class="foot">
             "servesim — Apache-2.0. Runs offline; no request leaves this page's origin."
         </footer>

@@ -55,6 +55,54 @@ pub fn ttft_by_arrival(requests_jsonl: &str) -> Figure {
     }
 }
 
+/// How each evaluation stage is drawn on the Pareto plot: (fidelity key, legend, colour, size).
+const STAGE_STYLE: [(&str, &str, &str, u32); 3] = [
+    ("static", "static estimate", "#9ca3af", 6),
+    ("short", "short replay", "#f59e0b", 8),
+    ("full", "full replay", "#2563eb", 10),
+];
+
+/// The search so far: every feasible candidate at its latest evaluation, output tok/s/GPU
+/// against tok/s/user, with the front of the fully replayed ones as a line. `candidates` are
+/// `Candidate::to_wire` objects; each point carries its index (`customdata`) for clicks.
+#[must_use]
+pub fn pareto(candidates: &[&Value], front: &[usize]) -> Figure {
+    let obj = |c: &Value, k: &str| c["objectives"][k].as_f64();
+    let mut data = Vec::new();
+    for (key, name, color, size) in STAGE_STYLE {
+        let (mut x, mut y, mut idx, mut text) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for c in candidates.iter().filter(|c| c["status"] == "feasible" && c["fidelity"] == key) {
+            if let (Some(u), Some(g)) = (obj(c, "throughput_per_user"), obj(c, "throughput_per_gpu")) {
+                x.push(u);
+                y.push(g);
+                idx.push(c["index"].clone());
+                text.push(format!("{} ({} GPUs)", c["label"].as_str().unwrap_or(""), c["used_gpus"]));
+            }
+        }
+        data.push(json!({
+            "type": "scatter", "mode": "markers", "name": name,
+            "x": x, "y": y, "customdata": idx, "text": text,
+            "marker": {"size": size, "color": color, "opacity": 0.85},
+            "hovertemplate": "%{text}<br>%{x:.1f} tok/s/user<br>%{y:.1f} tok/s/GPU<extra>%{fullData.name}</extra>",
+        }));
+    }
+    let by_index = |i: usize| candidates.iter().find(|c| c["index"].as_u64() == u64::try_from(i).ok());
+    let pts: Vec<(f64, f64)> = front
+        .iter()
+        .filter_map(|i| by_index(*i))
+        .filter_map(|c| Some((obj(c, "throughput_per_user")?, obj(c, "throughput_per_gpu")?)))
+        .collect();
+    data.push(json!({
+        "type": "scatter", "mode": "lines", "name": "Pareto front",
+        "x": pts.iter().map(|p| p.0).collect::<Vec<_>>(), "y": pts.iter().map(|p| p.1).collect::<Vec<_>>(),
+        "line": {"color": "#2563eb", "width": 2, "shape": "hv"}, "hoverinfo": "skip",
+    }));
+    let mut layout = base_layout("Output tok/s/GPU vs tok/s/user", "tok/s/user", "tok/s/GPU");
+    layout["showlegend"] = json!(true);
+    layout["legend"] = json!({"orientation": "h", "y": -0.2});
+    Figure { data: Value::Array(data), layout }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +114,25 @@ mod tests {
         assert_eq!(f.data[0]["x"], json!([1.5]));
         assert_eq!(f.data[0]["y"], json!([20.5]));
         assert_eq!(f.layout["xaxis"]["title"]["text"], "arrival time (s)");
+    }
+
+    #[test]
+    fn pareto_plot_draws_feasible_points_by_stage_and_the_front() {
+        let c = |i: u64, f: &str, st: &str, u: f64, g: f64| {
+            json!({"index": i, "status": st, "fidelity": f, "label": "tensor 2", "used_gpus": 2,
+                   "objectives": {"throughput_per_user": u, "throughput_per_gpu": g}})
+        };
+        let cands = [
+            c(0, "static", "feasible", 10.0, 100.0),
+            c(1, "full", "feasible", 20.0, 50.0),
+            c(2, "full", "infeasible", 1.0, 1.0),
+            c(3, "full", "feasible", 5.0, 200.0),
+        ];
+        let refs: Vec<&Value> = cands.iter().collect();
+        let f = pareto(&refs, &[3, 1]);
+        assert_eq!(f.data[0]["x"], json!([10.0]));
+        assert_eq!(f.data[2]["customdata"], json!([1, 3]));
+        assert_eq!(f.data[3]["x"], json!([5.0, 20.0]));
+        assert_eq!(f.data[3]["y"], json!([200.0, 50.0]));
     }
 }

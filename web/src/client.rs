@@ -95,8 +95,7 @@ impl SimWorker {
     pub fn send(&self, msg: &ToWorker) {
         let text = encode(msg);
         let mut sh = self.shared.borrow_mut();
-        let ToWorker::Run { id, .. } = msg;
-        sh.current_id = *id;
+        sh.current_id = msg.id();
         if sh.ready {
             let _ = self.worker.post_message(&JsValue::from_str(&text));
         } else {
@@ -112,9 +111,79 @@ impl SimWorker {
     }
 }
 
+/// Most workers a pool starts, however many cores the machine reports: each holds its own
+/// copy of the kernel tables.
+pub const MAX_POOL: usize = 8;
+
+/// How many workers a pool should have here: the machine's cores, at most [`MAX_POOL`].
+#[must_use]
+pub fn pool_size() -> usize {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let cores = web_sys::window().map_or(1.0, |w| w.navigator().hardware_concurrency()) as usize;
+    cores.clamp(1, MAX_POOL)
+}
+
+/// A pool of simulation workers; `on_event` learns which worker spoke.
+#[derive(Default)]
+pub struct Pool {
+    workers: Vec<SimWorker>,
+}
+
+impl Pool {
+    /// Starts `n` workers.
+    ///
+    /// # Errors
+    /// When the browser refuses to create one (none is left running).
+    pub fn spawn(n: usize, on_event: impl Fn(usize, FromWorker) + Clone + 'static) -> Result<Pool, String> {
+        let mut workers = Vec::with_capacity(n);
+        for k in 0..n {
+            let f = on_event.clone();
+            let cb: Rc<dyn Fn(FromWorker)> = Rc::new(move |m| f(k, m));
+            match SimWorker::spawn(WORKER_URL, cb) {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    for w in workers {
+                        w.terminate();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Pool { workers })
+    }
+
+    /// Workers in the pool.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// True when the pool has no worker.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// Sends worker `k` a message.
+    pub fn send(&self, k: usize, msg: &ToWorker) {
+        if let Some(w) = self.workers.get(k) {
+            w.send(msg);
+        }
+    }
+
+    /// Stops every worker at once.
+    pub fn terminate(&mut self) {
+        for w in self.workers.drain(..) {
+            w.terminate();
+        }
+    }
+}
+
 thread_local! {
     /// Data files fetched so far (a worker serves many runs; each file is fetched once).
     static DATA: RefCell<crate::protocol::MemFiles> = RefCell::new(crate::protocol::MemFiles::default());
+    /// What the worker keeps between messages (catalog, search spec, a coordinated search).
+    static STATE: RefCell<crate::protocol::WorkerState> = RefCell::new(crate::protocol::WorkerState::default());
     /// Paths listed in `data/perf/manifest.json` (`None` until read).
     static LISTED: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
 }
@@ -194,15 +263,22 @@ pub fn worker_main() {
                 let scope = reply_scope.clone();
                 wasm_bindgen_futures::spawn_local(async move {
                     let mut post = post;
-                    let ToWorker::Run { id, config, .. } = &msg;
-                    if let Err(message) = fetch_data(&scope, config).await {
-                        post(FromWorker::Failed { id: *id, message, exit_code: 1 });
-                        return;
+                    let id = msg.id();
+                    let configs = STATE.with(|st| msg.configs(&mut st.borrow_mut()));
+                    for config in configs {
+                        if let Err(message) = fetch_data(&scope, &config).await {
+                            post(FromWorker::Failed { id, message, exit_code: 1 });
+                            return;
+                        }
                     }
                     let perf = scope.performance();
                     let now = move || perf.as_ref().map_or(0.0, web_sys::Performance::now);
-                    let files = DATA.with(|d| d.borrow().clone());
-                    crate::protocol::handle(msg, &files, &now, &mut post);
+                    DATA.with(|d| {
+                        let files = d.borrow();
+                        STATE.with(|st| {
+                            crate::protocol::handle(&mut st.borrow_mut(), msg, &*files, &now, &mut post);
+                        });
+                    });
                 });
             }
             Some(Err(reply)) => post(reply),

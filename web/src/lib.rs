@@ -4,10 +4,14 @@
 //! - [`charts`]: plotly figures built from a prediction (pure; tested natively).
 //! - [`client`]: spawning, feeding and cancelling the worker.
 //! - [`plotly`]: the single call into plotly.js.
-//! - [`app`]: the page's components.
+//! - [`app`]: the page's shell and the Predict page.
+//! - [`recommend`]: the Recommend page and its worker pool.
+//! - [`sweep`]: the aggregated-vs-disaggregated page (`servesim estimate --default`).
 
 pub mod app;
 pub mod charts;
 pub mod client;
 pub mod plotly;
 pub mod protocol;
+pub mod recommend;
+pub mod sweep;

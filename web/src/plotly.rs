@@ -1,6 +1,7 @@
 //! The one place that calls plotly.js (loaded from the page's own origin).
 
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::charts::Figure;
 
@@ -28,4 +29,36 @@ pub fn draw(div: &str, fig: &Figure) -> Result<(), String> {
     plotly_react(div, &to_js(&fig.data)?, &to_js(&fig.layout)?, &to_js(&config)?)
         .map(|_| ())
         .map_err(|e| format!("plotly could not draw the chart: {e:?}"))
+}
+
+/// Calls `f` with the `customdata` (a candidate index) of the point clicked in chart `div`.
+/// Bound once per chart: plotly keeps the listener across redraws.
+pub fn on_click(div: &str, f: impl Fn(usize) + 'static) {
+    use js_sys::Reflect;
+    let Some(el) = web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id(div)) else {
+        return;
+    };
+    if el.has_attribute("data-click") {
+        return;
+    }
+    let Ok(on) = Reflect::get(&el, &JsValue::from_str("on")).and_then(|o| o.dyn_into::<js_sys::Function>())
+    else {
+        return;
+    };
+    let handler = Closure::<dyn FnMut(JsValue)>::new(move |ev: JsValue| {
+        let index = Reflect::get(&ev, &JsValue::from_str("points"))
+            .and_then(|p| Reflect::get(&p, &JsValue::from_f64(0.0)))
+            .and_then(|p| Reflect::get(&p, &JsValue::from_str("customdata")))
+            .ok()
+            .and_then(|v| v.as_f64());
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        if let Some(i) = index.filter(|i| *i >= 0.0) {
+            f(i as usize);
+        }
+    });
+    if on.call2(&el, &JsValue::from_str("plotly_click"), handler.as_ref()).is_ok() {
+        let _ = el.set_attribute("data-click", "bound");
+    }
+    // The chart lives as long as the page.
+    handler.forget();
 }

@@ -5,6 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 use servesim_scenario::catalog::Catalog;
+use servesim_scenario::estimate::confirm::{replay, replay_from_json, replay_to_json, Confirm};
+use servesim_scenario::estimate::sweep::{default_sweep, SweepSpec};
+use servesim_scenario::recommend::{
+    config_sha256, evaluate_at, finish, parse_spec, Candidate, Fidelity, Search, Spec,
+};
 use servesim_scenario::report::{to_jsonl, to_pretty_json};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, ScenarioError};
@@ -41,6 +46,104 @@ pub enum ToWorker {
         /// Name shown in error messages.
         source: String,
     },
+    /// Start coordinating a search (`servesim recommend`): reply with its first stage.
+    Plan {
+        /// Search id, echoed in every reply.
+        id: u32,
+        /// Search spec text (YAML or JSON).
+        spec: String,
+        /// Name shown in error messages.
+        source: String,
+    },
+    /// Evaluate candidates of a search (one `Evaluated` reply each, in order).
+    Evaluate {
+        /// Search id.
+        id: u32,
+        /// Search spec text (parsed once per worker and kept).
+        spec: String,
+        /// Name shown in error messages.
+        source: String,
+        /// Candidate indices.
+        indices: Vec<usize>,
+        /// `static`, `short` or `full`.
+        fidelity: String,
+    },
+    /// Start AIConfigurator's `default` question (`servesim estimate --default`): reply with
+    /// the first wave of confirming replays.
+    Sweep {
+        /// Sweep id, echoed in every reply.
+        id: u32,
+        /// What to sweep.
+        query: SweepSpec,
+        /// Winners per mode confirmed by replay (0: none).
+        replay_top: usize,
+    },
+    /// Replay one sweep point.
+    Replay {
+        /// Sweep id.
+        id: u32,
+        /// The point's prediction config.
+        yaml: String,
+        /// Its label (error messages).
+        label: String,
+        /// Its closed-loop concurrency (the first wave, left out of the steady TTFT).
+        concurrency: f64,
+    },
+    /// The replays of the coordinator's pending wave, in order: reply with the next wave or
+    /// the report.
+    SubmitReplays {
+        /// Sweep id.
+        id: u32,
+        /// One `Replayed` result per point of the wave.
+        replays: Vec<String>,
+    },
+    /// The results of the coordinator's pending stage: reply with the next stage or the
+    /// finished recommendation.
+    Submit {
+        /// Search id.
+        id: u32,
+        /// One `Evaluated` candidate per index of the stage.
+        candidates: Vec<String>,
+    },
+}
+
+impl ToWorker {
+    /// The id every reply echoes.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        match self {
+            ToWorker::Run { id, .. }
+            | ToWorker::Plan { id, .. }
+            | ToWorker::Evaluate { id, .. }
+            | ToWorker::Submit { id, .. }
+            | ToWorker::Sweep { id, .. }
+            | ToWorker::Replay { id, .. }
+            | ToWorker::SubmitReplays { id, .. } => *id,
+        }
+    }
+
+    /// The configs whose data files the worker must fetch before handling this message.
+    #[must_use]
+    pub fn configs(&self, state: &mut WorkerState) -> Vec<String> {
+        match self {
+            ToWorker::Run { config, .. } => vec![config.clone()],
+            ToWorker::Evaluate { spec, source, indices, .. } => {
+                let Ok((parsed, _)) = state.spec_and_catalog(spec, source) else { return Vec::new() };
+                // Candidates may differ in GPU or engine: fetch what any of them needs.
+                indices
+                    .iter()
+                    .filter_map(|i| parsed.candidate(*i).ok())
+                    .map(|n| servesim_scenario::node::to_yaml(&n))
+                    .collect()
+            }
+            ToWorker::Replay { yaml, .. } => vec![yaml.clone()],
+            ToWorker::Sweep { query, .. } => vec![format!(
+                "engine: {{model: {}, hardware: {}, backend: {}}}",
+                query.model, query.system, query.backend
+            )],
+            ToWorker::Plan { .. } | ToWorker::Submit { .. } | ToWorker::SubmitReplays { .. } => Vec::new(),
+        }
+    }
 }
 
 /// Worker → page.
@@ -82,6 +185,68 @@ pub enum FromWorker {
         /// Host time the run took (ms).
         wall_ms: f64,
     },
+    /// A search stage to evaluate (from the coordinator).
+    Stage {
+        /// Search id.
+        id: u32,
+        /// The stage's position in `plan` (0-based).
+        stage: usize,
+        /// Every stage's fidelity, in order (`static`, `short`, `full`).
+        plan: Vec<String>,
+        /// Candidates in the search.
+        candidates: usize,
+        /// Candidate indices to evaluate.
+        indices: Vec<usize>,
+        /// `static`, `short` or `full`.
+        fidelity: String,
+    },
+    /// One evaluated candidate (`Candidate::to_wire` as JSON text).
+    Evaluated {
+        /// Search id.
+        id: u32,
+        /// The candidate.
+        candidate: String,
+    },
+    /// A finished search: the CLI's output files.
+    Recommended {
+        /// Search id.
+        id: u32,
+        /// recommendation.json text, byte-identical to the CLI's.
+        recommendation: String,
+        /// recommendation.csv text.
+        csv: String,
+        /// `recommendations/NNNN.yaml` files: (name, text).
+        yamls: Vec<(String, String)>,
+        /// The CLI's text summary.
+        summary: String,
+    },
+    /// Sweep points to replay (from the coordinator).
+    Replays {
+        /// Sweep id.
+        id: u32,
+        /// Points: (label, prediction config, concurrency).
+        wave: Vec<(String, String, f64)>,
+        /// Host time of the static sweep (ms).
+        static_ms: f64,
+    },
+    /// One replay (`confirm::replay_to_json` as text).
+    Replayed {
+        /// Sweep id.
+        id: u32,
+        /// The figures or the error.
+        replay: String,
+    },
+    /// A finished `default` sweep.
+    SweepDone {
+        /// Sweep id.
+        id: u32,
+        /// estimate-default.json text (as the CLI's `--format json`).
+        report: String,
+        /// The CLI's table.
+        table: String,
+        /// Prediction configs of the points replayed: (label, mode, yaml).
+        winners: Vec<(String, String, String)>,
+    },
     /// A run could not complete.
     Failed {
         /// Request id.
@@ -99,24 +264,245 @@ const SLICE_EVENTS: u64 = 20_000;
 /// Minimum host time between progress messages (ms).
 const PROGRESS_EVERY_MS: f64 = 50.0;
 
+/// What a worker keeps between messages: the catalog, the last search spec it evaluated
+/// candidates of, and (on the coordinator) the search in progress.
+#[derive(Default)]
+pub struct WorkerState {
+    catalog: Option<Catalog>,
+    spec: Option<(String, String, Spec)>,
+    search: Option<Coordinated>,
+    sweep: Option<Sweeping>,
+}
+
+/// A `default` sweep the coordinator is confirming.
+struct Sweeping {
+    id: u32,
+    confirm: Confirm,
+    started_ms: f64,
+    static_ms: f64,
+}
+
+/// A search the coordinator is running.
+struct Coordinated {
+    id: u32,
+    spec: Spec,
+    search: Search,
+    sha: String,
+}
+
+impl WorkerState {
+    fn catalog(&mut self) -> Result<&Catalog, ScenarioError> {
+        if self.catalog.is_none() {
+            self.catalog =
+                Some(Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?);
+        }
+        self.catalog.as_ref().ok_or_else(|| ScenarioError::Run { message: "no catalog".into() })
+    }
+
+    /// The parsed spec for `text` (kept: every candidate of a search shares it) and the catalog.
+    fn spec_and_catalog(&mut self, text: &str, source: &str) -> Result<(&Spec, &Catalog), ScenarioError> {
+        let fresh = !matches!(&self.spec, Some((t, s, _)) if t == text && s == source);
+        if fresh {
+            let root = parse_with_overrides(text, source, &[])?;
+            let spec = parse_spec(&root, source, self.catalog()?)?;
+            self.spec = Some((text.to_string(), source.to_string(), spec));
+        }
+        match (&self.spec, &self.catalog) {
+            (Some((_, _, spec)), Some(catalog)) => Ok((spec, catalog)),
+            _ => Err(ScenarioError::Run { message: "no spec".into() }),
+        }
+    }
+}
+
 /// Handles one message. `files` holds the data files the run may need (see
 /// [`servesim_scenario::perfdata::paths_for_config`]); `now_ms` reads a host clock; `post`
 /// sends a reply.
-pub fn handle(msg: ToWorker, files: &dyn Files, now_ms: &dyn Fn() -> f64, post: &mut dyn FnMut(FromWorker)) {
+pub fn handle(
+    state: &mut WorkerState,
+    msg: ToWorker,
+    files: &dyn Files,
+    now_ms: &dyn Fn() -> f64,
+    post: &mut dyn FnMut(FromWorker),
+) {
+    let id = msg.id();
+    let failed =
+        |e: ScenarioError| FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() };
     match msg {
         ToWorker::Run { id, config, source } => {
             let started = now_ms();
-            match run(id, &config, &source, files, now_ms, post) {
+            match run(state, id, &config, &source, files, now_ms, post) {
                 Ok((prediction, requests)) => {
                     post(FromWorker::Done { id, prediction, requests, wall_ms: now_ms() - started });
                 }
-                Err(e) => post(FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() }),
+                Err(e) => post(failed(e)),
+            }
+        }
+        ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
+            Ok(reply) => post(reply),
+            Err(e) => post(failed(e)),
+        },
+        ToWorker::Evaluate { id, spec, source, indices, fidelity } => {
+            let Some(fidelity) = Fidelity::from_key(&fidelity) else {
+                post(FromWorker::Failed {
+                    id,
+                    message: format!("unknown fidelity '{fidelity}'"),
+                    exit_code: 2,
+                });
+                return;
+            };
+            let (spec, catalog) = match state.spec_and_catalog(&spec, &source) {
+                Ok(sc) => sc,
+                Err(e) => return post(failed(e)),
+            };
+            for index in indices {
+                if index >= spec.len() {
+                    let message =
+                        format!("candidate {index} is outside the search ({} candidates)", spec.len());
+                    return post(FromWorker::Failed { id, message, exit_code: 1 });
+                }
+                let c = evaluate_at(spec, index, &source, catalog, files, fidelity);
+                let mut wire = c.to_wire();
+                wire["label"] = serde_json::Value::String(spec.label(index));
+                post(FromWorker::Evaluated { id, candidate: wire.to_string() });
+            }
+        }
+        ToWorker::Submit { id, candidates } => post(submit(state, id, &candidates)),
+        ToWorker::Sweep { id, query, replay_top } => {
+            let started_ms = now_ms();
+            let reply = state.catalog().and_then(|catalog| {
+                let sweep = default_sweep(&query, catalog, files)?;
+                let confirm = Confirm::new(query, sweep, replay_top);
+                Ok(confirm)
+            });
+            match reply {
+                Ok(confirm) => {
+                    let static_ms = now_ms() - started_ms;
+                    state.sweep = Some(Sweeping { id, confirm, started_ms, static_ms });
+                    post(next_wave(state, id, now_ms));
+                }
+                Err(e) => post(failed(e)),
+            }
+        }
+        ToWorker::Replay { id, yaml, label, concurrency } => {
+            let reply = state.catalog().map(|catalog| replay(&yaml, &label, concurrency, catalog, files));
+            match reply {
+                Ok(r) => post(FromWorker::Replayed { id, replay: replay_to_json(&r).to_string() }),
+                Err(e) => post(failed(e)),
+            }
+        }
+        ToWorker::SubmitReplays { id, replays } => {
+            let Some(sw) = state.sweep.as_mut().filter(|s| s.id == id) else {
+                return post(FromWorker::Failed {
+                    id,
+                    message: format!("no sweep {id} is in progress"),
+                    exit_code: 1,
+                });
+            };
+            let parsed: Result<Vec<_>, String> = replays
+                .iter()
+                .map(|t| {
+                    serde_json::from_str(t).map_err(|e| e.to_string()).and_then(|v| replay_from_json(&v))
+                })
+                .collect();
+            match parsed.and_then(|r| sw.confirm.submit(r)) {
+                Ok(()) => post(next_wave(state, id, now_ms)),
+                Err(message) => post(FromWorker::Failed { id, message, exit_code: 1 }),
             }
         }
     }
 }
 
+fn plan(state: &mut WorkerState, id: u32, text: &str, source: &str) -> Result<FromWorker, ScenarioError> {
+    let root = parse_with_overrides(text, source, &[])?;
+    let spec = parse_spec(&root, source, state.catalog()?)?;
+    let search = Search::new(&spec);
+    state.search = Some(Coordinated { id, spec, search, sha: config_sha256(&root) });
+    Ok(next_stage(state, id))
+}
+
+fn submit(state: &mut WorkerState, id: u32, wires: &[String]) -> FromWorker {
+    let Some(c) = state.search.as_mut().filter(|c| c.id == id) else {
+        return FromWorker::Failed { id, message: format!("no search {id} is in progress"), exit_code: 1 };
+    };
+    let mut cands = Vec::with_capacity(wires.len());
+    for w in wires {
+        let parsed = serde_json::from_str(w)
+            .map_err(|e| e.to_string())
+            .and_then(|v| Candidate::from_wire(&c.spec, &v));
+        match parsed {
+            Ok(cand) => cands.push(cand),
+            Err(message) => return FromWorker::Failed { id, message, exit_code: 1 },
+        }
+    }
+    let expected = c.search.pending().map_or(0, |(i, _)| i.len());
+    if cands.len() != expected {
+        return FromWorker::Failed {
+            id,
+            message: format!("stage has {expected} candidates, {} results came back", cands.len()),
+            exit_code: 1,
+        };
+    }
+    c.search.submit(&c.spec, cands);
+    next_stage(state, id)
+}
+
+/// The coordinator's next sweep message: the next wave of replays, or the report.
+fn next_wave(state: &mut WorkerState, id: u32, now_ms: &dyn Fn() -> f64) -> FromWorker {
+    let Some(sw) = state.sweep.as_mut() else {
+        return FromWorker::Failed { id, message: "no sweep is in progress".into(), exit_code: 1 };
+    };
+    let wave: Vec<(String, String, f64)> =
+        sw.confirm.wave().iter().map(|p| (p.label.clone(), p.yaml.clone(), p.estimate.concurrency)).collect();
+    if !wave.is_empty() {
+        return FromWorker::Replays { id, wave, static_ms: sw.static_ms };
+    }
+    let Some(sw) = state.sweep.take() else {
+        return FromWorker::Failed { id, message: "no sweep is in progress".into(), exit_code: 1 };
+    };
+    let report = sw.confirm.report(sw.static_ms / 1000.0, (now_ms() - sw.started_ms) / 1000.0);
+    FromWorker::SweepDone {
+        id,
+        report: to_pretty_json(&report.json()),
+        table: report.table(),
+        winners: report
+            .winners
+            .iter()
+            .map(|w| (w.label.clone(), w.mode.to_string(), w.yaml.clone()))
+            .collect(),
+    }
+}
+
+/// The coordinator's next message: the pending stage, or the finished recommendation.
+fn next_stage(state: &mut WorkerState, id: u32) -> FromWorker {
+    let Some(c) = state.search.as_ref() else {
+        return FromWorker::Failed { id, message: "no search is in progress".into(), exit_code: 1 };
+    };
+    if let Some((indices, fidelity)) = c.search.pending() {
+        return FromWorker::Stage {
+            id,
+            stage: c.search.stages().len(),
+            plan: c.search.plan().iter().map(|f| f.key().to_string()).collect(),
+            candidates: c.spec.len(),
+            indices: indices.to_vec(),
+            fidelity: fidelity.key().to_string(),
+        };
+    }
+    let Some(c) = state.search.take() else {
+        return FromWorker::Failed { id, message: "no search is in progress".into(), exit_code: 1 };
+    };
+    let (cands, stages) = c.search.into_results();
+    let rec = finish(&c.spec, cands, &c.sha, &stages);
+    FromWorker::Recommended {
+        id,
+        recommendation: to_pretty_json(&rec.json),
+        csv: rec.csv,
+        yamls: rec.yamls,
+        summary: rec.summary,
+    }
+}
+
 fn run(
+    state: &mut WorkerState,
     id: u32,
     config: &str,
     source: &str,
@@ -124,9 +510,8 @@ fn run(
     now_ms: &dyn Fn() -> f64,
     post: &mut dyn FnMut(FromWorker),
 ) -> Result<(String, String), ScenarioError> {
-    let catalog = Catalog::builtin().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
     let root = parse_with_overrides(config, source, &[])?;
-    let prepared = prepare(&root, source, &catalog, None, files)?;
+    let prepared = prepare(&root, source, state.catalog()?, None, files)?;
     match servesim_scenario::estimate::estimate(&prepared) {
         Ok(e) => post(FromWorker::Estimate { id, estimate: Some(to_pretty_json(&e.to_json())), note: None }),
         Err(e) => post(FromWorker::Estimate { id, estimate: None, note: Some(e.to_string()) }),
@@ -215,7 +600,13 @@ mod tests {
             config: servesim_scenario::DEFAULT_SCENARIO.into(),
             source: "default".into(),
         };
-        handle(msg, &data_for(servesim_scenario::DEFAULT_SCENARIO), &|| 0.0, &mut |m| out.push(m));
+        handle(
+            &mut WorkerState::default(),
+            msg,
+            &data_for(servesim_scenario::DEFAULT_SCENARIO),
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
         out
     }
 
@@ -245,10 +636,208 @@ mod tests {
         assert_eq!(*prediction, to_pretty_json(&cli.json));
     }
 
+    /// A small staged search on the default scenario's tables.
+    const SPEC: &str = "engine: {model: Qwen/Qwen3-32B-FP8, hardware: h200_sxm, backend: vllm,\n  workers: {aggregated: {parallelism: {tensor: {choices: [1, 2, 4]}}}}}\ntraffic: {source: {type: synthetic, input_tokens: 1000, output_tokens: 100},\n  load: {type: poisson, requests_per_second: {choices: [1, 4]}}, stop: {requests: 24}}\noptimization: {target: pareto}\noptimizer: {algorithm: staged}\n";
+
+    /// Drives a search as the page does: the coordinator plans, workers evaluate (results
+    /// returned in reverse order), the coordinator ranks.
+    fn page_search(spec: &str) -> Vec<FromWorker> {
+        let files = data_for(spec);
+        let mut coordinator = WorkerState::default();
+        let mut pool = [WorkerState::default(), WorkerState::default()];
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        handle(
+            &mut coordinator,
+            ToWorker::Plan { id: 5, spec: spec.into(), source: "spec".into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        loop {
+            let Some(msg) = out.pop() else { panic!("no reply") };
+            seen.push(msg.clone());
+            let FromWorker::Stage { indices, fidelity, .. } = msg else { break };
+            let mut results = Vec::new();
+            for (k, index) in indices.iter().enumerate() {
+                let m = ToWorker::Evaluate {
+                    id: 5,
+                    spec: spec.into(),
+                    source: "spec".into(),
+                    indices: vec![*index],
+                    fidelity: fidelity.clone(),
+                };
+                handle(&mut pool[k % 2], m, &files, &|| 0.0, &mut |r| {
+                    let FromWorker::Evaluated { candidate, .. } = r else { panic!("{r:?}") };
+                    results.push(candidate);
+                });
+            }
+            results.reverse();
+            handle(
+                &mut coordinator,
+                ToWorker::Submit { id: 5, candidates: results },
+                &files,
+                &|| 0.0,
+                &mut |m| out.push(m),
+            );
+        }
+        seen
+    }
+
+    #[test]
+    fn a_search_across_workers_writes_the_cli_recommendation() {
+        let seen = page_search(SPEC);
+        let stages: Vec<&str> = seen
+            .iter()
+            .filter_map(|m| {
+                if let FromWorker::Stage { fidelity, .. } = m {
+                    Some(fidelity.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(stages, ["static", "short", "full"]);
+        let Some(FromWorker::Recommended { recommendation, yamls, .. }) = seen.last() else {
+            panic!("{seen:?}")
+        };
+        // The CLI's path: threads, the same spec, the same files.
+        let root = parse_with_overrides(SPEC, "spec", &[]).unwrap();
+        let catalog = Catalog::builtin().unwrap();
+        let spec = parse_spec(&root, "spec", &catalog).unwrap();
+        let files = data_for(SPEC);
+        let (cands, st) = servesim_scenario::recommend::search(&spec, &mut |idx, fid| {
+            idx.iter().map(|i| evaluate_at(&spec, *i, "spec", &catalog, &files, fid)).collect()
+        });
+        let cli = finish(&spec, cands, &config_sha256(&root), &st);
+        assert_eq!(*recommendation, to_pretty_json(&cli.json));
+        assert_eq!(*yamls, cli.yamls);
+        assert!(!yamls.is_empty());
+    }
+
+    #[test]
+    fn a_bad_spec_or_a_stray_submit_is_answered_with_an_error() {
+        let mut st = WorkerState::default();
+        let mut out = Vec::new();
+        let files = MemFiles::default();
+        handle(
+            &mut st,
+            ToWorker::Plan { id: 1, spec: "x: {choices: []}".into(), source: "spec".into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        handle(&mut st, ToWorker::Submit { id: 9, candidates: vec![] }, &files, &|| 0.0, &mut |m| {
+            out.push(m)
+        });
+        handle(
+            &mut st,
+            ToWorker::Evaluate {
+                id: 2,
+                spec: SPEC.into(),
+                source: "spec".into(),
+                indices: vec![0],
+                fidelity: "fast".into(),
+            },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        assert!(
+            matches!(&out[0], FromWorker::Failed { id: 1, exit_code: 2, message } if message.contains("choices is empty")),
+            "{out:?}"
+        );
+        assert!(
+            matches!(&out[1], FromWorker::Failed { id: 9, message, .. } if message.contains("no search 9")),
+            "{out:?}"
+        );
+        assert!(
+            matches!(&out[2], FromWorker::Failed { id: 2, message, .. } if message.contains("fidelity")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_default_sweep_across_workers_reports_what_the_library_reports() {
+        let query = SweepSpec {
+            model: "Qwen/Qwen3-8B".into(),
+            system: "h200_sxm".into(),
+            backend: "vllm".into(),
+            total_gpus: 4,
+            isl: 1000,
+            osl: 100,
+            prefix: 0,
+            ttft_ms: 500.0,
+            tpot_ms: 20.0,
+        };
+        let files = data_for("");
+        let mut coordinator = WorkerState::default();
+        let mut worker = WorkerState::default();
+        let mut out = Vec::new();
+        handle(
+            &mut coordinator,
+            ToWorker::Sweep { id: 3, query: query.clone(), replay_top: 1 },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        let mut waves = 0;
+        let (report, winners) = loop {
+            match out.pop() {
+                Some(FromWorker::Replays { wave, .. }) => {
+                    waves += 1;
+                    let mut replays = Vec::new();
+                    for (label, yaml, concurrency) in wave {
+                        handle(
+                            &mut worker,
+                            ToWorker::Replay { id: 3, yaml, label, concurrency },
+                            &files,
+                            &|| 0.0,
+                            &mut |m| {
+                                let FromWorker::Replayed { replay, .. } = m else { panic!("{m:?}") };
+                                replays.push(replay);
+                            },
+                        );
+                    }
+                    handle(
+                        &mut coordinator,
+                        ToWorker::SubmitReplays { id: 3, replays },
+                        &files,
+                        &|| 0.0,
+                        &mut |m| out.push(m),
+                    );
+                }
+                Some(FromWorker::SweepDone { report, winners, .. }) => break (report, winners),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(waves >= 1);
+        // The library driven in one thread, as the CLI drives it on many.
+        let catalog = Catalog::builtin().unwrap();
+        let sweep = default_sweep(&query, &catalog, &files).unwrap();
+        let mut c = Confirm::new(query, sweep, 1);
+        loop {
+            let wave = c.wave().to_vec();
+            if wave.is_empty() {
+                break;
+            }
+            let r = wave
+                .iter()
+                .map(|w| servesim_scenario::estimate::confirm::replay_point(w, &catalog, &files))
+                .collect();
+            c.submit(r).unwrap();
+        }
+        let lib = c.report(0.0, 0.0);
+        assert_eq!(report, to_pretty_json(&lib.json()));
+        assert_eq!(winners.len(), lib.winners.len());
+        assert!(report.contains("\"confirmed_aggregated\": {"), "{report}");
+    }
+
     #[test]
     fn bad_config_fails_with_exit_code_two() {
         let mut out = Vec::new();
         handle(
+            &mut WorkerState::default(),
             ToWorker::Run { id: 1, config: "engine: [".into(), source: "page".into() },
             &MemFiles::default(),
             &|| 0.0,

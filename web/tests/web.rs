@@ -4,7 +4,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use servesim_web::protocol::{handle, FromWorker, MemFiles, ToWorker};
+use servesim_web::protocol::{handle, FromWorker, MemFiles, ToWorker, WorkerState};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
@@ -119,6 +119,7 @@ fn predictions_are_byte_identical_to_native() {
         #[allow(clippy::cast_possible_truncation)]
         let id = i as u32;
         handle(
+            &mut WorkerState::default(),
             ToWorker::Run { id, config: config.into(), source: "golden".into() },
             &files,
             &|| 0.0,
@@ -139,6 +140,7 @@ fn worker_protocol_reports_config_errors() {
     let mut out = Vec::new();
     let bad = "engine:\n  model: nope/nope\n  hardware: h200_sxm\n  workers: {aggregated: {}}\n";
     handle(
+        &mut WorkerState::default(),
         ToWorker::Run { id: 2, config: bad.into(), source: "page".into() },
         &MemFiles::default(),
         &|| 0.0,

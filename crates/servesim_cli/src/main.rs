@@ -13,7 +13,6 @@ use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::{add_details, summary_table, to_jsonl, to_pretty_json, Details};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
-use sha2::{Digest, Sha256};
 
 /// `println!` that ends quietly when stdout is closed (`servesim ... | head`) instead of panicking.
 macro_rules! say {
@@ -441,11 +440,7 @@ fn recommend(
     if lost > 0 {
         return Err(Failure { code: 1, message: format!("{lost} candidate evaluations did not finish") });
     }
-    let sha = {
-        let mut h = Sha256::new();
-        h.update(servesim_scenario::node::to_yaml(&root).as_bytes());
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let sha = servesim_scenario::recommend::config_sha256(&root);
     let rec = finish(&spec, results, &sha, &stages);
     let dir = output_dir.join("recommendations");
     std::fs::create_dir_all(&dir)

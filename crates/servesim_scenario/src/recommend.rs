@@ -519,6 +519,23 @@ impl Spec {
         self.len() == 0
     }
 
+    /// A short name for candidate `i`: each searched value after the last part of its path
+    /// (`backend sglang · tensor 4 · concurrency 16`).
+    #[must_use]
+    pub fn label(&self, i: usize) -> String {
+        let mut parts = Vec::with_capacity(self.domains.len());
+        let mut rest = i;
+        for d in self.domains.iter().rev() {
+            let n = d.values.len().max(1);
+            let name = d.path.rsplit('.').next().unwrap_or(&d.path);
+            let value = d.values.get(rest % n).map_or_else(String::new, compact);
+            parts.push(format!("{name} {value}"));
+            rest /= n;
+        }
+        parts.reverse();
+        parts.join(" · ")
+    }
+
     /// Candidate `i` (mixed-radix over the domains, last domain fastest) as a concrete config.
     ///
     /// # Errors
@@ -558,6 +575,94 @@ pub struct Candidate {
     pub score: Option<f64>,
     /// How it was evaluated (the last stage it reached).
     pub fidelity: Fidelity,
+}
+
+/// Every status a candidate can have.
+pub const STATUSES: [&str; 5] = ["feasible", "infeasible", "unsupported", "failed", "pruned"];
+
+/// Every reason category a candidate can give (REF §2.3, and `search_pruned`/`estimate`).
+pub const REASON_CATEGORIES: [&str; 11] = [
+    "candidate_materialization",
+    "kv_capacity",
+    "backend_topology",
+    "unknown",
+    "gpu_budget",
+    "estimate",
+    "replay_runtime",
+    "no_samples",
+    "sla_constraint",
+    "invalid_metrics",
+    "search_pruned",
+];
+
+impl Candidate {
+    /// The candidate as JSON for another Web Worker or thread: everything but the config,
+    /// which the receiver rebuilds from the spec, plus the config as YAML for display.
+    #[must_use]
+    pub fn to_wire(&self) -> Json {
+        json!({
+            "index": self.index,
+            "status": self.status,
+            "reason_category": self.reason_category,
+            "reason": self.reason,
+            "used_gpus": self.used_gpus,
+            "metrics": self.metrics,
+            "objectives": self.objectives,
+            "score": self.score,
+            "fidelity": self.fidelity.key(),
+            "config_yaml": node::to_yaml(&self.config),
+        })
+    }
+
+    /// Rebuilds a candidate of `spec` from [`Candidate::to_wire`].
+    ///
+    /// # Errors
+    /// When a field is missing or names an unknown status, category or fidelity.
+    pub fn from_wire(spec: &Spec, v: &Json) -> Result<Candidate, String> {
+        let field = |k: &str| v.get(k).ok_or_else(|| format!("candidate message lacks '{k}'"));
+        let index = field("index")?
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < spec.len())
+            .ok_or("candidate message has no valid 'index'")?;
+        let known = |k: &str, list: &[&'static str]| -> Result<Option<&'static str>, String> {
+            match field(k)? {
+                Json::Null => Ok(None),
+                Json::String(s) => list
+                    .iter()
+                    .find(|x| **x == s.as_str())
+                    .map(|x| Some(*x))
+                    .ok_or_else(|| format!("candidate message has an unknown {k} '{s}'")),
+                other => Err(format!("candidate message has a non-text {k}: {other}")),
+            }
+        };
+        let status = known("status", &STATUSES)?.ok_or("candidate message has no status")?;
+        let object = |k: &str| -> Result<Map<String, Json>, String> {
+            field(k)?
+                .as_object()
+                .cloned()
+                .ok_or_else(|| format!("candidate message's '{k}' is not an object"))
+        };
+        let fidelity = field("fidelity")?
+            .as_str()
+            .and_then(Fidelity::from_key)
+            .ok_or("candidate message has an unknown fidelity")?;
+        Ok(Candidate {
+            index,
+            status,
+            reason_category: known("reason_category", &REASON_CATEGORIES)?,
+            reason: field("reason")?.as_str().map(str::to_string),
+            used_gpus: field("used_gpus")?
+                .as_u64()
+                .and_then(|g| u32::try_from(g).ok())
+                .ok_or("candidate message has no valid 'used_gpus'")?,
+            config: spec.candidate(index)?,
+            metrics: object("metrics")?,
+            objectives: object("objectives")?,
+            score: field("score")?.as_f64(),
+            fidelity,
+        })
+    }
 }
 
 const METRIC_KEYS: [&str; 13] = [
@@ -600,6 +705,22 @@ impl Fidelity {
             Fidelity::Short => "short replay",
             Fidelity::Full => "full replay",
         }
+    }
+
+    /// The short name used in messages (`static`, `short`, `full`).
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Fidelity::Static => "static",
+            Fidelity::Short => "short",
+            Fidelity::Full => "full",
+        }
+    }
+
+    /// The fidelity named by [`Fidelity::key`].
+    #[must_use]
+    pub fn from_key(k: &str) -> Option<Fidelity> {
+        [Fidelity::Static, Fidelity::Short, Fidelity::Full].into_iter().find(|f| f.key() == k)
     }
 }
 
@@ -921,60 +1042,110 @@ pub struct StageReport {
     pub kept: usize,
 }
 
-/// Runs a search. `run` evaluates a list of candidate indices at a fidelity (callers run them
-/// in parallel) and returns one [`Candidate`] per index. Returns every candidate in its last
-/// stage's form (`pruned` when a screen dropped it) and what each stage did.
-pub fn search(
-    spec: &Spec,
-    run: &mut dyn FnMut(&[usize], Fidelity) -> Vec<Candidate>,
-) -> (Vec<Candidate>, Vec<StageReport>) {
-    let all: Vec<usize> = (0..spec.len()).collect();
-    if spec.strategy == Strategy::Exhaustive {
-        let cands = run(&all, Fidelity::Full);
-        let feasible = cands.iter().filter(|c| c.status == "feasible").count();
-        let report =
-            StageReport { fidelity: Fidelity::Full, evaluated: cands.len(), feasible, kept: feasible };
-        return (cands, vec![report]);
+/// A search in progress, driven by its caller: ask [`Search::pending`] which candidates to
+/// evaluate at which fidelity, evaluate them however suits (threads natively, a pool of Web
+/// Workers in the page), hand the results to [`Search::submit`], repeat until nothing is
+/// pending, then take [`Search::into_results`]. Deterministic: the same spec and results give
+/// the same stages whatever order candidates were evaluated in.
+#[derive(Clone, Debug)]
+pub struct Search {
+    plan: Vec<Fidelity>,
+    stage: usize,
+    next: Vec<usize>,
+    latest: Vec<Option<Candidate>>,
+    stages: Vec<StageReport>,
+}
+
+impl Search {
+    /// Starts a search of `spec`.
+    #[must_use]
+    pub fn new(spec: &Spec) -> Self {
+        // A shorter closed loop is not a smaller sample of the same run: its first wave (every
+        // client at once) weighs more in the means. Closed loops go from the screen to full
+        // replays.
+        let plan = match spec.strategy {
+            Strategy::Exhaustive => vec![Fidelity::Full],
+            Strategy::Staged if spec.closed_loop() => vec![Fidelity::Static, Fidelity::Full],
+            Strategy::Staged => vec![Fidelity::Static, Fidelity::Short, Fidelity::Full],
+        };
+        let n = spec.len();
+        Search { plan, stage: 0, next: (0..n).collect(), latest: vec![None; n], stages: Vec::new() }
     }
-    let mut latest: Vec<Option<Candidate>> = vec![None; all.len()];
-    let mut stages = Vec::new();
-    let mut next = all;
-    // A shorter closed loop is not a smaller sample of the same run: its first wave (every
-    // client at once) weighs more in the means. Closed loops go from the screen to full replays.
-    let plan: &[Fidelity] = if spec.closed_loop() {
-        &[Fidelity::Static, Fidelity::Full]
-    } else {
-        &[Fidelity::Static, Fidelity::Short, Fidelity::Full]
-    };
-    for &fidelity in plan {
-        let cands = run(&next, fidelity);
+
+    /// The stages this search runs, in order.
+    #[must_use]
+    pub fn plan(&self) -> &[Fidelity] {
+        &self.plan
+    }
+
+    /// The candidates to evaluate next and how, or `None` when the search is over.
+    #[must_use]
+    pub fn pending(&self) -> Option<(&[usize], Fidelity)> {
+        let fidelity = *self.plan.get(self.stage)?;
+        (!self.next.is_empty()).then_some((self.next.as_slice(), fidelity))
+    }
+
+    /// Takes the results of the pending stage (one per pending index, any order) and decides
+    /// which candidates go on.
+    pub fn submit(&mut self, spec: &Spec, mut cands: Vec<Candidate>) {
+        let Some(&fidelity) = self.plan.get(self.stage) else { return };
+        cands.sort_by_key(|c| c.index);
         let feasible = cands.iter().filter(|c| c.status == "feasible").count();
+        let last = self.stage + 1 == self.plan.len();
         let keep = stage_keep(fidelity, feasible);
-        let mut kept = survivors(spec, &cands, keep);
+        let mut kept: Vec<usize> = if last {
+            cands.iter().filter(|c| c.status == "feasible").map(|c| c.index).collect()
+        } else {
+            survivors(spec, &cands, keep)
+        };
         // Candidates the estimate cannot describe (sessions, traces) go on to be replayed.
         if fidelity == Fidelity::Static {
             kept.extend(cands.iter().filter(|c| c.reason_category == Some("estimate")).map(|c| c.index));
             kept.sort_unstable();
         }
-        stages.push(StageReport { fidelity, evaluated: cands.len(), feasible, kept: kept.len() });
+        self.stages.push(StageReport { fidelity, evaluated: cands.len(), feasible, kept: kept.len() });
         for mut c in cands {
-            if fidelity != Fidelity::Full && c.status == "feasible" && kept.binary_search(&c.index).is_err() {
+            if !last && c.status == "feasible" && kept.binary_search(&c.index).is_err() {
                 c.status = "pruned";
                 c.reason_category = Some("search_pruned");
                 c.reason = Some(format!("not among the best {keep} after the {}", fidelity.name()));
                 c.score = None;
             }
             let i = c.index;
-            if let Some(slot) = latest.get_mut(i) {
+            if let Some(slot) = self.latest.get_mut(i) {
                 *slot = Some(c);
             }
         }
-        next = kept;
-        if next.is_empty() {
-            break;
-        }
+        self.next = if last { Vec::new() } else { kept };
+        self.stage += 1;
     }
-    (latest.into_iter().flatten().collect(), stages)
+
+    /// What each stage did so far.
+    #[must_use]
+    pub fn stages(&self) -> &[StageReport] {
+        &self.stages
+    }
+
+    /// Every candidate in its last stage's form (`pruned` when a screen dropped it), and what
+    /// each stage did.
+    #[must_use]
+    pub fn into_results(self) -> (Vec<Candidate>, Vec<StageReport>) {
+        (self.latest.into_iter().flatten().collect(), self.stages)
+    }
+}
+
+/// Runs a search with a synchronous evaluator: `run` evaluates a list of candidate indices at
+/// a fidelity (callers run them in parallel) and returns one [`Candidate`] per index.
+pub fn search(
+    spec: &Spec,
+    run: &mut dyn FnMut(&[usize], Fidelity) -> Vec<Candidate>,
+) -> (Vec<Candidate>, Vec<StageReport>) {
+    let mut s = Search::new(spec);
+    while let Some((indices, fidelity)) = s.pending() {
+        let cands = run(indices, fidelity);
+        s.submit(spec, cands);
+    }
+    s.into_results()
 }
 
 /// Indices of the Pareto-optimal points (maximising both coordinates): a point is dropped when
@@ -1034,6 +1205,12 @@ fn node_json(n: &Node) -> Json {
     }
 }
 
+/// The `config_sha256` of a search's provenance: the parsed spec (overrides applied) as YAML.
+#[must_use]
+pub fn config_sha256(root: &Node) -> String {
+    servesim_data::fpm::sha256_hex(node::to_yaml(root).as_bytes())
+}
+
 /// Ranks candidates and builds the outputs. `config_sha256` identifies the input config.
 #[must_use]
 pub fn finish(
@@ -1076,10 +1253,7 @@ pub fn finish(
     };
     let mut counts = [0usize; 5];
     for c in &cands {
-        let k = ["feasible", "infeasible", "unsupported", "failed", "pruned"]
-            .iter()
-            .position(|s| *s == c.status)
-            .unwrap_or(3);
+        let k = STATUSES.iter().position(|s| *s == c.status).unwrap_or(3);
         counts[k] += 1;
     }
     let mut yamls = Vec::new();
@@ -1220,6 +1394,17 @@ pub fn finish(
         );
     }
     Recommendation { json, csv, yamls, summary }
+}
+
+/// A value on one line: scalars as written, maps as `key value, key value`.
+fn compact(n: &Node) -> String {
+    match &n.value {
+        Value::Map(m) => {
+            m.iter().map(|(k, _, v)| format!("{k} {}", compact(v))).collect::<Vec<_>>().join(", ")
+        }
+        Value::Str(s) => s.clone(),
+        _ => node_json(n).to_string(),
+    }
 }
 
 fn path_get<'a>(n: &'a Node, path: &str) -> Option<&'a Node> {

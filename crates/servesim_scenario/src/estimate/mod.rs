@@ -34,6 +34,7 @@ use servesim_core::traffic::{LengthDist, Load, Source};
 
 use crate::scenario::{Prepared, PreparedRole, ScenarioError};
 
+pub mod confirm;
 pub mod sweep;
 
 /// Bisection steps for the steady-state solves (2⁻⁶⁰ of the bracket: far below any figure

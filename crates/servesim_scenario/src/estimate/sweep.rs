@@ -38,8 +38,8 @@ pub const REPLAY_REQUESTS_PER_SLOT: u32 = 10;
 /// of identical requests does not lock into phase; the estimate uses the mean.
 const LENGTH_SPREAD: f64 = 0.1;
 
-/// What to sweep.
-#[derive(Clone, Debug, PartialEq)]
+/// What to sweep (also a page ↔ worker message, hence serde).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SweepSpec {
     /// Model id.
     pub model: String,
