@@ -327,3 +327,39 @@ fn sglang_requests_retracted_past_a_chunk_resume_their_recompute() {
     assert_eq!(p.summary.completed_requests, 60);
     assert!(p.summary.num_preemptions > 0, "the case must retract");
 }
+
+#[test]
+fn pipeline_stages_add_throughput_not_single_request_speed() {
+    let rel = "tests/scenarios/vllm_tp4_pp2_poisson.yaml";
+    let lone = ["traffic.load={type: concurrency, concurrency: 1}", "traffic.stop={requests: 4}"];
+    let pp2 = predict_file_with(rel, &lone).unwrap().summary;
+    let pp1 = predict_file_with(rel, &[lone[0], lone[1], "engine.workers.aggregated.parallelism.pipeline=1"])
+        .unwrap()
+        .summary;
+    // One request crosses both stages: the same layers at the same TP, plus a hop per token.
+    let ratio = pp2.tpot.mean / pp1.tpot.mean;
+    assert!((1.0..1.1).contains(&ratio), "TPOT PP2 {} vs PP1 {}", pp2.tpot.mean, pp1.tpot.mean);
+    let ttft_ratio = pp2.ttft.mean / pp1.ttft.mean;
+    assert!((0.95..1.1).contains(&ttft_ratio), "TTFT PP2 {} vs PP1 {}", pp2.ttft.mean, pp1.ttft.mean);
+    // Compute-bound work (long prompts, short answers): two stages in flight serve about
+    // what two replicas of the same size do, far more than one replica of half the GPUs.
+    // (Memory-bound decode is another matter: each micro-batch reads its stage's weights,
+    // so at equal concurrency PP adds little there — as on real engines.)
+    let busy = [
+        "traffic.source={type: synthetic, input_tokens: {dist: uniform, min: 2000, max: 4000}, output_tokens: 4}",
+        "traffic.load={type: concurrency, concurrency: 32}",
+        "traffic.stop={requests: 256}",
+    ];
+    let with = |extra: &[&str]| {
+        let sets: Vec<&str> = busy.iter().chain(extra).copied().collect();
+        predict_file_with(rel, &sets).unwrap().summary.request_throughput_rps
+    };
+    let staged = with(&[]);
+    let half = with(&["engine.workers.aggregated.parallelism.pipeline=1"]);
+    let twice = with(&[
+        "engine.workers.aggregated.parallelism.pipeline=1",
+        "engine.workers.aggregated.parallelism.replicas=2",
+    ]);
+    assert!(staged > 1.4 * half, "PP2 {staged} req/s vs one TP4 replica {half}");
+    assert!(staged < 1.1 * twice, "PP2 {staged} req/s vs two TP4 replicas {twice}");
+}

@@ -85,3 +85,47 @@ fn readme_table_matches_features_toml() {
     }
     assert!(readme.contains(&table), "README.md's feature table is out of date; regenerate it:\n\n{table}");
 }
+
+/// The Features page's data: features.toml as JSON, in file order (what the page embeds).
+fn page_json(f: &toml::Table) -> String {
+    let entries: Vec<serde_json::Value> = f["feature"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let mut engines = serde_json::Map::new();
+            for engine in ENGINES {
+                let x = &e[engine];
+                engines.insert(
+                    engine.to_string(),
+                    serde_json::json!({
+                        "status": x["status"].as_str().unwrap(),
+                        "note": x.get("note").and_then(|n| n.as_str()).unwrap_or(""),
+                        "scenarios": x.get("scenarios").and_then(|s| s.as_array()).map_or(Vec::new(), |a| {
+                            a.iter().map(|s| s.as_str().unwrap().to_string()).collect::<Vec<_>>()
+                        }),
+                    }),
+                );
+            }
+            serde_json::json!({
+                "id": e["id"].as_str().unwrap(),
+                "category": e["category"].as_str().unwrap(),
+                "technique": e["technique"].as_str().unwrap(),
+                "engines": engines,
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&entries).unwrap() + "\n"
+}
+
+#[test]
+fn the_pages_features_json_matches_features_toml() {
+    let path = repo_root().join("web/features.json");
+    let want = page_json(&features());
+    if std::env::var_os("SERVESIM_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(have == want, "web/features.json is out of date; regenerate it with SERVESIM_BLESS=1");
+}

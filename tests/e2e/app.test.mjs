@@ -250,3 +250,101 @@ test('Agg vs disagg: the AIConfigurator README case in the page equals servesim 
   await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 120000 });
   await page.close();
 });
+
+test('a share link reproduces the run, and ?embed shows it compactly', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  const yaml = await page.inputValue('#scenario-yaml');
+  await page.fill('#scenario-yaml', yaml.replace('concurrency: 10', 'concurrency: 3'));
+  await page.click('#run');
+  await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 60000 });
+  const ttft = await page.textContent('#mean-ttft');
+  await page.click('#share');
+  const url = await page.inputValue('#share-url');
+  assert.match(url, /#cfg=[A-Za-z0-9_-]+$/);
+  assert.equal(page.url(), url, 'the address bar carries the link');
+  const other = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await other.goto(url);
+  await waitDone(other);
+  assert.equal(await other.textContent('#mean-ttft'), ttft, 'the link reproduces the numbers');
+  assert.equal(await other.inputValue('#scenario-yaml'), yaml.replace('concurrency: 10', 'concurrency: 3'));
+  const u = new URL(url);
+  await other.goto(`${u.origin}${u.pathname}?embed${u.hash}`);
+  await other.waitForFunction(() => /^[0-9.]+$/.test(document.querySelector('#mean-ttft')?.textContent ?? ''), null, { timeout: 60000 });
+  assert.equal(await other.textContent('#mean-ttft'), ttft);
+  assert.equal(await other.isVisible('#scenario-yaml'), false, 'embed hides the editor');
+  assert.equal(await other.isVisible('#tab-recommend'), false, 'embed hides the tabs');
+  assert.equal(await other.isVisible('#open-full'), true);
+  await other.setViewportSize({ width: 640, height: 520 });
+  await other.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
+  await other.screenshot({ path: join(ARTIFACTS, 'embed.png') });
+  // A damaged link says so and the page still runs the default scenario.
+  await other.goto(`${u.origin}${u.pathname}#cfg=${u.hash.slice(5, 20)}`);
+  await other.waitForSelector('#share-error');
+  assert.match(await other.textContent('#share-error'), /damaged/);
+  assert.match(await waitDone(other), /^Done: 100 requests/);
+  await other.close();
+  await page.close();
+});
+
+test('the Features page shows the capability matrix of features.toml', async () => {
+  const page = await openPage();
+  await page.click('#tab-features');
+  const rows = await page.$$eval('#features-table tbody tr[data-feature]', (trs) => trs.map((tr) => tr.dataset.feature));
+  const toml = readFileSync('features.toml', 'utf8');
+  const ids = [...toml.matchAll(/^id = "([^"]+)"/gm)].map((m) => m[1]);
+  assert.deepEqual(rows, ids);
+  await page.click('#features-table tr[data-feature="pipeline_parallelism"] td:nth-child(2) summary');
+  assert.match(await page.textContent('#features-table tr[data-feature="pipeline_parallelism"] td:nth-child(2)'), /micro-batch/);
+  await page.screenshot({ path: join(ARTIFACTS, 'features.png'), fullPage: true });
+  await page.close();
+});
+
+test('Predict draws every chart and a sortable, filterable request table with downloads', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  for (const id of ['ttft-chart', 'offered-chart', 'ttft-cdf-chart', 'itl-cdf-chart', 'waiting-chart', 'running-chart', 'kv-chart', 'tokens-chart']) {
+    await page.waitForSelector(`#${id}[data-status="rendered"] .main-svg`, { timeout: 20000 });
+  }
+  assert.equal(await page.textContent('#request-count'), '100 of 100 shown');
+  await page.click('#request-table button.sort[data-key="ttft_ms"]');
+  const ttfts = await page.$$eval('#request-table tbody tr td:nth-child(3)', (tds) => tds.map((td) => Number(td.textContent)));
+  assert.deepEqual(ttfts, [...ttfts].sort((a, b) => a - b), 'ascending by TTFT');
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-req-'));
+  execFileSync(BIN, ['predict', '-c', 'data/scenarios/default.yaml', '--output-dir', dir, '--capture-per-request'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const records = readFileSync(join(dir, 'requests.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const minTtft = Math.min(...records.map((r) => r.ttft_ms));
+  assert.ok(Math.abs(ttfts[0] - minTtft) <= 0.005, `${ttfts[0]} vs CLI ${minTtft}`);
+  await page.click('#request-table button.sort[data-key="ttft_ms"]');
+  const desc = await page.$$eval('#request-table tbody tr td:nth-child(3)', (tds) => tds.map((td) => Number(td.textContent)));
+  assert.ok(desc[0] >= desc[desc.length - 1]);
+  await page.fill('#request-filter', 'no-such-request');
+  assert.equal(await page.textContent('#request-count'), '0 of 0 shown');
+  await page.fill('#request-filter', '');
+  const csv = decodeURIComponent((await page.getAttribute('#download-requests-csv', 'href')).split(',').slice(1).join(','));
+  assert.equal(csv.trim().split('\n').length, 101);
+  assert.match(csv.split("\n")[0], /^[a-z0-9_]+(,[a-z0-9_]+)+$/);
+  await page.screenshot({ path: join(ARTIFACTS, 'predict-charts.png'), fullPage: true });
+  await page.close();
+});
+
+test('Compare runs two scenarios and shows their differences', async () => {
+  const page = await openPage();
+  await page.click('#tab-compare');
+  const b = await page.inputValue('#compare-b');
+  assert.match(b, /concurrency: 20/);
+  await page.click('#compare-run');
+  await page.waitForFunction(() => ['#compare-a-status', '#compare-b-status'].every((s) => (document.querySelector(s)?.textContent ?? '').startsWith('done')), null, { timeout: 90000 });
+  const rows = await page.$$eval('#compare-table tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
+  const ttft = rows.find((r) => r[0] === 'mean TTFT (ms)');
+  const cliA = JSON.parse(cliPrediction());
+  const cliB = JSON.parse(cliPrediction(['--set', 'traffic.load.concurrency=20']));
+  assert.equal(Number(ttft[1]).toFixed(2), cliA.mean_ttft_ms.toFixed(2));
+  assert.equal(Number(ttft[2]).toFixed(2), cliB.mean_ttft_ms.toFixed(2));
+  assert.ok(Number(ttft[3]) > 0, 'twice the clients queue longer');
+  for (const id of ['cmp-ttft-chart', 'cmp-itl-chart', 'cmp-e2e-chart']) {
+    await page.waitForSelector(`#${id}[data-status="rendered"] .main-svg`, { timeout: 20000 });
+  }
+  await page.screenshot({ path: join(ARTIFACTS, 'compare.png'), fullPage: true });
+  await page.close();
+});

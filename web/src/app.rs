@@ -21,6 +21,38 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
     }
 }
 
+/// The Predict page's chart divs below the TTFT scatter, in order.
+const PREDICT_CHARTS: [&str; 7] = [
+    "offered-chart",
+    "ttft-cdf-chart",
+    "itl-cdf-chart",
+    "waiting-chart",
+    "running-chart",
+    "kv-chart",
+    "tokens-chart",
+];
+
+/// Bins of the offered-load histogram.
+const LOAD_BINS: usize = 60;
+
+/// Every Predict chart of a finished run: (div id, figure).
+fn predict_charts(prediction: &Value, requests: &str) -> Vec<(&'static str, charts::Figure)> {
+    let [offered, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
+    vec![
+        ("ttft-chart", charts::ttft_by_arrival(requests)),
+        (offered, charts::offered_load(requests, LOAD_BINS)),
+        (ttft_cdf, charts::cdf(requests, "ttft_ms", "TTFT distribution", "TTFT (ms)")),
+        (itl_cdf, charts::cdf(requests, "itl_ms", "Mean inter-token latency per request", "ITL (ms)")),
+        (waiting, charts::worker_series(prediction, "waiting", "Queue depth per worker", "requests waiting")),
+        (
+            running,
+            charts::worker_series(prediction, "running", "Running batch per worker", "requests running"),
+        ),
+        (kv, charts::worker_series(prediction, "kv_blocks_used", "KV blocks in use per worker", "blocks")),
+        (tokens, charts::worker_series(prediction, "tokens_per_s", "Throughput per worker", "tokens/s")),
+    ]
+}
+
 /// Where a run stands.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunState {
@@ -49,7 +81,7 @@ pub struct Outcome {
     /// prediction.json text.
     pub prediction_text: String,
     /// requests.jsonl text.
-    pub requests: String,
+    pub requests: Arc<str>,
     /// Host time of the run (ms).
     pub wall_ms: f64,
 }
@@ -79,13 +111,28 @@ pub enum Tab {
     Recommend,
     /// The best aggregated and disaggregated deployments (`estimate --default`).
     Sweep,
+    /// Two scenarios side by side.
+    Compare,
+    /// The capability matrix.
+    Features,
 }
 
 /// The application root.
 #[component]
 pub fn App() -> impl IntoView {
     let tab = RwSignal::new(Tab::Predict);
-    let config = RwSignal::new(servesim_scenario::DEFAULT_SCENARIO.to_string());
+    let location = window().location();
+    let embed = location.search().is_ok_and(|q| q.trim_start_matches('?').split('&').any(|k| k == "embed"));
+    // A share link carries its scenario in the fragment; a damaged one says so and the page
+    // falls back to the default scenario.
+    let (initial, share_error) = match crate::share::decode(&location.hash().unwrap_or_default()) {
+        Some(Ok(yaml)) => (yaml, None),
+        Some(Err(e)) => (servesim_scenario::DEFAULT_SCENARIO.to_string(), Some(e)),
+        None => (servesim_scenario::DEFAULT_SCENARIO.to_string(), None),
+    };
+    let share_error = StoredValue::new(share_error);
+    let config = RwSignal::new(initial);
+    let share_url = RwSignal::new(String::new());
     let state = RwSignal::new(RunState::Idle);
     // The static estimate of the current run: its JSON, or why there is none.
     let estimate: RwSignal<Option<Result<Value, String>>> = RwSignal::new(None);
@@ -108,7 +155,7 @@ pub fn App() -> impl IntoView {
                 state.set(RunState::Done(Arc::new(Outcome {
                     prediction: parsed,
                     prediction_text: prediction,
-                    requests,
+                    requests: Arc::from(requests),
                     wall_ms,
                 })));
             }
@@ -159,8 +206,33 @@ pub fn App() -> impl IntoView {
         state.set(RunState::Cancelled);
     };
 
-    // The default scenario runs as soon as the page loads.
+    // The scenario (default or shared) runs as soon as the page loads.
     run();
+    let share = move || {
+        let frag = crate::share::encode(&config.get_untracked());
+        let loc = window().location();
+        let base = format!(
+            "{}{}{}",
+            loc.origin().unwrap_or_default(),
+            loc.pathname().unwrap_or_default(),
+            loc.search().unwrap_or_default()
+        );
+        let url = format!("{base}#{frag}");
+        if let Ok(h) = window().history() {
+            let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+        }
+        crate::plotly::copy_text(&url);
+        share_url.set(url);
+    };
+    let full_page = move || {
+        let loc = window().location();
+        format!(
+            "{}{}#{}",
+            loc.origin().unwrap_or_default(),
+            loc.pathname().unwrap_or_default(),
+            crate::share::encode(&config.get())
+        )
+    };
 
     let field = move |key: &'static str, digits: usize| {
         Signal::derive(move || {
@@ -225,25 +297,31 @@ pub fn App() -> impl IntoView {
         })
     };
 
+    // Every chart of a finished run, drawn in the next frame (the divs exist by then).
     Effect::new(move |_| {
-        let fig = state.with(|s| match s {
-            RunState::Done(o) => Some(charts::ttft_by_arrival(&o.requests)),
+        let figs = state.with(|s| match s {
+            RunState::Done(o) => Some(predict_charts(&o.prediction, &o.requests)),
             _ => None,
         });
-        if let Some(fig) = fig {
+        if let Some(figs) = figs {
             request_animation_frame(move || {
-                let status = match crate::plotly::draw("ttft-chart", &fig) {
-                    Ok(()) => "rendered",
-                    Err(e) => {
-                        leptos::logging::warn!("{e}");
-                        "failed"
+                for (id, fig) in figs {
+                    let status = match crate::plotly::draw(id, &fig) {
+                        Ok(()) => "rendered",
+                        Err(e) => {
+                            leptos::logging::warn!("{e}");
+                            "failed"
+                        }
+                    };
+                    if let Some(el) = document().get_element_by_id(id) {
+                        let _ = el.set_attribute("data-status", status);
                     }
-                };
-                if let Some(el) = document().get_element_by_id("ttft-chart") {
-                    let _ = el.set_attribute("data-status", status);
                 }
             });
         }
+    });
+    let jsonl = Signal::derive(move || {
+        state.with(|s| if let RunState::Done(o) = s { Some(o.requests.clone()) } else { None })
     });
 
     let run_click = run.clone();
@@ -261,13 +339,19 @@ pub fn App() -> impl IntoView {
         }
     };
     view! {
+        <div class="app" class:embed=embed>
         <header class="top">
             <h1>"servesim"</h1>
+            <Show when=move || embed>
+                <a id="open-full" class="open-full" href=full_page target="_blank" rel="noopener">"Open in servesim ↗"</a>
+            </Show>
             <p class="tagline">"Predict how an LLM serving deployment behaves — simulated request by request, entirely in your browser."</p>
             <nav class="tabs" role="tablist" aria-label="Pages">
                 {tab_button(Tab::Predict, "tab-predict", "Predict")}
                 {tab_button(Tab::Recommend, "tab-recommend", "Recommend")}
                 {tab_button(Tab::Sweep, "tab-sweep", "Agg vs disagg")}
+                {tab_button(Tab::Compare, "tab-compare", "Compare")}
+                {tab_button(Tab::Features, "tab-features", "Features")}
             </nav>
         </header>
         <div id="page-predict" class:hidden=move || tab.get() != Tab::Predict>
@@ -285,7 +369,14 @@ pub fn App() -> impl IntoView {
                 <div class="actions">
                     <button id="run" on:click=move |_| run_click() disabled=running>"Run"</button>
                     <button id="cancel" class="secondary" on:click=move |_| cancel() disabled=move || !running()>"Cancel"</button>
+                    <button id="share" class="secondary" on:click=move |_| share() title="A link that reproduces this scenario (it stays in the link; nothing is uploaded)">"Share link"</button>
                 </div>
+                <Show when=move || !share_url.get().is_empty()>
+                    <input id="share-url" class="share-url" type="text" readonly aria-label="Share link" prop:value=move || share_url.get() />
+                </Show>
+                <Show when=move || share_error.with_value(Option::is_some)>
+                    <p id="share-error" class="error" role="alert">{share_error.get_value().unwrap_or_default()}</p>
+                </Show>
                 <ProgressBar percent=Signal::derive(progress) />
                 <p id="status" class="status" aria-live="polite">{status}</p>
                 <Show when=move || error().is_some()>
@@ -313,11 +404,15 @@ pub fn App() -> impl IntoView {
                     <span id="est-note">{est_note}</span>
                 </p>
                 <div id="ttft-chart" class="chart" data-status="empty"></div>
+                <div class="chart-grid">
+                    {PREDICT_CHARTS.iter().map(|id| view! { <div id=*id class="chart small" data-status="empty"></div> }).collect_view()}
+                </div>
                 <details>
                     <summary>"prediction.json"</summary>
                     <a id="download-prediction" download="prediction.json" href=download>"Download prediction.json"</a>
                     <pre id="prediction-json">{prediction_text}</pre>
                 </details>
+                <crate::requests::RequestTable jsonl=jsonl scenario=Signal::derive(move || config.get()) />
             </section>
         </main>
         </div>
@@ -327,8 +422,15 @@ pub fn App() -> impl IntoView {
         <div id="page-sweep" class:hidden=move || tab.get() != Tab::Sweep>
             <crate::sweep::SweepPage open=open_in_predict />
         </div>
+        <div id="page-compare" class:hidden=move || tab.get() != Tab::Compare>
+            <crate::compare::ComparePage initial=servesim_scenario::DEFAULT_SCENARIO.to_string() />
+        </div>
+        <div id="page-features" class:hidden=move || tab.get() != Tab::Features>
+            <crate::features::FeaturesPage />
+        </div>
         <footer class="foot">
             "servesim — Apache-2.0. Runs offline; no request leaves this page's origin."
         </footer>
+        </div>
     }
 }

@@ -55,6 +55,86 @@ pub fn ttft_by_arrival(requests_jsonl: &str) -> Figure {
     }
 }
 
+fn request_values(requests_jsonl: &str, key: &str) -> Vec<f64> {
+    requests_jsonl
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|r| r[key].as_f64())
+        .collect()
+}
+
+/// Empirical CDF of a per-request figure (`ttft_ms`, `tpot_ms`, `e2e_latency_ms`, ...).
+#[must_use]
+pub fn cdf(requests_jsonl: &str, key: &str, title: &str, unit: &str) -> Figure {
+    let mut v = request_values(requests_jsonl, key);
+    v.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let n = v.len() as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let y: Vec<f64> = (1..=v.len()).map(|i| i as f64 / n).collect();
+    let mut layout = base_layout(title, unit, "fraction of requests");
+    layout["yaxis"]["range"] = json!([0, 1]);
+    Figure {
+        data: json!([{
+            "type": "scatter", "mode": "lines", "x": v, "y": y, "line": {"shape": "hv", "color": "#3b82f6"},
+            "hovertemplate": "%{x:.1f}<br>%{y:.1%} of requests<extra></extra>",
+        }]),
+        layout,
+    }
+}
+
+/// Requests arriving per second over the run (the offered load), in `bins` bins.
+#[must_use]
+pub fn offered_load(requests_jsonl: &str, bins: usize) -> Figure {
+    let arrivals = request_values(requests_jsonl, "arrival_time_ms");
+    let end = arrivals.iter().copied().fold(0.0f64, f64::max);
+    let bins = bins.max(1);
+    #[allow(clippy::cast_precision_loss)]
+    let width_ms = (end / bins as f64).max(1.0);
+    let mut counts = vec![0u32; bins];
+    for a in &arrivals {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let k = ((a / width_ms) as usize).min(bins - 1);
+        counts[k] += 1;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let x: Vec<f64> = (0..bins).map(|k| (k as f64 + 0.5) * width_ms / 1000.0).collect();
+    let y: Vec<f64> = counts.iter().map(|c| f64::from(*c) / (width_ms / 1000.0)).collect();
+    Figure {
+        data: json!([{
+            "type": "bar", "x": x, "y": y, "marker": {"color": "#60a5fa"},
+            "hovertemplate": "%{x:.1f} s<br>%{y:.2f} req/s<extra></extra>",
+        }]),
+        layout: base_layout("Offered load", "time (s)", "arrivals (req/s)"),
+    }
+}
+
+/// One line per worker of a time series in prediction.json (`servesim.time_series`):
+/// `waiting`, `running`, `kv_blocks_used` or `tokens_per_s`.
+#[must_use]
+pub fn worker_series(prediction: &Value, field: &str, title: &str, unit: &str) -> Figure {
+    let ts = &prediction["servesim"]["time_series"];
+    let t: Vec<f64> = ts["time_ms"]
+        .as_array()
+        .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_f64).map(|ms| ms / 1000.0).collect());
+    let data: Vec<Value> = ts["workers"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|w| {
+            let name = format!("{} {}", w["role"].as_str().unwrap_or("worker"), w["worker"]);
+            json!({
+                "type": "scatter", "mode": "lines", "name": name, "x": t, "y": w[field],
+                "line": {"width": 1.5, "shape": "hv"},
+                "hovertemplate": format!("{name}<br>%{{x:.1f}} s: %{{y:.0f}} {unit}<extra></extra>"),
+            })
+        })
+        .collect();
+    let mut layout = base_layout(title, "time (s)", unit);
+    layout["showlegend"] = json!(data.len() > 1);
+    Figure { data: Value::Array(data), layout }
+}
+
 /// How each evaluation stage is drawn on the Pareto plot: (fidelity key, legend, colour, size).
 const STAGE_STYLE: [(&str, &str, &str, u32); 3] = [
     ("static", "static estimate", "#9ca3af", 6),
@@ -134,5 +214,23 @@ mod tests {
         assert_eq!(f.data[2]["customdata"], json!([1, 3]));
         assert_eq!(f.data[3]["x"], json!([5.0, 20.0]));
         assert_eq!(f.data[3]["y"], json!([200.0, 50.0]));
+    }
+
+    #[test]
+    fn cdf_offered_load_and_worker_series_read_the_reports() {
+        let jsonl = "{\"arrival_time_ms\": 0.0, \"ttft_ms\": 30.0}\n{\"arrival_time_ms\": 1500.0, \"ttft_ms\": 10.0}\n{\"arrival_time_ms\": 2000.0, \"ttft_ms\": null}\n";
+        let c = cdf(jsonl, "ttft_ms", "TTFT", "ms");
+        assert_eq!(c.data[0]["x"], json!([10.0, 30.0]));
+        assert_eq!(c.data[0]["y"], json!([0.5, 1.0]));
+        let o = offered_load(jsonl, 2);
+        // Two bins of 1 s: one arrival in the first, two in the second.
+        assert_eq!(o.data[0]["y"], json!([1.0, 2.0]));
+        let p = json!({"servesim": {"time_series": {"time_ms": [0.0, 500.0], "workers": [
+            {"worker": 0, "role": "prefill", "waiting": [1, 2]}, {"worker": 1, "role": "decode", "waiting": [0, 3]}]}}});
+        let w = worker_series(&p, "waiting", "Queue", "requests");
+        assert_eq!(w.data[1]["name"], "decode 1");
+        assert_eq!(w.data[1]["x"], json!([0.0, 0.5]));
+        assert_eq!(w.data[1]["y"], json!([0, 3]));
+        assert_eq!(w.layout["showlegend"], true);
     }
 }

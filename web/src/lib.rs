@@ -6,12 +6,20 @@
 //! - [`plotly`]: the single call into plotly.js.
 //! - [`app`]: the page's shell and the Predict page.
 //! - [`recommend`]: the Recommend page and its worker pool.
+//! - [`compare`]: two scenarios side by side.
+//! - [`features`]: the capability matrix page.
+//! - [`requests`]: the per-request table and downloads.
+//! - [`share`]: share links (the scenario in the URL fragment).
 //! - [`sweep`]: the aggregated-vs-disaggregated page (`servesim estimate --default`).
 
 pub mod app;
 pub mod charts;
 pub mod client;
+pub mod compare;
+pub mod features;
 pub mod plotly;
 pub mod protocol;
 pub mod recommend;
+pub mod requests;
+pub mod share;
 pub mod sweep;

@@ -1,4 +1,4 @@
-//! The one place that calls plotly.js (loaded from the page's own origin).
+//! The calls into JavaScript APIs: plotly.js (loaded from the page's own origin), the clipboard.
 
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -61,4 +61,27 @@ pub fn on_click(div: &str, f: impl Fn(usize) + 'static) {
     }
     // The chart lives as long as the page.
     handler.forget();
+}
+
+/// Puts `text` on the clipboard when the browser allows it (it may not: insecure origin,
+/// no user gesture, headless); the page shows the text either way.
+pub fn copy_text(text: &str) {
+    use js_sys::Reflect;
+    let Some(nav) = web_sys::window().map(|w| w.navigator()) else { return };
+    let Ok(clip) = Reflect::get(&nav, &JsValue::from_str("clipboard")) else { return };
+    if clip.is_undefined() {
+        return;
+    }
+    if let Ok(f) =
+        Reflect::get(&clip, &JsValue::from_str("writeText")).and_then(|f| f.dyn_into::<js_sys::Function>())
+    {
+        // The promise's rejection (no permission) is not an error worth reporting.
+        if let Ok(p) = f.call1(&clip, &JsValue::from_str(text)) {
+            if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
+                let ignore = Closure::<dyn FnMut(JsValue)>::new(|_: JsValue| {});
+                let _ = p.catch(&ignore);
+                ignore.forget();
+            }
+        }
+    }
 }

@@ -691,8 +691,8 @@ impl OpLevelTimer {
                 }
             }
         }
-        // Pipeline stages hand activations on: (stages − 1) transfers per step, counted once
-        // per stage (the step time is that of one stage's share).
+        // Pipeline stages hand activations on: (stages − 1) transfers per cycle, a share of
+        // them per stage (the cycle is stages × one stage's time).
         if p.pipeline > 1 {
             let hw = &self.s.hardware;
             let link =
@@ -842,8 +842,19 @@ impl OpLevelTimer {
         (ctx_secs, secs)
     }
 
-    /// Seconds of one step.
+    /// Seconds of one step: a pipeline cycle over the stages' micro-batches
+    /// ([`servesim_core::timing::pipelined_seconds`]), plus the engine's per-step overhead.
     fn step_seconds(&mut self, ranks: &[RankLoad]) -> f64 {
+        if ranks.iter().all(RankLoad::is_empty) {
+            return 0.0;
+        }
+        let stages = self.s.parallelism.pipeline.max(1);
+        servesim_core::timing::pipelined_seconds(ranks, stages, &mut |r| self.stage_seconds(r))
+            + self.s.constants.step_overhead_s
+    }
+
+    /// Seconds one pipeline stage (the whole model without PP) spends on a step's loads.
+    fn stage_seconds(&mut self, ranks: &[RankLoad]) -> f64 {
         let mut worst: f64 = 0.0;
         let mut all_tokens = 0u64;
         for r in ranks {
@@ -856,7 +867,9 @@ impl OpLevelTimer {
             let graph = self.s.graphs.captures(t, !r.prefill.is_empty());
             let dense = self.memo(if graph { 0 } else { 3 }, t);
             let (ctx, gen) = self.attention_part(r);
-            let mut s = dense + self.memo(1, seqs) + ctx + gen;
+            // Only the last pipeline stage samples: its LM head counts once per cycle.
+            let head = self.memo(1, seqs) / f64::from(self.s.parallelism.pipeline.max(1));
+            let mut s = dense + head + ctx + gen;
             #[allow(clippy::float_cmp)] // 1.0 exactly means "no scaling".
             if !r.prefill.is_empty() && self.s.constants.prefill_scale != 1.0 {
                 // The prefill share: linear layers beyond the decode tokens, context attention.
@@ -869,7 +882,7 @@ impl OpLevelTimer {
         if all_tokens == 0 {
             return 0.0;
         }
-        worst + self.memo(2, all_tokens) + self.s.constants.step_overhead_s
+        worst + self.memo(2, all_tokens)
     }
 }
 

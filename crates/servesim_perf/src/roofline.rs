@@ -72,6 +72,8 @@ pub struct RooflineTimer {
     /// Tensor-parallel all-reduce cost per step and per token (seconds; zero without TP).
     comm_fixed: f64,
     comm_per_token: f64,
+    /// Pipeline stages (the figures above are one stage's).
+    stages: u32,
 }
 
 impl RooflineTimer {
@@ -128,6 +130,7 @@ impl RooflineTimer {
             elementwise_per_token: layers * c.elementwise_kernels_per_layer * 2.0 * h * 2.0 * s_per_byte,
             comm_fixed,
             comm_per_token,
+            stages: p.pipeline.max(1),
             c,
         }
     }
@@ -195,10 +198,8 @@ impl RooflineTimer {
 
 impl StepTimer for RooflineTimer {
     fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
-        let mut worst = 0.0f64;
-        for r in ranks {
-            worst = worst.max(self.rank_seconds(r));
-        }
+        let mut stage = |r: &[RankLoad]| r.iter().map(|x| self.rank_seconds(x)).fold(0.0f64, f64::max);
+        let worst = servesim_core::timing::pipelined_seconds(ranks, self.stages, &mut stage);
         if !worst.is_finite() {
             return Err(TimingError {
                 message: format!("roofline produced a non-finite step time for {ranks:?}"),

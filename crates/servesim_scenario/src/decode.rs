@@ -839,15 +839,6 @@ fn decode_parallelism(node: &Node, path: &str, cx: &mut Cx) -> Option<Parallelis
     let attention_data = get("attention_data", cx);
     let moe_tensor = get("moe_tensor", cx);
     let moe_expert = get("moe_expert", cx);
-    if pipeline.is_some_and(|p| p > 1) {
-        if let Some(n) = node.get("pipeline") {
-            cx.unsupported(
-                &crate::diag::join(path, "pipeline"),
-                n,
-                "pipeline parallelism is not simulated by servesim yet",
-            );
-        }
-    }
     for k in ["prefill_context", "decode_context", "preset"] {
         if let Some((n, p)) = f.take(k) {
             let one = matches!(n.value, Value::Int(1));

@@ -307,7 +307,7 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
     }
     let mut base = Node { value: Value::Map(base_entries), origin: root.origin.clone() };
     let opt = opt.unwrap_or_else(|| Node::builtin(Value::Map(Vec::new())));
-    let known = ["target", "constraints", "strict_sla", "top_n", "gpu_hour_usd"];
+    let known = ["target", "hardware", "constraints", "strict_sla", "top_n", "gpu_hour_usd"];
     if let Value::Map(m) = &opt.value {
         if let Some((k, o, _)) = m.iter().find(|(k, _, _)| !known.contains(&k.as_str())) {
             return Err(spec_error(
@@ -439,6 +439,7 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
             }
         }
     }
+    hardware_auto(&mut base, &opt, source, catalog)?;
     let mut domains = Vec::new();
     find_domains(&base, "", source, &mut domains)?;
     let total = domains
@@ -497,6 +498,63 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
         gpu_hour_usd,
         strategy,
     })
+}
+
+/// `engine.hardware: auto` searches the GPU types of `optimization.hardware` (one id or a
+/// list), as AISimulate's recommend does: it becomes a domain over them.
+fn hardware_auto(base: &mut Node, opt: &Node, source: &str, catalog: &Catalog) -> Result<(), ScenarioError> {
+    let hw = base.get("engine").and_then(|e| e.get("hardware"));
+    let auto = matches!(hw.map(|n| &n.value), Some(Value::Str(s)) if s == "auto");
+    let Some(list) = opt.get("hardware") else {
+        if let (true, Some(h)) = (auto, hw) {
+            return Err(spec_error(
+                source,
+                "engine.hardware",
+                &h.origin,
+                "hardware: auto searches the GPU types of optimization.hardware, which is not set",
+            ));
+        }
+        return Ok(());
+    };
+    let ids: Vec<&Node> = match &list.value {
+        Value::Seq(v) => v.iter().collect(),
+        _ => vec![list],
+    };
+    let mut choices = Vec::new();
+    for (i, n) in ids.iter().enumerate() {
+        let path = if matches!(list.value, Value::Seq(_)) {
+            format!("optimization.hardware[{i}]")
+        } else {
+            "optimization.hardware".to_string()
+        };
+        let Value::Str(id) = &n.value else {
+            return Err(spec_error(source, &path, &n.origin, "expected a GPU id such as h200_sxm"));
+        };
+        if catalog.gpu(id).is_none() {
+            let known: Vec<&str> = catalog.hardware.iter().map(|h| h.id.as_str()).collect();
+            return Err(spec_error(
+                source,
+                &path,
+                &n.origin,
+                format!("unknown GPU '{id}' (known: {})", known.join(", ")),
+            ));
+        }
+        choices.push((*n).clone());
+    }
+    if choices.is_empty() {
+        return Err(spec_error(source, "optimization.hardware", &list.origin, "lists no GPU type"));
+    }
+    if !auto {
+        return Err(spec_error(
+            source,
+            "optimization.hardware",
+            &list.origin,
+            "set engine.hardware: auto to search these GPU types (or list them as engine.hardware: {choices: [...]})",
+        ));
+    }
+    let domain = map(&[("choices", Node::builtin(Value::Seq(choices)))]);
+    base.set_path("engine.hardware", domain)
+        .map_err(|m| spec_error(source, "engine.hardware", &list.origin, m))
 }
 
 impl Spec {
@@ -1463,6 +1521,19 @@ mod tests {
         assert!(e("optimization: {target: min_gpus}").contains("needs evaluation.sla"));
         assert!(e("optimization: {budget: 3}").contains("optimization.budget"));
         assert!(e("a: {range: {min: 1, max: 1000}}\nb: {range: {min: 1, max: 1000}}").contains("more than"));
+    }
+
+    #[test]
+    fn hardware_auto_searches_the_optimization_hardware_list() {
+        let s = spec("engine: {model: Qwen/Qwen3-8B, hardware: auto, workers: {aggregated: {parallelism: {tensor: {choices: [1, 2]}}}}}\noptimization: {hardware: [h100_sxm, h200_sxm, b200_sxm]}").unwrap();
+        assert_eq!(s.len(), 6);
+        assert!(s.label(2).starts_with("hardware h200_sxm"), "{}", s.label(2));
+        let e = |t: &str| spec(t).unwrap_err().to_string();
+        assert!(e("engine: {hardware: auto}").contains("optimization.hardware, which is not set"));
+        assert!(e("engine: {hardware: auto}\noptimization: {hardware: [h100_sxm, h300]}")
+            .contains("optimization.hardware[1]"));
+        assert!(e("engine: {hardware: h100_sxm}\noptimization: {hardware: h200_sxm}")
+            .contains("engine.hardware: auto"));
     }
 
     #[test]

@@ -1,0 +1,191 @@
+//! The per-request table under Predict: requests.jsonl sorted and filtered in the page, with
+//! downloads in the CLI's formats (requests.jsonl, a CSV of the same records, the scenario).
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+/// Columns shown: (record key, heading, decimals).
+pub const COLUMNS: [(&str, &str, usize); 10] = [
+    ("uuid", "request", 0),
+    ("arrival_time_ms", "arrival ms", 1),
+    ("ttft_ms", "TTFT ms", 2),
+    ("itl_ms", "ITL ms", 2),
+    ("e2e_latency_ms", "E2E ms", 1),
+    ("input_length", "input", 0),
+    ("output_length", "output", 0),
+    ("reused_input_tokens", "cached", 0),
+    ("num_preemptions", "preempted", 0),
+    ("terminal_status", "status", 0),
+];
+
+/// Rows shown at once; the rest are a sort or a filter away (and in the downloads).
+pub const SHOWN: usize = 100;
+
+/// Parsed requests.jsonl: the records and their keys in first-record order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Records {
+    /// One JSON object per request.
+    pub rows: Vec<Value>,
+    /// Every key, in the order the first record lists them.
+    pub keys: Vec<String>,
+}
+
+impl Records {
+    /// Reads requests.jsonl (lines that are not JSON objects are skipped).
+    #[must_use]
+    pub fn parse(jsonl: &str) -> Self {
+        let rows: Vec<Value> = jsonl
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(Value::is_object)
+            .collect();
+        let keys =
+            rows.first().and_then(Value::as_object).map_or(Vec::new(), |o| o.keys().cloned().collect());
+        Records { rows, keys }
+    }
+
+    /// The records as CSV: a header of every key, one line per request, empty cells for null.
+    #[must_use]
+    pub fn to_csv(&self) -> String {
+        let cell = |v: &Value| -> String {
+            match v {
+                Value::Null => String::new(),
+                Value::String(s) if s.contains([',', '"', '\n']) => format!("\"{}\"", s.replace('"', "\"\"")),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }
+        };
+        let mut out = self.keys.join(",");
+        out.push('\n');
+        for r in &self.rows {
+            let line: Vec<String> = self.keys.iter().map(|k| cell(&r[k.as_str()])).collect();
+            out.push_str(&line.join(","));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Row indices matching `filter` (a substring of the request id or status, any case),
+    /// sorted by `key` (numbers numerically, nulls last), at most `limit`; and how many matched.
+    #[must_use]
+    pub fn select(&self, key: &str, descending: bool, filter: &str, limit: usize) -> (Vec<usize>, usize) {
+        let f = filter.trim().to_ascii_lowercase();
+        let mut idx: Vec<usize> = (0..self.rows.len())
+            .filter(|i| {
+                f.is_empty()
+                    || ["uuid", "terminal_status", "session_id"].iter().any(|k| {
+                        self.rows[*i][*k].as_str().is_some_and(|s| s.to_ascii_lowercase().contains(&f))
+                    })
+            })
+            .collect();
+        let n = idx.len();
+        idx.sort_by(|a, b| {
+            let (x, y) = (&self.rows[*a][key], &self.rows[*b][key]);
+            let ord = match (x.as_f64(), y.as_f64()) {
+                (Some(p), Some(q)) => p.total_cmp(&q),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => x.as_str().unwrap_or("").cmp(y.as_str().unwrap_or("")),
+            };
+            let ord = if descending && !(x.is_null() || y.is_null()) { ord.reverse() } else { ord };
+            ord.then(a.cmp(b))
+        });
+        idx.truncate(limit);
+        (idx, n)
+    }
+}
+
+fn data_uri(mime: &str, text: &str) -> String {
+    format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
+}
+
+/// The table. `jsonl` is the finished run's requests.jsonl; `scenario` its config text.
+#[component]
+pub fn RequestTable(jsonl: Signal<Option<Arc<str>>>, scenario: Signal<String>) -> impl IntoView {
+    let records = Memo::new(move |_| jsonl.get().map(|t| Arc::new(Records::parse(&t))));
+    let sort = RwSignal::new(("arrival_time_ms", false));
+    let filter = RwSignal::new(String::new());
+    let selected = move || {
+        records.with(|r| {
+            r.as_ref().map(|r| {
+                let (key, desc) = sort.get();
+                let (idx, n) = r.select(key, desc, &filter.get(), SHOWN);
+                (idx.into_iter().map(|i| r.rows[i].clone()).collect::<Vec<_>>(), n)
+            })
+        })
+    };
+    let header = move |(key, label, _): (&'static str, &'static str, usize)| {
+        let arrow = move || match sort.get() {
+            (k, false) if k == key => " ▲",
+            (k, true) if k == key => " ▼",
+            _ => "",
+        };
+        view! {
+            <th>
+                <button class="sort" data-key=key on:click=move |_| sort.update(|s| *s = (key, s.0 == key && !s.1))>
+                    {label}{arrow}
+                </button>
+            </th>
+        }
+    };
+    view! {
+        <Show when=move || records.with(Option::is_some)>
+            <h3>"Requests"</h3>
+            <div class="table-tools">
+                <input id="request-filter" type="search" placeholder="filter by request id or status" aria-label="Filter requests"
+                    prop:value=move || filter.get() on:input=move |ev| filter.set(event_target_value(&ev)) />
+                <span id="request-count" class="hint">{move || selected().map_or(String::new(), |(rows, n)| format!("{} of {n} shown", rows.len()))}</span>
+                <a id="download-requests" download="requests.jsonl" href=move || data_uri("application/x-ndjson", &jsonl.get().unwrap_or_default())>"requests.jsonl"</a>
+                <a id="download-requests-csv" download="requests.csv" href=move || records.with(|r| r.as_ref().map_or(String::new(), |r| data_uri("text/csv", &r.to_csv())))>"requests.csv"</a>
+                <a id="download-scenario" download="scenario.yaml" href=move || data_uri("application/yaml", &scenario.get())>"scenario.yaml"</a>
+            </div>
+            <div class="table-wrap requests">
+                <table id="request-table">
+                    <thead><tr>{COLUMNS.into_iter().map(header).collect_view()}</tr></thead>
+                    <tbody>
+                        {move || selected().map(|(rows, _)| rows.into_iter().map(|r| view! {
+                            <tr>{COLUMNS.iter().map(|(k, _, d)| {
+                                let v = &r[*k];
+                                let text = match v {
+                                    Value::Number(_) if *d > 0 => crate::app::fmt_num(v, *d),
+                                    Value::Null => "–".to_string(),
+                                    Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                };
+                                view! { <td>{text}</td> }
+                            }).collect_view()}</tr>
+                        }).collect_view())}
+                    </tbody>
+                </table>
+            </div>
+        </Show>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSONL: &str = "{\"uuid\": \"r-2\", \"ttft_ms\": 30.5, \"terminal_status\": \"completed\", \"note\": \"a,b\"}\n{\"uuid\": \"r-1\", \"ttft_ms\": null, \"terminal_status\": \"rejected\", \"note\": null}\n{\"uuid\": \"r-3\", \"ttft_ms\": 4.0, \"terminal_status\": \"completed\", \"note\": \"x\"}\n";
+
+    #[test]
+    fn records_sort_numerically_with_nulls_last_and_filter_by_text() {
+        let r = Records::parse(JSONL);
+        assert_eq!(r.keys, ["uuid", "ttft_ms", "terminal_status", "note"]);
+        assert_eq!(r.select("ttft_ms", false, "", 10), (vec![2, 0, 1], 3));
+        assert_eq!(r.select("ttft_ms", true, "", 10), (vec![0, 2, 1], 3));
+        assert_eq!(r.select("ttft_ms", false, "REJECT", 10), (vec![1], 1));
+        assert_eq!(r.select("uuid", false, "", 2), (vec![1, 0], 3));
+    }
+
+    #[test]
+    fn csv_has_every_key_and_quotes_what_needs_it() {
+        let csv = Records::parse(JSONL).to_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "uuid,ttft_ms,terminal_status,note");
+        assert_eq!(lines[1], "r-2,30.5,completed,\"a,b\"");
+        assert_eq!(lines[2], "r-1,,rejected,");
+    }
+}
