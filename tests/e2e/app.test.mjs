@@ -348,3 +348,44 @@ test('Compare runs two scenarios and shows their differences', async () => {
   await page.screenshot({ path: join(ARTIFACTS, 'compare.png'), fullPage: true });
   await page.close();
 });
+
+test('a preset runs at once and matches the CLI on the same file', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  const before = await page.textContent('#prediction-json');
+  await page.selectOption('#preset', '3');
+  assert.match(await page.inputValue('#scenario-yaml'), /Prefill\/decode disaggregation/);
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-preset-'));
+  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/pd_vllm.yaml', '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
+  await page.close();
+});
+
+test('first result and load size are measured (written to test-artifacts, not asserted)', async () => {
+  // A fresh context: nothing cached, as a first visit.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  let bytes = 0;
+  const sizes = {};
+  page.on('response', async (r) => {
+    try {
+      const len = (await r.body()).length;
+      bytes += len;
+      sizes[new URL(r.url()).pathname.split('/').pop() || 'index.html'] = len;
+    } catch { /* redirects and aborted requests have no body */ }
+  });
+  const t0 = Date.now();
+  await page.goto(BASE);
+  await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 60000 });
+  const waitedMs = Date.now() - t0;
+  // The page stamps the moment the result was set (performance.now() since navigation).
+  const firstResultMs = Number(await page.getAttribute('#status', 'data-done-ms'));
+  const nav = await page.evaluate(() => performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd ?? null);
+  writeFileSync(join(ARTIFACTS, 'bench-first-result.json'), JSON.stringify({
+    first_result_ms_from_navigation: firstResultMs, playwright_saw_it_ms: waitedMs, dom_content_loaded_ms: nav, bytes_transferred: bytes, files: sizes,
+  }, null, 2) + '\n');
+  assert.ok(firstResultMs > 0);
+  await context.close();
+});

@@ -21,6 +21,29 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
     }
 }
 
+/// Scenarios offered on the Predict page: (name, config). The first is the default.
+pub const PRESETS: [(&str, &str); 7] = [
+    ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
+    (
+        "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
+        include_str!("../../tests/scenarios/vllm_tp4_replicas_poisson.yaml"),
+    ),
+    (
+        "Llama-3.1-70B, TP4 x PP2 on H200, vLLM, Poisson",
+        include_str!("../../tests/scenarios/vllm_tp4_pp2_poisson.yaml"),
+    ),
+    ("Prefill/decode disaggregated, Qwen3-32B-FP8, vLLM", include_str!("../../tests/scenarios/pd_vllm.yaml")),
+    (
+        "SGLang multi-turn sessions with shared prompts (LPM)",
+        include_str!("../../tests/scenarios/sglang_lpm_sessions.yaml"),
+    ),
+    ("Qwen3-30B-A3B MoE, EP2 on H200, vLLM", include_str!("../../tests/scenarios/moe_qwen3_30b_ep2.yaml")),
+    (
+        "DeepSeek-V3 (MLA), DP8 + EP8 on H200, SGLang",
+        include_str!("../../tests/scenarios/mla_deepseek_dp8_ep8.yaml"),
+    ),
+];
+
 /// The Predict page's chart divs below the TTFT scatter, in order.
 const PREDICT_CHARTS: [&str; 7] = [
     "offered-chart",
@@ -158,6 +181,11 @@ pub fn App() -> impl IntoView {
                     requests: Arc::from(requests),
                     wall_ms,
                 })));
+                // When the result was on screen, since navigation (for the load benchmark).
+                if let (Some(el), Some(p)) = (document().get_element_by_id("status"), window().performance())
+                {
+                    let _ = el.set_attribute("data-done-ms", &format!("{:.0}", p.now()));
+                }
             }
             FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
                 // A crashed worker is discarded; the next run starts a fresh one.
@@ -304,7 +332,7 @@ pub fn App() -> impl IntoView {
             _ => None,
         });
         if let Some(figs) = figs {
-            request_animation_frame(move || {
+            crate::plotly::when_ready(move || {
                 for (id, fig) in figs {
                     let status = match crate::plotly::draw(id, &fig) {
                         Ok(()) => "rendered",
@@ -325,6 +353,7 @@ pub fn App() -> impl IntoView {
     });
 
     let run_click = run.clone();
+    let preset_run: StoredValue<_, LocalStorage> = StoredValue::new_local(run.clone());
     // Callbacks must be Send; the run closure holds the worker's Rc, so it stays in local storage.
     let run_stored: StoredValue<_, LocalStorage> = StoredValue::new_local(run.clone());
     let open_in_predict = Callback::new(move |yaml: String| {
@@ -359,6 +388,16 @@ pub fn App() -> impl IntoView {
             <section class="panel editor">
                 <h2>"Scenario"</h2>
                 <p class="hint">"AISimulate prediction.yaml schema. Edit and press Run; nothing leaves this tab."</p>
+                <label class="hint" for="preset">"Preset"</label>
+                <select id="preset" on:change=move |ev| {
+                    let k: usize = event_target_value(&ev).parse().unwrap_or(0);
+                    if let Some((_, text)) = PRESETS.get(k) {
+                        config.set((*text).to_string());
+                        preset_run.with_value(|r| r());
+                    }
+                }>
+                    {PRESETS.iter().enumerate().map(|(k, (name, _))| view! { <option value=k.to_string()>{*name}</option> }).collect_view()}
+                </select>
                 <textarea
                     id="scenario-yaml"
                     aria-label="Scenario YAML"

@@ -155,7 +155,7 @@ pub fn ComparePage(initial: String) -> impl IntoView {
                 ),
                 ("cmp-e2e-chart", overlay(&ra, &rb, "e2e_latency_ms", "End-to-end latency", "E2E (ms)")),
             ];
-            request_animation_frame(move || {
+            crate::plotly::when_ready(move || {
                 for (id, fig) in figs {
                     let ok = crate::plotly::draw(id, &fig).is_ok();
                     if let Some(el) = document().get_element_by_id(id) {

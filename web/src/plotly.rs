@@ -85,3 +85,51 @@ pub fn copy_text(text: &str) {
         }
     }
 }
+
+/// True once plotly.js has loaded.
+#[must_use]
+pub fn ready() -> bool {
+    js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("Plotly")).is_ok_and(|p| !p.is_undefined())
+}
+
+/// How often to look for plotly.js while it loads (ms), and for how long at most (tries):
+/// 50 ms × 600 = 30 s, after which `f` runs anyway and reports the missing library.
+const READY_POLL_MS: i32 = 50;
+const READY_POLL_TRIES: u32 = 600;
+
+/// Where plotly.js is served, relative to the page.
+const PLOTLY_URL: &str = "plotly.min.js";
+
+/// Starts loading plotly.js if nothing has yet. It is 4.8 MB of script whose evaluation holds
+/// the main thread for a second or more, so the page asks for it only when it first draws:
+/// the first result's figures show before that, not after.
+fn load() {
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else { return };
+    if doc.get_element_by_id("plotly-js").is_some() {
+        return;
+    }
+    let Ok(script) = doc.create_element("script") else { return };
+    let _ = script.set_attribute("id", "plotly-js");
+    let _ = script.set_attribute("src", PLOTLY_URL);
+    let _ = script.set_attribute("async", "");
+    if let Some(body) = doc.body() {
+        let _ = body.append_child(&script);
+    }
+}
+
+/// Runs `f` (which draws charts) in the next frame once plotly.js is there, loading it first
+/// if needed.
+pub fn when_ready(f: impl FnOnce() + 'static) {
+    load();
+    fn poll(f: Box<dyn FnOnce()>, tries: u32) {
+        let Some(w) = web_sys::window() else { return };
+        if ready() || tries == 0 {
+            let cb = Closure::once_into_js(f);
+            let _ = w.request_animation_frame(cb.unchecked_ref());
+            return;
+        }
+        let cb = Closure::once_into_js(move || poll(f, tries - 1));
+        let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(cb.unchecked_ref(), READY_POLL_MS);
+    }
+    poll(Box::new(f), READY_POLL_TRIES);
+}

@@ -371,8 +371,8 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
     // hand out work.
     let drawing = StoredValue::new(false);
     Effect::new(move |_| {
-        board.track();
-        if drawing.get_value() {
+        // Nothing to draw until a search reports (and plotly.js is not loaded before then).
+        if board.with(|b| b.latest.is_empty()) || drawing.get_value() {
             return;
         }
         drawing.set_value(true);
@@ -383,24 +383,7 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
                     let cands: Vec<&Value> = b.latest.values().collect();
                     charts::pareto(&cands, &b.front())
                 });
-                let status = match crate::plotly::draw("pareto-chart", &fig) {
-                    Ok(()) => {
-                        crate::plotly::on_click("pareto-chart", move |index| {
-                            let yaml = board.with_untracked(|b| b.latest.get(&index).and_then(config_yaml));
-                            if let Some(y) = yaml {
-                                open.run(y);
-                            }
-                        });
-                        "rendered"
-                    }
-                    Err(e) => {
-                        leptos::logging::warn!("{e}");
-                        "failed"
-                    }
-                };
-                if let Some(el) = document().get_element_by_id("pareto-chart") {
-                    let _ = el.set_attribute("data-status", status);
-                }
+                crate::plotly::when_ready(move || draw_pareto(&fig, board, open));
             },
             std::time::Duration::from_millis(REDRAW_MS),
         );
@@ -501,6 +484,28 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
                 </Show>
             </section>
         </main>
+    }
+}
+
+/// Draws the Pareto plot and makes its points open in Predict.
+fn draw_pareto(fig: &charts::Figure, board: RwSignal<Board>, open: Callback<String>) {
+    let status = match crate::plotly::draw("pareto-chart", fig) {
+        Ok(()) => {
+            crate::plotly::on_click("pareto-chart", move |index| {
+                let yaml = board.with_untracked(|b| b.latest.get(&index).and_then(config_yaml));
+                if let Some(y) = yaml {
+                    open.run(y);
+                }
+            });
+            "rendered"
+        }
+        Err(e) => {
+            leptos::logging::warn!("{e}");
+            "failed"
+        }
+    };
+    if let Some(el) = document().get_element_by_id("pareto-chart") {
+        let _ = el.set_attribute("data-status", status);
     }
 }
 

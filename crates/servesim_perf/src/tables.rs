@@ -134,8 +134,11 @@ impl Scale {
     }
 }
 
+/// Most axes a grid has (lookups keep per-axis state on the stack).
+const MAX_DIMS: usize = 6;
+
 /// Bracket of one axis: grid indices and the weight of the upper one.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Bracket {
     lo: usize,
     hi: usize,
@@ -254,19 +257,24 @@ impl Grid {
     /// consistent unit) at a coordinate, used only to scale beyond the measured range.
     pub fn lookup(&self, x: &[f64], scales: &[Scale], sol: impl Fn(&[f64]) -> f64) -> Option<(f64, Source)> {
         let dims = self.axes.len();
-        if x.len() != dims || scales.len() != dims || dims == 0 || dims > 6 {
+        if x.len() != dims || scales.len() != dims || dims == 0 || dims > MAX_DIMS {
             return None;
         }
-        let mut br: Vec<Bracket> = Vec::with_capacity(dims);
+        // Stack arrays: lookups run on every simulated step.
+        let mut br_store = [Bracket::default(); MAX_DIMS];
+        let br = &mut br_store[..dims];
         for (d, xv) in x.iter().enumerate() {
             if !(xv.is_finite() && *xv > 0.0) || self.axes[d].is_empty() {
                 return None;
             }
-            br.push(Self::bracket(&self.axes[d], *xv, scales[d]));
+            br[d] = Self::bracket(&self.axes[d], *xv, scales[d]);
         }
         if br.iter().all(|b| b.exact) {
-            let lo: Vec<usize> = br.iter().map(|b| b.lo).collect();
-            if let Some(v) = self.at(&lo) {
+            let mut lo = [0usize; MAX_DIMS];
+            for (l, b) in lo.iter_mut().zip(br.iter()) {
+                *l = b.lo;
+            }
+            if let Some(v) = self.at(&lo[..dims]) {
                 return Some((v, Source::Measured));
             }
             // The exact point is a hole: let its neighbours stand in.
@@ -292,7 +300,8 @@ impl Grid {
             }
         }
         let (mut acc, mut wsum) = (0.0, 0.0);
-        let mut corner = vec![0usize; dims];
+        let mut corner_store = [0usize; MAX_DIMS];
+        let corner = &mut corner_store[..dims];
         for mask in 0..(1usize << dims) {
             let mut w = 1.0;
             let mut skip = false;
@@ -315,7 +324,7 @@ impl Grid {
             if skip || w <= 0.0 {
                 continue;
             }
-            if let Some(lat) = self.at(&corner) {
+            if let Some(lat) = self.at(corner) {
                 acc += w * lat;
                 wsum += w;
             }
@@ -327,8 +336,11 @@ impl Grid {
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
         let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
         if clamped {
-            let at: Vec<f64> = br.iter().map(|b| b.at).collect();
-            let (s_query, s_at) = (sol(x), sol(&at));
+            let mut at = [0.0f64; MAX_DIMS];
+            for (a, b) in at.iter_mut().zip(br.iter()) {
+                *a = b.at;
+            }
+            let (s_query, s_at) = (sol(x), sol(&at[..dims]));
             if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
                 return None;
             }

@@ -1423,10 +1423,18 @@ pub fn finish(
             .collect();
         let _ = writeln!(summary, "staged search: {}", st.join("; "));
     }
+    let priced = !spec.gpu_hour_usd.is_empty();
     let _ = writeln!(
         summary,
-        "{:<5} {:<17} {:>5} {:>12} {:>12} {:>10} {:>10}  searched values",
-        "rank", "candidate", "GPUs", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms"
+        "{:<5} {:<17} {:>5} {:>12} {:>12} {:>10} {:>10}{}  searched values",
+        "rank",
+        "candidate",
+        "GPUs",
+        "tok/s/GPU",
+        "tok/s/user",
+        "TTFT ms",
+        "TPOT ms",
+        if priced { "   $/M tok" } else { "" }
     );
     for (rank, i) in view.iter().enumerate() {
         let c = &cands[*i];
@@ -1438,9 +1446,14 @@ pub fn finish(
                 format!("{}={}", d.path.rsplit('.').next().unwrap_or(&d.path), v)
             })
             .collect();
+        let cost = if priced {
+            format!(" {:>10.3}", f(&c.objectives, "cost_per_million_output_tokens_usd"))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             summary,
-            "{:<5} {:<17} {:>5} {:>12.1} {:>12.1} {:>10.1} {:>10.2}  {}",
+            "{:<5} {:<17} {:>5} {:>12.1} {:>12.1} {:>10.1} {:>10.2}{cost}  {}",
             rank + 1,
             candidate_id(c.index),
             c.used_gpus,
