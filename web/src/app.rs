@@ -317,10 +317,7 @@ pub fn App() -> impl IntoView {
     };
     let download = move || {
         state.with(|s| match s {
-            RunState::Done(o) => format!(
-                "data:application/json;charset=utf-8,{}",
-                js_sys::encode_uri_component(&o.prediction_text)
-            ),
+            RunState::Done(o) => crate::client::data_uri("application/json", &o.prediction_text),
             _ => String::new(),
         })
     };

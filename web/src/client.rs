@@ -111,6 +111,18 @@ impl SimWorker {
     }
 }
 
+/// Host time since navigation (ms), for wall-clock figures the page reports.
+#[must_use]
+pub fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
+
+/// A `data:` URI of `text`, for download links (nothing is uploaded or fetched).
+#[must_use]
+pub fn data_uri(mime: &str, text: &str) -> String {
+    format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
+}
+
 /// Most workers a pool starts, however many cores the machine reports: each holds its own
 /// copy of the kernel tables.
 pub const MAX_POOL: usize = 8;

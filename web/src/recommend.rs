@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use crate::app::{fmt_num, ProgressBar};
 use crate::charts;
-use crate::client::{pool_size, Pool};
+use crate::client::{data_uri, now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, ToWorker};
+use servesim_scenario::recommend::Fidelity;
 
 /// Search specs offered on the page: (name, spec).
 pub const PRESETS: [(&str, &str); 2] = [
@@ -208,10 +209,6 @@ enum Phase {
     Cancelled,
 }
 
-fn now_ms() -> f64 {
-    window().performance().map_or(0.0, |p| p.now())
-}
-
 /// The Recommend page. `open` puts a candidate's config into Predict and runs it.
 #[component]
 pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
@@ -400,12 +397,8 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
     };
     let downloads = move || {
         board.with(|b| {
-            (b.recommendation.is_some()).then(|| {
-                let uri = |mime: &str, text: &str| {
-                    format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
-                };
-                (uri("application/json", &b.recommendation_text), uri("text/csv", &b.csv))
-            })
+            (b.recommendation.is_some())
+                .then(|| (data_uri("application/json", &b.recommendation_text), data_uri("text/csv", &b.csv)))
         })
     };
 
@@ -513,13 +506,9 @@ fn config_yaml(c: &Value) -> Option<String> {
     c["config_yaml"].as_str().map(str::to_string)
 }
 
+/// The report name of a stage key (`static` → `static estimate`).
 fn stage_name(key: &str) -> &'static str {
-    match key {
-        "static" => "static estimate",
-        "short" => "short replay",
-        "full" => "full replay",
-        _ => "",
-    }
+    Fidelity::from_key(key).map_or("", Fidelity::name)
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+
+use crate::client::data_uri;
 use serde_json::Value;
 
 /// Columns shown: (record key, heading, decimals).
@@ -95,10 +97,6 @@ impl Records {
         idx.truncate(limit);
         (idx, n)
     }
-}
-
-fn data_uri(mime: &str, text: &str) -> String {
-    format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
 }
 
 /// The table. `jsonl` is the finished run's requests.jsonl; `scenario` its config text.

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use serde_json::Value;
 
 use crate::app::fmt_num;
-use crate::client::{pool_size, Pool};
+use crate::client::{now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, ToWorker};
 use servesim_scenario::estimate::sweep::SweepSpec;
 
@@ -34,10 +34,6 @@ struct Answer {
     report_text: String,
     table: String,
     winners: Vec<(String, String, String)>,
-}
-
-fn now_ms() -> f64 {
-    window().performance().map_or(0.0, |p| p.now())
 }
 
 #[component]
