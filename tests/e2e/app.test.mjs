@@ -85,6 +85,13 @@ test('the page runs the default scenario on load and matches the CLI byte for by
   assert.ok(Math.abs(estTtft - est.mean_ttft_ms) <= 0.005, `estimate TTFT ${estTtft} vs ${est.mean_ttft_ms}`);
   assert.ok(Math.abs(estTpot - est.mean_tpot_ms) <= 0.005, `estimate TPOT ${estTpot} vs ${est.mean_tpot_ms}`);
   assert.match(await page.textContent('#est-note'), /^bottleneck: /);
+  // The summary: GPUs, percentiles, SLA, memory and timing provenance, all from prediction.json.
+  assert.equal(await page.textContent('#gpus'), String(want.servesim.deployment.gpus));
+  const ttftRow = await page.$$eval('#latency-table tbody tr:first-child td', (tds) => tds.map((t) => t.textContent));
+  assert.deepEqual(ttftRow, ['mean', 'median', 'p90', 'p95', 'p99'].map((s) => want[`${s}_ttft_ms`].toFixed(2)));
+  assert.equal(await page.textContent('#sla-attainment'), 'no SLA set');
+  assert.match(await page.textContent('#provenance'), /op_level — servesim data\/perf\/h200_sxm\/vllm\/0\.24\.0/);
+  assert.match(await page.textContent('#memory-table'), /KV capacity \(tokens\)/);
   await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
   await page.screenshot({ path: join(ARTIFACTS, 'predict-default.png'), fullPage: true });
   assert.deepEqual(logs.filter((l) => l.startsWith('[offsite]')), [], 'no request leaves the origin');
@@ -106,6 +113,53 @@ test('editing the scenario and running again changes the numbers', async () => {
   assert.ok(after < Number(before), `concurrency 1 should queue less: ${after} vs ${before}`);
   const cli = JSON.parse(cliPrediction(['--set', 'traffic.load.concurrency=1']));
   assert.ok(Math.abs(after - cli.mean_ttft_ms) <= 0.005, `page ${after} vs CLI ${cli.mean_ttft_ms}`);
+  await page.close();
+});
+
+test('the form and the YAML stay in step both ways, and problems show at their field', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  // Form → YAML: only the value changes; comments and layout stay.
+  const original = await page.inputValue('#scenario-yaml');
+  await page.selectOption('#f-engine-backend', 'sglang');
+  assert.equal(await page.inputValue('#scenario-yaml'), original.replace('backend: vllm', 'backend: sglang'));
+  // YAML → form.
+  await page.fill('#scenario-yaml', (await page.inputValue('#scenario-yaml')).replace('concurrency: 10', 'concurrency: 3'));
+  await page.waitForFunction(() => document.querySelector('#f-traffic-load-concurrency')?.value === '3');
+  // A bad value typed in the form is named at that field (by the worker's validator).
+  await page.fill('#f-engine-workers-aggregated-parallelism-tensor', '0');
+  await page.press('#f-engine-workers-aggregated-parallelism-tensor', 'Tab');
+  assert.match(await page.inputValue('#scenario-yaml'), /aggregated: \{parallelism: \{tensor: 0\}\}/);
+  const err = page.locator('#f-engine-workers-aggregated-parallelism-tensor-error');
+  await err.waitFor({ timeout: 30000 });
+  assert.match(await err.textContent(), /tensor|at least|between|1/);
+  await page.screenshot({ path: join(ARTIFACTS, 'form-error.png'), fullPage: true });
+  // Clearing the field removes the key, and the problem goes.
+  await page.fill('#f-engine-workers-aggregated-parallelism-tensor', '');
+  await page.press('#f-engine-workers-aggregated-parallelism-tensor', 'Tab');
+  await err.waitFor({ state: 'detached', timeout: 30000 });
+  // Aggregated → disaggregated: a prefill and a decode pool with their own fields.
+  await page.selectOption('#f-engine-mode', 'disaggregated');
+  await page.waitForSelector('#f-engine-workers-decode-parallelism-tensor');
+  await page.fill('#f-engine-workers-decode-parallelism-tensor', '2');
+  await page.press('#f-engine-workers-decode-parallelism-tensor', 'Tab');
+  const yaml = await page.inputValue('#scenario-yaml');
+  assert.match(yaml, /mode: disaggregated/);
+  // A syntax error disables the form and says why; the app stays usable.
+  await page.fill('#scenario-yaml', yaml + 'oops: [\n');
+  await page.waitForSelector('#form-syntax');
+  assert.ok(await page.isDisabled('#f-engine-backend'));
+  await page.fill('#scenario-yaml', yaml);
+  await page.waitForSelector('#form-syntax', { state: 'detached' });
+  // The edited scenario runs, and equals the CLI on the same text.
+  const before = await page.textContent('#prediction-json');
+  await page.click('#run');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-form-'));
+  writeFileSync(join(dir, 'scenario.yaml'), yaml);
+  execFileSync(BIN, ['predict', '-c', join(dir, 'scenario.yaml'), '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
   await page.close();
 });
 
@@ -328,6 +382,40 @@ test('Predict draws every chart and a sortable, filterable request table with do
   await page.close();
 });
 
+test('Playback scrubs and plays the simulated timeline, worker by worker, from the run itself', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  await page.selectOption('#preset', '3');  // P/D: prefill and decode workers behave differently
+  await page.waitForFunction(() => /^Done: 300/.test(document.querySelector('#status')?.textContent ?? ''), null, { timeout: 60000 });
+  const p = JSON.parse(await page.textContent('#prediction-json'));
+  assert.equal(await page.textContent('#sla-attainment'),
+    `${(100 * p.goodput_completed_requests / p.completed_requests).toFixed(1)}% (${p.goodput_completed_requests} of ${p.completed_requests})`);
+  const ts = p.servesim.time_series;
+  const k = Math.floor(ts.time_ms.length / 3);
+  await page.fill('#pb-time', String(k));
+  await page.waitForFunction((t) => (document.querySelector('#pb-clock')?.textContent ?? '').startsWith(`t = ${t} s`),
+    (ts.time_ms[k] / 1000).toFixed(2));
+  const rows = page.locator('#playback tr.pb-row');
+  assert.equal(await rows.count(), ts.workers.length);
+  for (let w = 0; w < ts.workers.length; w++) {
+    const row = rows.nth(w);
+    assert.equal(await row.locator('.pb-waiting').textContent(), ts.workers[w].waiting[k].toFixed(0));
+    assert.equal(await row.locator('.pb-running').textContent(), ts.workers[w].running[k].toFixed(0));
+    const kv = (100 * ts.workers[w].kv_blocks_used[k] / ts.workers[w].kv_blocks_total).toFixed(1);
+    assert.equal(await row.locator('.pb-kv').textContent(), `${kv}%`);
+    assert.equal(await row.locator('.pb-tokens').textContent(),
+      `${ts.workers[w].prefill_tokens_per_s[k].toFixed(0)} + ${ts.workers[w].decode_tokens_per_s[k].toFixed(0)}`);
+  }
+  await page.screenshot({ path: join(ARTIFACTS, 'playback.png'), fullPage: true });
+  // Play advances the clock; Pause holds it.
+  const before = await page.textContent('#pb-clock');
+  await page.click('#pb-play');
+  await page.waitForFunction((b) => document.querySelector('#pb-clock')?.textContent !== b, before, { timeout: 10000 });
+  await page.click('#pb-play');
+  assert.equal(await page.textContent('#pb-play'), 'Play');
+  await page.close();
+});
+
 test('Compare runs two scenarios and shows their differences', async () => {
   const page = await openPage();
   await page.click('#tab-compare');
@@ -361,6 +449,83 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   execFileSync(BIN, ['predict', '-c', 'tests/scenarios/pd_vllm.yaml', '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
   await page.close();
+});
+
+test('Data: dropped files are described like servesim data inspect, drawn, and a trace replays in Predict as in the CLI', async () => {
+  // A small Mooncake trace (shared prompt blocks, timestamps), a corrupt one, and a kernel table.
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-data-'));
+  const rows = [];
+  for (let i = 0; i < 40; i++) {
+    const blocks = 1 + (i % 3);
+    rows.push(JSON.stringify({ timestamp: i * 250, input_length: 512 * blocks, output_length: 16 + (i % 5) * 8,
+      hash_ids: Array.from({ length: blocks }, (_, b) => (b === 0 ? 1 : 100 + i * 4 + b)) }));
+  }
+  writeFileSync(join(dir, 'tiny_trace.jsonl'), rows.join('\n') + '\n');
+  writeFileSync(join(dir, 'bad.jsonl'), rows[0] + '\n{"timestamp": 5, "input_length": "many"}\n');
+  const gemm = 'data/perf/h200_sxm/vllm/0.24.0/gemm.parquet';
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-data');
+  await page.setInputFiles('#data-files', [join(dir, 'tiny_trace.jsonl'), join(dir, 'bad.jsonl'), gemm]);
+  const trace = page.locator('li.data-file[data-name="tiny_trace.jsonl"][data-kind="mooncake_trace"]');
+  await trace.waitFor({ timeout: 30000 });
+  const cliText = execFileSync(join(process.cwd(), BIN), ['data', 'inspect', 'tiny_trace.jsonl'], { cwd: dir }).toString();
+  assert.equal(await trace.locator('pre.summary').textContent(), cliText, 'page summary equals servesim data inspect');
+  const bad = page.locator('li.data-file[data-name="bad.jsonl"][data-kind="failed"] pre.summary');
+  await bad.waitFor({ timeout: 30000 });
+  assert.match(await bad.textContent(), /bad\.jsonl:2/);
+  const table = page.locator('li.data-file[data-name="gemm.parquet"][data-kind="servesim_table"]');
+  await table.waitFor({ timeout: 30000 });
+  assert.match(await table.locator('pre.summary').textContent(), /servesim table 'gemm'/);
+  await table.locator('.chart[data-status="rendered"]').first().waitFor({ timeout: 30000 });
+  await page.waitForSelector('li.data-file[data-name="gemm.parquet"] [id^="data-heatmap-"][data-status="rendered"]', { timeout: 30000 });
+  await page.screenshot({ path: join(ARTIFACTS, 'data.png'), fullPage: true });
+  // Replay the trace: the page's scenario, run by the CLI beside the trace, gives the same bytes.
+  const before = await page.textContent('#prediction-json');
+  await trace.locator('button.use-trace').click();
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  assert.match(await page.textContent('#status'), /^Done: 40 requests/);
+  const yaml = await page.inputValue('#scenario-yaml');
+  assert.match(yaml, /^# The default servesim scenario/, 'the edit keeps the comments');
+  writeFileSync(join(dir, 'scenario.yaml'), yaml);
+  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'out', 'prediction.json'), 'utf8'));
+  await page.close();
+});
+
+test('a strict Content-Security-Policy holds, and the app runs offline after its first load', async () => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  await context.addInitScript(() => {
+    window.__csp = [];
+    document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(`${e.violatedDirective} ${e.blockedURI}`));
+  });
+  const page = await context.newPage();
+  await page.goto(BASE);
+  await waitDone(page);
+  const policy = await page.getAttribute('meta[http-equiv="Content-Security-Policy"]', 'content');
+  assert.match(policy, /script-src 'self' 'wasm-unsafe-eval' 'sha256-[A-Za-z0-9+/=]+'; /);
+  assert.doesNotMatch(policy, /script-src[^;]*unsafe-inline/);
+  await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
+  const online = await page.textContent('#prediction-json');
+  // The service worker has taken over and kept the shell.
+  await page.waitForFunction(async () => {
+    if (!navigator.serviceWorker?.controller) return false;
+    const keys = await (await caches.open('servesim-v1')).keys();
+    const names = keys.map((r) => new URL(r.url).pathname);
+    return ['worker_bg.wasm', 'plotly.min.js', 'gemm.parquet'].every((f) => names.some((n) => n.endsWith(f)))
+      && names.some((n) => /servesim_web-[0-9a-f]+_bg\.wasm$/.test(n));
+  }, null, { timeout: 30000, polling: 250 });
+  await context.setOffline(true);
+  await page.reload();
+  // Really offline: a file nobody fetched before is not there.
+  assert.equal(await page.evaluate(() => fetch('./data/perf/h100_sxm/nccl.parquet').then(() => 'fetched', () => 'failed')), 'failed');
+  const status = await waitDone(page);
+  assert.match(status, /^Done: 100 requests/, 'offline run');
+  assert.equal(await page.textContent('#prediction-json'), online, 'offline numbers equal online ones');
+  await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
+  assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no CSP violation');
+  await context.close();
 });
 
 test('first result and load size are measured (written to test-artifacts, not asserted)', async () => {

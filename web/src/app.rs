@@ -136,6 +136,8 @@ pub enum Tab {
     Sweep,
     /// Two scenarios side by side.
     Compare,
+    /// Files the user dropped: traces, tables, configs.
+    Data,
     /// The capability matrix.
     Features,
 }
@@ -161,6 +163,9 @@ pub fn App() -> impl IntoView {
     let estimate: RwSignal<Option<Result<Value, String>>> = RwSignal::new(None);
     let worker: StoredValue<Option<SimWorker>, LocalStorage> = StoredValue::new_local(None);
     let run_id = StoredValue::new(0u32);
+    // Files dropped on the Data page, and those the Predict worker has been given.
+    let files: RwSignal<Vec<crate::data::Dropped>> = RwSignal::new(Vec::new());
+    let sent: StoredValue<Vec<Arc<str>>> = StoredValue::new(Vec::new());
 
     let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg: FromWorker| {
         let current = run_id.get_value();
@@ -210,11 +215,15 @@ pub fn App() -> impl IntoView {
             worker.update_value(|w| {
                 if w.is_none() {
                     match SimWorker::spawn(WORKER_URL, on_event.clone()) {
-                        Ok(new) => *w = Some(new),
+                        Ok(new) => {
+                            sent.set_value(Vec::new());
+                            *w = Some(new);
+                        }
                         Err(e) => failed = Some(e),
                     }
                 }
                 if let Some(w) = w {
+                    sent.update_value(|s| files.with_untracked(|f| crate::data::sync_files(w, f, s)));
                     w.send(&ToWorker::Run { id, config: config.get_untracked(), source: "scenario".into() });
                 }
             });
@@ -233,6 +242,72 @@ pub fn App() -> impl IntoView {
         run_id.set_value(run_id.get_value() + 1);
         state.set(RunState::Cancelled);
     };
+
+    // Files dropped later reach a live worker at once (a run may name them next).
+    Effect::new(move |_| {
+        files.with(|f| {
+            worker.with_value(|w| {
+                if let Some(w) = w {
+                    sent.update_value(|s| crate::data::sync_files(w, f, s));
+                }
+            });
+        });
+    });
+
+    // The form's problems and choices come from a second worker that only validates, so a
+    // long run never delays them. Checks are debounced: one per pause in typing.
+    let problems: RwSignal<Vec<crate::protocol::Problem>> = RwSignal::new(Vec::new());
+    let models: RwSignal<Vec<String>> = RwSignal::new(Vec::new());
+    let hardware: RwSignal<Vec<String>> = RwSignal::new(Vec::new());
+    let checker: StoredValue<Option<SimWorker>, LocalStorage> = StoredValue::new_local(None);
+    let checker_sent: StoredValue<Vec<Arc<str>>> = StoredValue::new(Vec::new());
+    let check_id = StoredValue::new(0u32);
+    let on_check: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg| match msg {
+        FromWorker::Checked { id, problems: ps, models: m, hardware: h } if id == check_id.get_value() => {
+            problems.set(ps);
+            if models.with_untracked(Vec::is_empty) {
+                models.set(m);
+                hardware.set(h);
+            }
+        }
+        FromWorker::Failed { id: 0, .. } => checker.update_value(|w| {
+            if let Some(w) = w.take() {
+                w.terminate();
+            }
+        }),
+        _ => {}
+    });
+    let check = move |id: u32| {
+        if id != check_id.get_value() {
+            return;
+        }
+        checker.update_value(|w| {
+            if w.is_none() {
+                if let Ok(new) = SimWorker::spawn(WORKER_URL, on_check.clone()) {
+                    checker_sent.set_value(Vec::new());
+                    *w = Some(new);
+                }
+            }
+            if let Some(w) = w {
+                checker_sent.update_value(|s| files.with_untracked(|f| crate::data::sync_files(w, f, s)));
+                w.send(&ToWorker::Check { id, config: config.get_untracked() });
+            }
+        });
+    };
+    let check: StoredValue<_, LocalStorage> = StoredValue::new_local(check);
+    /// Pause in typing before the scenario is validated.
+    const CHECK_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+    // Not on load: the first run validates the scenario itself, and a second worker compiling
+    // its wasm then would slow the first result.
+    Effect::new(move |first: Option<()>| {
+        config.track();
+        files.track();
+        if first.is_some() {
+            let id = check_id.get_value() + 1;
+            check_id.set_value(id);
+            set_timeout(move || check.with_value(|c| c(id)), CHECK_DELAY);
+        }
+    });
 
     // The scenario (default or shared) runs as soon as the page loads.
     run();
@@ -349,6 +424,13 @@ pub fn App() -> impl IntoView {
         state.with(|s| if let RunState::Done(o) = s { Some(o.requests.clone()) } else { None })
     });
 
+    let timeline = Memo::new(move |_| {
+        state.with(|s| match s {
+            RunState::Done(o) => crate::playback::Timeline::read(&o.prediction, &o.requests).map(Arc::new),
+            _ => None,
+        })
+    });
+
     let run_click = run.clone();
     let preset_run: StoredValue<_, LocalStorage> = StoredValue::new_local(run.clone());
     // Callbacks must be Send; the run closure holds the worker's Rc, so it stays in local storage.
@@ -377,6 +459,7 @@ pub fn App() -> impl IntoView {
                 {tab_button(Tab::Recommend, "tab-recommend", "Recommend")}
                 {tab_button(Tab::Sweep, "tab-sweep", "Agg vs disagg")}
                 {tab_button(Tab::Compare, "tab-compare", "Compare")}
+                {tab_button(Tab::Data, "tab-data", "Data")}
                 {tab_button(Tab::Features, "tab-features", "Features")}
             </nav>
         </header>
@@ -395,6 +478,7 @@ pub fn App() -> impl IntoView {
                 }>
                     {PRESETS.iter().enumerate().map(|(k, (name, _))| view! { <option value=k.to_string()>{*name}</option> }).collect_view()}
                 </select>
+                <crate::form::ScenarioForm config=config problems=problems.into() models=models.into() hardware=hardware.into() />
                 <textarea
                     id="scenario-yaml"
                     aria-label="Scenario YAML"
@@ -439,10 +523,12 @@ pub fn App() -> impl IntoView {
                     " tok/s · "
                     <span id="est-note">{est_note}</span>
                 </p>
+                <crate::summary::Summary prediction=Signal::derive(move || state.with(|s| if let RunState::Done(o) = s { Some(o.prediction.clone()) } else { None })) />
                 <div id="ttft-chart" class="chart" data-status="empty"></div>
                 <div class="chart-grid">
                     {PREDICT_CHARTS.iter().map(|id| view! { <div id=*id class="chart small" data-status="empty"></div> }).collect_view()}
                 </div>
+                <crate::playback::Playback timeline=timeline.into() />
                 <details>
                     <summary>"prediction.json"</summary>
                     <a id="download-prediction" download="prediction.json" href=download>"Download prediction.json"</a>
@@ -459,7 +545,10 @@ pub fn App() -> impl IntoView {
             <crate::sweep::SweepPage open=open_in_predict />
         </div>
         <div id="page-compare" class:hidden=move || tab.get() != Tab::Compare>
-            <crate::compare::ComparePage initial=servesim_scenario::DEFAULT_SCENARIO.to_string() />
+            <crate::compare::ComparePage initial=servesim_scenario::DEFAULT_SCENARIO.to_string() files=files />
+        </div>
+        <div id="page-data" class:hidden=move || tab.get() != Tab::Data>
+            <crate::data::DataPage files=files config=config open=open_in_predict />
         </div>
         <div id="page-features" class:hidden=move || tab.get() != Tab::Features>
             <crate::features::FeaturesPage />

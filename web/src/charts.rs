@@ -183,6 +183,48 @@ pub fn pareto(candidates: &[&Value], front: &[usize]) -> Figure {
     Figure { data: Value::Array(data), layout }
 }
 
+/// Figures of a data file's preview (Data tab): `{"curves": figure, "heatmap": figure|null}`,
+/// each figure as `{"data", "layout"}`.
+#[must_use]
+pub fn preview_figures(p: &servesim_scenario::Preview) -> Value {
+    let axis = |title: &str| {
+        if p.log {
+            json!({"title": {"text": title}, "type": "log"})
+        } else {
+            json!({"title": {"text": title}, "zeroline": false, "rangemode": "tozero"})
+        }
+    };
+    let mut layout = base_layout(&p.title, &p.x_title, &p.y_title);
+    layout["xaxis"] = axis(&p.x_title);
+    layout["yaxis"] = axis(&p.y_title);
+    layout["showlegend"] = json!(p.series.len() > 1);
+    let data: Vec<Value> = p
+        .series
+        .iter()
+        .map(|s| json!({"type": "scatter", "mode": "lines+markers", "name": s.name, "x": s.x, "y": s.y}))
+        .collect();
+    let heatmap = p.heatmap.as_ref().map(|h| {
+        let mut layout = base_layout(&p.title, &p.x_title, &h.y_title);
+        layout["xaxis"] = json!({"title": {"text": p.x_title}, "type": "category"});
+        layout["yaxis"] = json!({"title": {"text": h.y_title}, "type": "category"});
+        json!({
+            "data": [{
+                "type": "heatmap",
+                "x": h.x,
+                "y": h.y,
+                // log10 so a table spanning decades keeps its contrast; hover shows ms.
+                "z": h.z.iter().map(|r| r.iter().map(|v| v.map(libm::log10)).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                "customdata": h.z,
+                "colorscale": "Viridis",
+                "colorbar": {"title": {"text": "log10 ms"}},
+                "hovertemplate": "%{x}, %{y}: %{customdata:.4g} ms<extra></extra>",
+            }],
+            "layout": layout,
+        })
+    });
+    json!({"curves": {"data": data, "layout": layout}, "heatmap": heatmap})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

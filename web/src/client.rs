@@ -123,6 +123,33 @@ pub fn data_uri(mime: &str, text: &str) -> String {
     format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
 }
 
+/// Where the service worker is served, relative to the page (its scope: the page's folder).
+const SERVICE_WORKER_URL: &str = "./sw.js";
+
+/// Registers the service worker that keeps the app usable offline (static/sw.js). Where the
+/// browser has none (insecure origin, `file:`), the page simply works online only.
+pub fn register_service_worker() {
+    use js_sys::Reflect;
+    let Some(nav) = web_sys::window().map(|w| w.navigator()) else { return };
+    let Ok(container) = Reflect::get(&nav, &JsValue::from_str("serviceWorker")) else { return };
+    if container.is_undefined() {
+        return;
+    }
+    let Ok(register) = Reflect::get(&container, &JsValue::from_str("register"))
+        .and_then(|f| f.dyn_into::<js_sys::Function>())
+    else {
+        return;
+    };
+    if let Ok(p) = register.call1(&container, &JsValue::from_str(SERVICE_WORKER_URL)) {
+        if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
+            // A refusal (no HTTPS, blocked by policy) leaves the page as it is.
+            let ignore = Closure::<dyn FnMut(JsValue)>::new(|_: JsValue| {});
+            let _ = p.catch(&ignore);
+            ignore.forget();
+        }
+    }
+}
+
 /// Most workers a pool starts, however many cores the machine reports: each holds its own
 /// copy of the kernel tables.
 pub const MAX_POOL: usize = 8;

@@ -85,9 +85,10 @@ enum Side {
     Failed(String),
 }
 
-/// The page. `initial` is scenario A (B starts as a copy with a different load).
+/// The page. `initial` is scenario A (B starts as a copy with a different load); `files` are
+/// the Data page's dropped files, given to both workers.
 #[component]
-pub fn ComparePage(initial: String) -> impl IntoView {
+pub fn ComparePage(initial: String, files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView {
     let b_text = initial.replacen("concurrency: 10", "concurrency: 20", 1);
     let texts = [RwSignal::new(initial), RwSignal::new(b_text)];
     let sides = [RwSignal::new_local(Side::Idle), RwSignal::new_local(Side::Idle)];
@@ -115,6 +116,7 @@ pub fn ComparePage(initial: String) -> impl IntoView {
                 }
                 match SimWorker::spawn(WORKER_URL, on_event) {
                     Ok(new) => {
+                        crate::data::sync_files(&new, &files.get_untracked(), &mut Vec::new());
                         let name = if k == 0 { "scenario A" } else { "scenario B" };
                         new.send(&ToWorker::Run {
                             id,

@@ -15,8 +15,7 @@ use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, ScenarioError};
 
 /// servesim's data files (kernel tables) the worker fetched from the page's origin, by path
-/// under `data/`. Configs that name their own files (traces) are refused until the Data
-/// page supplies them.
+/// under `data/`. Files the user dropped on the Data page are kept in [`WorkerState`].
 #[derive(Clone, Debug, Default)]
 pub struct MemFiles {
     /// Data files by path (`perf/h200_sxm/vllm/0.24.0/gemm.parquet`).
@@ -97,6 +96,29 @@ pub enum ToWorker {
         /// One `Replayed` result per point of the wave.
         replays: Vec<String>,
     },
+    /// Keep a file the user dropped (a trace, an FPM table) for configs that name it. No reply.
+    PutFile {
+        /// File name (or path inside a dropped folder); configs name it.
+        name: String,
+        /// The bytes, base64.
+        base64: String,
+    },
+    /// Describe a dropped file (`servesim data inspect`).
+    Inspect {
+        /// Request id.
+        id: u32,
+        /// File name as given to `PutFile`.
+        name: String,
+        /// Which slice of a kernel table to preview.
+        slice: usize,
+    },
+    /// Validate a config without running it: reply with every problem and its position.
+    Check {
+        /// Request id.
+        id: u32,
+        /// Config text (YAML or JSON).
+        config: String,
+    },
     /// The results of the coordinator's pending stage: reply with the next stage or the
     /// finished recommendation.
     Submit {
@@ -118,7 +140,10 @@ impl ToWorker {
             | ToWorker::Submit { id, .. }
             | ToWorker::Sweep { id, .. }
             | ToWorker::Replay { id, .. }
-            | ToWorker::SubmitReplays { id, .. } => *id,
+            | ToWorker::SubmitReplays { id, .. }
+            | ToWorker::Inspect { id, .. }
+            | ToWorker::Check { id, .. } => *id,
+            ToWorker::PutFile { .. } => 0,
         }
     }
 
@@ -141,7 +166,12 @@ impl ToWorker {
                 "engine: {{model: {}, hardware: {}, backend: {}}}",
                 query.model, query.system, query.backend
             )],
-            ToWorker::Plan { .. } | ToWorker::Submit { .. } | ToWorker::SubmitReplays { .. } => Vec::new(),
+            ToWorker::Check { config, .. } => vec![config.clone()],
+            ToWorker::Plan { .. }
+            | ToWorker::Submit { .. }
+            | ToWorker::SubmitReplays { .. }
+            | ToWorker::PutFile { .. }
+            | ToWorker::Inspect { .. } => Vec::new(),
         }
     }
 }
@@ -247,6 +277,32 @@ pub enum FromWorker {
         /// Prediction configs of the points replayed: (label, mode, yaml).
         winners: Vec<(String, String, String)>,
     },
+    /// What a dropped file holds.
+    Inspected {
+        /// Request id.
+        id: u32,
+        /// File name.
+        name: String,
+        /// `mooncake_trace`, `azure_trace`, `servesim_table`, `fpm`, ... (`inspect::Kind::key`).
+        kind: String,
+        /// The text `servesim data inspect` prints.
+        summary: String,
+        /// A kernel table's slices.
+        slices: Vec<String>,
+        /// A plotly figure of the file, when there is something to draw.
+        figure: Option<Box<serde_json::Value>>,
+    },
+    /// The problems of a config (empty when it would run).
+    Checked {
+        /// Request id.
+        id: u32,
+        /// Every problem, with its dotted path and position.
+        problems: Vec<Problem>,
+        /// Model ids the catalog knows (for the form's choices).
+        models: Vec<String>,
+        /// GPU ids the catalog knows.
+        hardware: Vec<String>,
+    },
     /// A run could not complete.
     Failed {
         /// Request id.
@@ -256,6 +312,19 @@ pub enum FromWorker {
         /// The CLI exit code for the same failure.
         exit_code: i32,
     },
+}
+
+/// One problem of a config, for the page to show at its field and line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// Dotted path of the value (`""`: the whole document).
+    pub path: String,
+    /// Line in the text (from 1), when known.
+    pub line: Option<u32>,
+    /// Column (from 1), when known.
+    pub col: Option<u32>,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// Events per slice between progress checks: small enough to keep progress smooth, large
@@ -268,6 +337,8 @@ const PROGRESS_EVERY_MS: f64 = 50.0;
 /// candidates of, and (on the coordinator) the search in progress.
 #[derive(Default)]
 pub struct WorkerState {
+    /// Files the user dropped, by name.
+    user: std::collections::BTreeMap<String, Vec<u8>>,
     catalog: Option<Catalog>,
     spec: Option<(String, String, Spec)>,
     search: Option<Coordinated>,
@@ -324,6 +395,64 @@ pub fn handle(
     now_ms: &dyn Fn() -> f64,
     post: &mut dyn FnMut(FromWorker),
 ) {
+    if let ToWorker::PutFile { name, base64 } = msg {
+        use base64::Engine as _;
+        match base64::engine::general_purpose::STANDARD.decode(base64.as_bytes()) {
+            Ok(bytes) => {
+                state.user.insert(name, bytes);
+            }
+            Err(e) => {
+                post(FromWorker::Failed { id: 0, message: format!("{name}: not base64: {e}"), exit_code: 2 })
+            }
+        }
+        return;
+    }
+    // Dropped files are read through the same `Files` as the data directory.
+    let user = std::mem::take(&mut state.user);
+    dispatch(state, msg, &Layered { data: files, user: &user }, now_ms, post);
+    state.user = user;
+}
+
+/// The data directory plus the user's dropped files.
+struct Layered<'a> {
+    data: &'a dyn Files,
+    user: &'a std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+impl Files for Layered<'_> {
+    /// A dropped file by the path a config gives: the exact name, or else the one dropped
+    /// file with the same base name (a CLI config's `../traces/x.jsonl` finds `x.jsonl`).
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        if let Some(b) = self.user.get(path) {
+            return Ok(b.clone());
+        }
+        let base = |p: &str| p.rsplit(['/', '\\']).next().unwrap_or(p).to_string();
+        let want = base(path);
+        let hits: Vec<&String> = self.user.keys().filter(|k| base(k) == want).collect();
+        match hits.as_slice() {
+            [one] => Ok(self.user[*one].clone()),
+            [] => Err(format!(
+                "cannot read '{path}': drop it on the Data tab first (files never leave this page)"
+            )),
+            many => Err(format!(
+                "cannot read '{path}': several dropped files are named '{want}' ({}); give the full name",
+                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        self.data.data(path)
+    }
+}
+
+fn dispatch(
+    state: &mut WorkerState,
+    msg: ToWorker,
+    files: &dyn Files,
+    now_ms: &dyn Fn() -> f64,
+    post: &mut dyn FnMut(FromWorker),
+) {
     let id = msg.id();
     let failed =
         |e: ScenarioError| FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() };
@@ -367,6 +496,9 @@ pub fn handle(
             }
         }
         ToWorker::Submit { id, candidates } => post(submit(state, id, &candidates)),
+        ToWorker::PutFile { .. } => {}
+        ToWorker::Inspect { id, name, slice } => post(inspect(files, id, &name, slice)),
+        ToWorker::Check { id, config } => post(check(state, id, &config, files)),
         ToWorker::Sweep { id, query, replay_top } => {
             let started_ms = now_ms();
             let reply = state.catalog().and_then(|catalog| {
@@ -410,6 +542,69 @@ pub fn handle(
             }
         }
     }
+}
+
+/// `servesim data inspect` of a dropped file, with a figure of it.
+fn inspect(files: &dyn Files, id: u32, name: &str, slice: usize) -> FromWorker {
+    let bytes = match files.read(name) {
+        Ok(b) => b,
+        Err(message) => return FromWorker::Failed { id, message, exit_code: 2 },
+    };
+    let side_name = servesim_scenario::perfdata::fpm_sidecar_path(name);
+    let side_text = if name.ends_with(".parquet") {
+        files.read(&side_name).ok().and_then(|b| String::from_utf8(b).ok())
+    } else {
+        None
+    };
+    let sidecar = side_text.as_deref().map(|t| (side_name.as_str(), t));
+    match servesim_scenario::inspect(name, bytes, sidecar, slice) {
+        Ok(found) => FromWorker::Inspected {
+            id,
+            name: name.to_string(),
+            kind: found.kind.key().to_string(),
+            summary: found.summary,
+            slices: found.slices,
+            figure: found.preview.as_ref().map(|p| Box::new(crate::charts::preview_figures(p))),
+        },
+        Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
+    }
+}
+
+/// Validates a config as `Run` would, without running it.
+fn check(state: &mut WorkerState, id: u32, config: &str, files: &dyn Files) -> FromWorker {
+    let outcome = match state.catalog() {
+        Ok(catalog) => parse_with_overrides(config, "scenario", &[])
+            .and_then(|root| prepare(&root, "scenario", catalog, None, files))
+            .err(),
+        Err(e) => Some(e),
+    };
+    let problems = match outcome {
+        None => Vec::new(),
+        Some(ScenarioError::Config { diagnostics, .. }) => diagnostics
+            .into_iter()
+            .map(|d| {
+                let (line, col) = match d.origin {
+                    servesim_scenario::node::Origin::File { line, col } => (Some(line), Some(col)),
+                    _ => (None, None),
+                };
+                Problem { path: d.path, line, col, message: d.message }
+            })
+            .collect(),
+        // Does not fit, or cannot run: about the deployment as a whole.
+        Some(e) => {
+            vec![Problem { path: "engine.workers".into(), line: None, col: None, message: e.to_string() }]
+        }
+    };
+    let (models, hardware) = state.catalog().map_or_else(
+        |_| (Vec::new(), Vec::new()),
+        |c| {
+            (
+                c.models.iter().map(|m| m.id.clone()).collect(),
+                c.hardware.iter().map(|h| h.id.clone()).collect(),
+            )
+        },
+    );
+    FromWorker::Checked { id, problems, models, hardware }
 }
 
 fn plan(state: &mut WorkerState, id: u32, text: &str, source: &str) -> Result<FromWorker, ScenarioError> {
@@ -854,5 +1049,138 @@ mod tests {
         ));
         let m = ToWorker::Run { id: 3, config: "x".into(), source: "s".into() };
         assert_eq!(decode_to_worker(&encode(&m)), Ok(m));
+    }
+
+    fn put(st: &mut WorkerState, name: &str, bytes: &[u8]) {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let mut out = Vec::new();
+        handle(
+            st,
+            ToWorker::PutFile { name: name.into(), base64: b64 },
+            &MemFiles::default(),
+            &|| 0.0,
+            &mut |m| {
+                out.push(m);
+            },
+        );
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    const TRACE: &str = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 8, \"hash_ids\": [1, 2]}\n\
+                         {\"timestamp\": 40, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [1, 3]}\n\
+                         {\"timestamp\": 90, \"input_length\": 300, \"output_length\": 9, \"hash_ids\": [1]}\n";
+
+    #[test]
+    fn dropped_trace_runs_by_name_or_by_a_path_ending_in_it() {
+        let mut st = WorkerState::default();
+        put(&mut st, "tiny.jsonl", TRACE.as_bytes());
+        let files = data_for("");
+        for path in ["tiny.jsonl", "../../shared/traces/tiny.jsonl"] {
+            let config = servesim_scenario::DEFAULT_SCENARIO.replace(
+                "  source:\n    type: synthetic\n    input_tokens: 1024\n    output_tokens: 128\n  load:\n    type: concurrency\n    concurrency: 10\n",
+                &format!("  source: {{type: trace, paths: [{path}]}}\n  load: {{type: trace_timestamps}}\n"),
+            );
+            assert!(config.contains("type: trace"), "{config}");
+            let mut out = Vec::new();
+            handle(
+                &mut st,
+                ToWorker::Run { id: 4, config, source: "page".into() },
+                &files,
+                &|| 0.0,
+                &mut |m| out.push(m),
+            );
+            let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("{out:?}") };
+            let v: serde_json::Value = serde_json::from_str(&prediction).unwrap();
+            assert_eq!(v["num_requests"], 3, "{prediction}");
+        }
+        // A file that was never dropped is named in the error.
+        let mut out = Vec::new();
+        let config = "engine: {model: Qwen/Qwen3-32B-FP8, hardware: h200_sxm, workers: {aggregated: {}}}\ntraffic: {source: {type: trace, paths: [gone.jsonl]}, load: {type: trace_timestamps}}\n";
+        handle(
+            &mut st,
+            ToWorker::Run { id: 5, config: config.into(), source: "page".into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        assert!(
+            matches!(&out[..], [FromWorker::Failed { id: 5, message, .. }] if message.contains("gone.jsonl") && message.contains("Data tab")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn dropped_files_are_inspected_like_the_cli_does() {
+        let mut st = WorkerState::default();
+        put(&mut st, "tiny.jsonl", TRACE.as_bytes());
+        put(
+            &mut st,
+            "broken.jsonl",
+            b"{\"timestamp\": 0, \"input_length\": -1, \"output_length\": 3, \"hash_ids\": [1]}\n",
+        );
+        let mut out = Vec::new();
+        let files = MemFiles::default();
+        for (id, name) in [(1, "tiny.jsonl"), (2, "broken.jsonl"), (3, "missing.csv")] {
+            handle(
+                &mut st,
+                ToWorker::Inspect { id, name: name.into(), slice: 0 },
+                &files,
+                &|| 0.0,
+                &mut |m| out.push(m),
+            );
+        }
+        let lib = servesim_scenario::inspect("tiny.jsonl", TRACE.as_bytes().to_vec(), None, 0).unwrap();
+        match &out[..] {
+            [FromWorker::Inspected { id: 1, kind, summary, figure: Some(_), .. }, FromWorker::Failed { id: 2, message: m2, .. }, FromWorker::Failed { id: 3, message: m3, .. }] =>
+            {
+                assert_eq!(kind, "mooncake_trace");
+                assert_eq!(*summary, lib.summary);
+                assert!(m2.contains("broken.jsonl:1") && m2.contains("input_length"), "{m2}");
+                assert!(m3.contains("missing.csv"), "{m3}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Garbage instead of base64 is refused, naming the file.
+        let mut out = Vec::new();
+        handle(
+            &mut st,
+            ToWorker::PutFile { name: "x.jsonl".into(), base64: "%%%".into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        assert!(
+            matches!(&out[..], [FromWorker::Failed { message, .. }] if message.contains("x.jsonl")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn check_lists_each_problem_at_its_path_and_line() {
+        let mut st = WorkerState::default();
+        let files = data_for("");
+        let bad = "engine:\n  model: Qwen/Qwen3-32B-FP8\n  hardware: h200_sxm\n  workers:\n    aggregated:\n      parallelism: {tensor: 0}\ntraffic:\n  load: {type: poisson, requests_per_second: -1}\n";
+        let mut out = Vec::new();
+        handle(&mut st, ToWorker::Check { id: 8, config: bad.into() }, &files, &|| 0.0, &mut |m| out.push(m));
+        let Some(FromWorker::Checked { id: 8, problems, models, hardware }) = out.pop() else {
+            panic!("{out:?}")
+        };
+        let at =
+            |p: &str| problems.iter().find(|x| x.path == p).unwrap_or_else(|| panic!("{p}: {problems:?}"));
+        assert_eq!(at("engine.workers.aggregated.parallelism.tensor").line, Some(6));
+        assert_eq!(at("traffic.load.requests_per_second").line, Some(8));
+        assert!(models.iter().any(|m| m == "Qwen/Qwen3-32B-FP8") && hardware.iter().any(|h| h == "h200_sxm"));
+        // The default scenario has none.
+        handle(
+            &mut st,
+            ToWorker::Check { id: 9, config: servesim_scenario::DEFAULT_SCENARIO.into() },
+            &files,
+            &|| 0.0,
+            &mut |m| out.push(m),
+        );
+        assert!(
+            matches!(out.pop(), Some(FromWorker::Checked { id: 9, problems, .. }) if problems.is_empty())
+        );
     }
 }

@@ -178,3 +178,57 @@ async fn app_mounts_and_never_hangs_without_a_worker() {
     assert!(err.contains("worker"), "{err}");
     drop(handle);
 }
+
+/// The scenario form is bound to the YAML text: the default scenario's values show in its
+/// fields, and a change to a field edits only that value of the text.
+#[wasm_bindgen_test]
+async fn form_fields_show_and_edit_the_yaml() {
+    let doc = web_sys::window().unwrap().document().unwrap();
+    let host: web_sys::HtmlElement = doc.create_element("div").unwrap().unchecked_into();
+    doc.body().unwrap().append_child(&host).unwrap();
+    let handle = leptos::mount::mount_to(host, servesim_web::app::App);
+    sleep_ms(20).await;
+    let input =
+        |id: &str| -> web_sys::HtmlInputElement { doc.get_element_by_id(id).unwrap().unchecked_into() };
+    assert_eq!(input("f-traffic-load-concurrency").value(), "10");
+    assert_eq!(input("f-engine-model").value(), "Qwen/Qwen3-32B-FP8");
+    let field = input("f-traffic-stop-requests");
+    field.set_value("42");
+    field.dispatch_event(&web_sys::Event::new("change").unwrap()).unwrap();
+    sleep_ms(20).await;
+    let yaml: web_sys::HtmlTextAreaElement = doc.get_element_by_id("scenario-yaml").unwrap().unchecked_into();
+    assert_eq!(yaml.value(), servesim_scenario::DEFAULT_SCENARIO.replace("requests: 100", "requests: 42"));
+    drop(handle);
+}
+
+/// A trace handed to the worker as a dropped file runs in WebAssembly, found by base name.
+#[wasm_bindgen_test]
+fn dropped_trace_runs_in_wasm() {
+    use base64::Engine as _;
+    let trace = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 8, \"hash_ids\": [1, 2]}\n\
+                 {\"timestamp\": 40, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [1, 3]}\n";
+    let mut st = WorkerState::default();
+    let files = data();
+    let mut out = Vec::new();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(trace);
+    handle(&mut st, ToWorker::PutFile { name: "t.jsonl".into(), base64: b64 }, &files, &|| 0.0, &mut |m| {
+        out.push(m)
+    });
+    let config = "engine: {model: Qwen/Qwen3-32B-FP8, hardware: h200_sxm, workers: {aggregated: {}}}\n\
+                  traffic: {source: {type: trace, paths: [traces/t.jsonl]}, load: {type: trace_timestamps}}\n";
+    handle(
+        &mut st,
+        ToWorker::Run { id: 1, config: config.into(), source: "page".into() },
+        &files,
+        &|| 0.0,
+        &mut |m| {
+            out.push(m);
+        },
+    );
+    match out.pop() {
+        Some(FromWorker::Done { prediction, .. }) => {
+            assert!(prediction.contains("\"num_requests\": 2"), "{prediction}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use servesim_data::aic::{self, Filter};
-use servesim_data::perf::{read_columns, read_table, write_table, Column};
+use servesim_data::perf::{read_columns, write_table};
 use servesim_perf::tables::Family;
 use servesim_scenario::catalog::Catalog;
 use sha2::{Digest, Sha256};
@@ -285,160 +285,15 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn distinct(c: &Column, limit: usize) -> (usize, Vec<String>) {
-    let mut set = BTreeSet::new();
-    for i in 0..c.len() {
-        if let Some(t) = c.text(i) {
-            set.insert(t);
-        }
-    }
-    let n = set.len();
-    (n, set.into_iter().take(limit).collect())
-}
-
-/// `servesim data inspect FILE`: what a data file holds.
+/// `servesim data inspect FILE`: what a data file holds (the page's Data tab shows the same).
 pub fn inspect(path: &Path) -> Result<(), Failure> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| fail(2, format!("cannot read {name}: {e}")))?;
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let mut out = String::new();
-    match ext.as_str() {
-        "parquet" => {
-            let cols = read_columns(&name, bytes.clone()).map_err(|e| fail(2, e.to_string()))?;
-            if cols.metadata.contains_key(servesim_data::perf::FAMILY_KEY) {
-                let t = read_table(&name, bytes).map_err(|e| fail(2, e.to_string()))?;
-                let _ = writeln!(
-                    out,
-                    "{name}: servesim table '{}', {} rows ({} duplicates dropped)",
-                    t.family.name(),
-                    t.rows,
-                    t.duplicates
-                );
-                for (k, v) in &cols.metadata {
-                    if k.starts_with("servesim.") {
-                        let _ = writeln!(out, "  {k}: {v}");
-                    }
-                }
-                let _ = writeln!(out, "  slices ({}): {}", t.family.keys().join("/"), t.slices().count());
-                for (k, g) in t.slices() {
-                    let axes: Vec<String> = t
-                        .family
-                        .axes()
-                        .iter()
-                        .zip(g.axes())
-                        .map(|(n, a)| {
-                            format!(
-                                "{n} {}..{} ({})",
-                                a.first().unwrap_or(&0),
-                                a.last().unwrap_or(&0),
-                                a.len()
-                            )
-                        })
-                        .collect();
-                    let _ = writeln!(
-                        out,
-                        "    {:<40} {:>6} points  {}",
-                        k.join("/"),
-                        g.measured_points(),
-                        axes.join(", ")
-                    );
-                }
-            } else if cols.columns.contains_key("cell_id") && cols.columns.contains_key("workload_kind") {
-                inspect_fpm(&name, bytes, &mut out)?;
-            } else {
-                let kind = if cols.columns.contains_key("kernel_source") {
-                    "AIConfigurator perf table"
-                } else {
-                    "Parquet file"
-                };
-                let _ = writeln!(out, "{name}: {kind}, {} rows, {} columns", cols.rows, cols.columns.len());
-                for (k, c) in &cols.columns {
-                    let (n, sample) = distinct(c, 8);
-                    let _ = writeln!(out, "  {k:<24} {n:>7} distinct  {}", sample.join(", "));
-                }
-            }
-        }
-        "jsonl" | "csv" => {
-            let format = if ext == "csv" {
-                servesim_data::trace::TraceFormat::AzureCsv
-            } else {
-                servesim_data::trace::TraceFormat::Mooncake
-            };
-            let t = servesim_data::trace::parse(&bytes, &name, format, 512)
-                .map_err(|e| fail(2, e.to_string()))?;
-            let rows = &t.trace.rows;
-            let inputs: Vec<u64> = rows.iter().map(|r| u64::from(r.input_tokens)).collect();
-            let outputs: Vec<u64> = rows.iter().map(|r| u64::from(r.output_tokens)).collect();
-            let span = rows.iter().map(|r| r.timestamp).max().map_or(0.0, |t| t.as_ms_f64() / 1000.0);
-            let mean =
-                |v: &[u64]| if v.is_empty() { 0.0 } else { v.iter().sum::<u64>() as f64 / v.len() as f64 };
-            let _ = writeln!(
-                out,
-                "{name}: {} trace, {} requests over {:.1} s; input tokens mean {:.0} max {}; output tokens mean {:.0} max {}",
-                if ext == "csv" { "Azure CSV" } else { "Mooncake JSONL" },
-                rows.len(),
-                span,
-                mean(&inputs),
-                inputs.iter().max().unwrap_or(&0),
-                mean(&outputs),
-                outputs.iter().max().unwrap_or(&0)
-            );
-        }
-        _ => return Err(fail(2, format!("{name}: unsupported file type (parquet, jsonl, csv)"))),
-    }
-    say_raw!("{out}");
-    Ok(())
-}
-
-/// `servesim data inspect` of an FPM table: its sidecar, each cell and its measured domain.
-fn inspect_fpm(name: &str, bytes: Vec<u8>, out: &mut String) -> Result<(), Failure> {
-    use servesim_data::fpm;
-    let side_path = fpm::sidecar_path(name);
-    let sidecar = match std::fs::read_to_string(&side_path) {
-        Ok(text) => {
-            let sc = fpm::read_sidecar(&side_path, &text).map_err(|e| fail(2, e.to_string()))?;
-            let _ = writeln!(
-                out,
-                "{name}: AISimulate FPM forward-pass table (sidecar {side_path}: schema v{}, {}, sha256 {})",
-                sc.schema_version,
-                if sc.measurement_policy.is_empty() {
-                    "no measurement policy"
-                } else {
-                    &sc.measurement_policy
-                },
-                if sc.parquet_sha256.is_some() { "checked" } else { "absent" }
-            );
-            sc
-        }
-        Err(_) => {
-            let _ = writeln!(
-                out,
-                "{name}: AISimulate FPM forward-pass table (no sidecar at {side_path}: not checked)"
-            );
-            fpm::Sidecar { schema_version: fpm::SCHEMA_VERSION, ..fpm::Sidecar::default() }
-        }
-    };
-    let cells = fpm::read_fpm(name, bytes, &sidecar).map_err(|e| fail(2, e.to_string()))?;
-    for c in &cells {
-        let _ = writeln!(out, "  cell {}", c.describe());
-        match servesim_perf::fpm::FpmModel::new(&c.data) {
-            Ok(m) => {
-                let d = m.domain();
-                let _ = writeln!(
-                    out,
-                    "    prefill: batch {}, new tokens {}, cached tokens {}; decode: batch {}, KV tokens {}{}",
-                    d.prefill[0],
-                    d.prefill[1],
-                    d.prefill[2],
-                    d.decode[0],
-                    d.decode[1],
-                    if m.repeated_rows > 0 { format!("; {} repeated rows (median used)", m.repeated_rows) } else { String::new() }
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(out, "    not usable: {e}");
-            }
-        }
-    }
+    // An FPM table's sidecar sits beside it; other files ignore it.
+    let side_path = servesim_data::fpm::sidecar_path(&name);
+    let side_text = if name.ends_with(".parquet") { std::fs::read_to_string(&side_path).ok() } else { None };
+    let sidecar = side_text.as_deref().map(|t| (side_path.as_str(), t));
+    let found = servesim_data::inspect::inspect(&name, bytes, sidecar, 0).map_err(|e| fail(2, e))?;
+    say_raw!("{}", found.summary);
     Ok(())
 }

@@ -325,8 +325,10 @@ pub struct WorkerSample {
     pub running: u32,
     /// KV blocks in use (all ranks).
     pub kv_blocks_used: u32,
-    /// Tokens computed since the run started (prefill and decode).
-    pub tokens_cumulative: u64,
+    /// Prompt tokens computed since the run started (prefill chunks).
+    pub prefill_cumulative: u64,
+    /// Output tokens computed since the run started (decode).
+    pub decode_cumulative: u64,
 }
 
 /// Worker state sampled on simulated time at a fixed interval. When the series grows past

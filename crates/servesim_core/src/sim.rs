@@ -759,7 +759,8 @@ fn sample_of(w: &Worker) -> WorkerSample {
         waiting: w.waiting() as u32,
         running: w.running() as u32,
         kv_blocks_used: w.kv_blocks_used(),
-        tokens_cumulative: w.stats.prefill_tokens + w.stats.decode_tokens,
+        prefill_cumulative: w.stats.prefill_tokens,
+        decode_cumulative: w.stats.decode_tokens,
     }
 }
 

@@ -7,9 +7,11 @@
 //! - [`silicon`]: measured end-to-end results of real deployments (calibration CSV).
 //! - [`fpm`]: AISimulate whole-forward (FPM) tables and their sidecars, read and written.
 //! - [`perf`]: kernel-latency tables in Parquet (servesim tables; AIConfigurator columns).
+//! - [`inspect`]: what any of these files holds (summary and a chart), for CLI and page.
 
 pub mod aic;
 pub mod fpm;
+pub mod inspect;
 pub mod perf;
 pub mod silicon;
 pub mod trace;

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod decode;
 pub mod diag;
+pub mod edit;
 pub mod estimate;
 pub mod fpmgrid;
 pub mod node;
@@ -23,6 +24,7 @@ pub mod validate;
 
 pub use report::Prediction;
 pub use scenario::{predict, Files, NoFiles, Override, Prepared, ScenarioError};
+pub use servesim_data::inspect::{inspect, Heatmap, Inspection, Kind as FileKind, Preview, Series};
 
 /// The default scenario: the one the app preloads and the README quick start runs.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../data/scenarios/default.yaml");

@@ -339,7 +339,7 @@ pub fn to_yaml(node: &Node) -> String {
     out
 }
 
-fn scalar_yaml(v: &Value) -> Option<String> {
+pub(crate) fn scalar_yaml(v: &Value) -> Option<String> {
     Some(match v {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),

@@ -16,6 +16,9 @@ use servesim_perf::tables::{Family, Table};
 
 use crate::scenario::{Files, ScenarioError};
 
+/// Where an FPM table's `.metadata.json` sidecar sits (same stem).
+pub use servesim_data::fpm::sidecar_path as fpm_sidecar_path;
+
 /// The engine versions whose tables ship in `data/perf` and are used when a config sets no
 /// `backend_version`: AIConfigurator 0.12's defaults (AICDB §3.1).
 #[must_use]

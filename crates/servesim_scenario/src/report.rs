@@ -244,26 +244,40 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             let col = |f: &dyn Fn(&servesim_core::metrics::WorkerSample) -> f64| -> Vec<f64> {
                 series.samples.iter().map(|s| s.get(w).map_or(0.0, f)).collect()
             };
-            let cumulative: Vec<u64> =
-                series.samples.iter().map(|s| s.get(w).map_or(0, |x| x.tokens_cumulative)).collect();
-            let mut rate = vec![0.0];
-            for k in 1..cumulative.len() {
-                let dt = (series.times[k] - series.times[k - 1]).as_secs_f64();
-                rate.push(if dt > 0.0 { (cumulative[k] - cumulative[k - 1]) as f64 / dt } else { 0.0 });
-            }
+            // Rates over each sample interval from the cumulative counters (exact however
+            // the series was thinned).
+            let rate_of = |f: &dyn Fn(&servesim_core::metrics::WorkerSample) -> u64| -> Vec<f64> {
+                let c: Vec<u64> = series.samples.iter().map(|s| s.get(w).map_or(0, f)).collect();
+                let mut rate = vec![0.0];
+                for k in 1..c.len() {
+                    let dt = (series.times[k] - series.times[k - 1]).as_secs_f64();
+                    rate.push(if dt > 0.0 { (c[k] - c[k - 1]) as f64 / dt } else { 0.0 });
+                }
+                rate
+            };
+            let prefill_rate = rate_of(&|x| x.prefill_cumulative);
+            let decode_rate = rate_of(&|x| x.decode_cumulative);
+            let rate: Vec<f64> = prefill_rate.iter().zip(&decode_rate).map(|(a, b)| a + b).collect();
             let st = &r.worker_stats[w];
             let np = if p.disaggregated() {
                 p.roles.first().map_or(0, |x| x.config.parallelism.replicas as usize)
             } else {
                 0
             };
+            // The worker's KV pool: every attention-DP rank's blocks.
+            let role = p.roles.get(usize::from(p.disaggregated() && w >= np));
+            let kv_total = role
+                .map_or(0, |r| u64::from(r.blocks_per_rank) * u64::from(r.config.parallelism.attention_data));
             json!({
                 "worker": w,
+                "kv_blocks_total": kv_total,
                 "role": if !p.disaggregated() { "aggregated" } else if w < np { "prefill" } else { "decode" },
                 "waiting": col(&|x| f64::from(x.waiting)),
                 "running": col(&|x| f64::from(x.running)),
                 "kv_blocks_used": col(&|x| f64::from(x.kv_blocks_used)),
                 "tokens_per_s": rate,
+                "prefill_tokens_per_s": prefill_rate,
+                "decode_tokens_per_s": decode_rate,
                 "steps": st.steps,
                 "busy_ms": st.busy_ns as f64 / 1e6,
                 "prefill_tokens": st.prefill_tokens,

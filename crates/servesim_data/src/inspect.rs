@@ -1,0 +1,503 @@
+//! What a data file holds, for `servesim data inspect` and the page's Data tab: the kind of
+//! file, a text summary, and a preview to draw (curves and a heatmap of a kernel table's
+//! slice, the arrival rate of a trace). Both front ends print the same summary.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use servesim_perf::tables::Grid;
+
+use crate::perf::{read_columns, read_table, Column, FAMILY_KEY};
+use crate::{fpm, trace};
+
+/// What kind of file it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A servesim kernel table (`data/perf/...`).
+    ServesimTable,
+    /// An AISimulate FPM forward-pass table.
+    Fpm,
+    /// The `.metadata.json` sidecar of an FPM table.
+    FpmSidecar,
+    /// A table of the AIConfigurator perf database.
+    AicTable,
+    /// Some other Parquet file.
+    Parquet,
+    /// A Mooncake JSONL trace.
+    MooncakeTrace,
+    /// An Azure LLM inference CSV trace.
+    AzureTrace,
+}
+
+impl Kind {
+    /// Short name (`trace`, `fpm`, ...), stable for callers that branch on it.
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::ServesimTable => "servesim_table",
+            Kind::Fpm => "fpm",
+            Kind::FpmSidecar => "fpm_sidecar",
+            Kind::AicTable => "aic_table",
+            Kind::Parquet => "parquet",
+            Kind::MooncakeTrace => "mooncake_trace",
+            Kind::AzureTrace => "azure_trace",
+        }
+    }
+}
+
+/// One curve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Legend entry.
+    pub name: String,
+    /// Abscissae.
+    pub x: Vec<f64>,
+    /// Ordinates.
+    pub y: Vec<f64>,
+}
+
+/// A heatmap over two axes (`z[row][col]`, `None` where nothing was measured).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Heatmap {
+    /// Column coordinates.
+    pub x: Vec<f64>,
+    /// Row coordinates.
+    pub y: Vec<f64>,
+    /// Values.
+    pub z: Vec<Vec<Option<f64>>>,
+    /// Row axis name.
+    pub y_title: String,
+}
+
+/// Something to draw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preview {
+    /// Chart title.
+    pub title: String,
+    /// Abscissa name.
+    pub x_title: String,
+    /// Ordinate name.
+    pub y_title: String,
+    /// Logarithmic axes (kernel tables span decades).
+    pub log: bool,
+    /// Curves.
+    pub series: Vec<Series>,
+    /// The same data as a heatmap, when there are two axes.
+    pub heatmap: Option<Heatmap>,
+}
+
+/// What [`inspect`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inspection {
+    /// The kind of file.
+    pub kind: Kind,
+    /// The text summary (what `servesim data inspect` prints).
+    pub summary: String,
+    /// A kernel table's slices (key values joined by `/`), in order; empty otherwise.
+    pub slices: Vec<String>,
+    /// A chart of the file (of slice `slice` for a kernel table).
+    pub preview: Option<Preview>,
+}
+
+/// Curves drawn at most per preview (more would be unreadable).
+const MAX_CURVES: usize = 8;
+/// Most bins of a trace's arrival-rate preview.
+const RATE_BINS: usize = 60;
+/// Mean arrivals per bin the preview aims for at least, so a short trace's rate is not a comb
+/// of empty and full bins.
+const ARRIVALS_PER_BIN: usize = 5;
+
+fn distinct(c: &Column, limit: usize) -> (usize, Vec<String>) {
+    let mut set = BTreeSet::new();
+    for i in 0..c.len() {
+        if let Some(t) = c.text(i) {
+            set.insert(t);
+        }
+    }
+    let n = set.len();
+    (n, set.into_iter().take(limit).collect())
+}
+
+/// Inspects a file by name and contents. `sidecar` is the text of an FPM table's
+/// `.metadata.json` when the caller has it (name, text); `slice` picks which slice of a kernel
+/// table to preview.
+///
+/// # Errors
+/// An unsupported file type, or the reader's error naming the file and what is wrong.
+pub fn inspect(
+    name: &str,
+    bytes: Vec<u8>,
+    sidecar: Option<(&str, &str)>,
+    slice: usize,
+) -> Result<Inspection, String> {
+    let lower = name.to_ascii_lowercase();
+    let ext = lower.rsplit_once('.').map_or("", |(_, e)| e);
+    let mut out = String::new();
+    match ext {
+        "parquet" => {
+            let cols = read_columns(name, bytes.clone()).map_err(|e| e.to_string())?;
+            if cols.metadata.contains_key(FAMILY_KEY) {
+                return servesim_table(name, bytes, &cols.metadata, slice);
+            }
+            if cols.columns.contains_key("cell_id") && cols.columns.contains_key("workload_kind") {
+                fpm_table(name, bytes, sidecar, &mut out)?;
+                return Ok(Inspection { kind: Kind::Fpm, summary: out, slices: Vec::new(), preview: None });
+            }
+            let kind = if cols.columns.contains_key("kernel_source") { Kind::AicTable } else { Kind::Parquet };
+            let what = if kind == Kind::AicTable { "AIConfigurator perf table" } else { "Parquet file" };
+            let _ = writeln!(out, "{name}: {what}, {} rows, {} columns", cols.rows, cols.columns.len());
+            for (k, c) in &cols.columns {
+                let (n, sample) = distinct(c, 8);
+                let _ = writeln!(out, "  {k:<24} {n:>7} distinct  {}", sample.join(", "));
+            }
+            Ok(Inspection { kind, summary: out, slices: Vec::new(), preview: None })
+        }
+        "jsonl" | "csv" => trace_file(name, &bytes),
+        "json" if lower.ends_with(".metadata.json") => {
+            let text = String::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8 text"))?;
+            let sc = fpm::read_sidecar(name, &text).map_err(|e| e.to_string())?;
+            let _ = writeln!(
+                out,
+                "{name}: AISimulate FPM sidecar, schema v{}, {}, parquet sha256 {}",
+                sc.schema_version,
+                if sc.measurement_policy.is_empty() { "no measurement policy" } else { &sc.measurement_policy },
+                sc.parquet_sha256.as_deref().unwrap_or("absent")
+            );
+            Ok(Inspection { kind: Kind::FpmSidecar, summary: out, slices: Vec::new(), preview: None })
+        }
+        _ => Err(format!(
+            "{name}: unsupported file type (servesim reads .parquet tables, .metadata.json FPM sidecars, .jsonl and .csv traces)"
+        )),
+    }
+}
+
+fn servesim_table(
+    name: &str,
+    bytes: Vec<u8>,
+    metadata: &std::collections::BTreeMap<String, String>,
+    slice: usize,
+) -> Result<Inspection, String> {
+    let t = read_table(name, bytes).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: servesim table '{}', {} rows ({} duplicates dropped)",
+        t.family.name(),
+        t.rows,
+        t.duplicates
+    );
+    for (k, v) in metadata {
+        if k.starts_with("servesim.") {
+            let _ = writeln!(out, "  {k}: {v}");
+        }
+    }
+    let _ = writeln!(out, "  slices ({}): {}", t.family.keys().join("/"), t.slices().count());
+    let mut slices = Vec::new();
+    let mut preview = None;
+    for (i, (k, g)) in t.slices().enumerate() {
+        let axes: Vec<String> = t
+            .family
+            .axes()
+            .iter()
+            .zip(g.axes())
+            .map(|(n, a)| {
+                format!("{n} {}..{} ({})", a.first().unwrap_or(&0), a.last().unwrap_or(&0), a.len())
+            })
+            .collect();
+        let label = k.join("/");
+        let _ = writeln!(out, "    {label:<40} {:>6} points  {}", g.measured_points(), axes.join(", "));
+        if i == slice {
+            preview = Some(grid_preview(&format!("{} {label}", t.family.name()), t.family.axes(), g));
+        }
+        slices.push(label);
+    }
+    Ok(Inspection { kind: Kind::ServesimTable, summary: out, slices, preview })
+}
+
+#[allow(clippy::cast_precision_loss)] // Axis coordinates are far below 2^53.
+fn grid_preview(title: &str, names: &[&str], g: &Grid) -> Preview {
+    let axes = g.axes();
+    let dims = axes.len();
+    // Fix every axis beyond the first two where the (0, 1) plane has the most measurements.
+    let mut fixed = vec![0usize; dims];
+    if dims > 2 {
+        let others: Vec<usize> = (2..dims).collect();
+        let combos: usize = others.iter().map(|&d| axes[d].len()).product();
+        let mut best = (0usize, vec![0usize; dims]);
+        for c in 0..combos {
+            let mut idx = vec![0usize; dims];
+            let mut rest = c;
+            for &d in &others {
+                idx[d] = rest % axes[d].len();
+                rest /= axes[d].len();
+            }
+            let mut count = 0;
+            for i in 0..axes[0].len() {
+                for j in 0..axes[1].len() {
+                    idx[0] = i;
+                    idx[1] = j;
+                    if exact_at(g, &idx).is_some() {
+                        count += 1;
+                    }
+                }
+            }
+            if count > best.0 {
+                best = (count, idx);
+            }
+        }
+        fixed = best.1;
+    }
+    let held: Vec<String> =
+        (2..dims).map(|d| format!("{} = {}", names.get(d).unwrap_or(&"?"), axes[d][fixed[d]])).collect();
+    let title = if held.is_empty() { title.to_string() } else { format!("{title} ({})", held.join(", ")) };
+    let x_title = names.first().unwrap_or(&"x").to_string();
+    let curve = |j: Option<usize>| -> Series {
+        let mut idx = fixed.clone();
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for (i, &c) in axes[0].iter().enumerate() {
+            idx[0] = i;
+            if let Some(j) = j {
+                idx[1] = j;
+            }
+            if let Some(v) = exact_at(g, &idx) {
+                x.push(c as f64);
+                y.push(v);
+            }
+        }
+        let name = match j {
+            Some(j) => format!("{} = {}", names.get(1).unwrap_or(&"?"), axes[1][j]),
+            None => "latency".to_string(),
+        };
+        Series { name, x, y }
+    };
+    if dims < 2 {
+        return Preview {
+            title,
+            x_title,
+            y_title: "latency (ms)".into(),
+            log: true,
+            series: vec![curve(None)],
+            heatmap: None,
+        };
+    }
+    let n1 = axes[1].len();
+    let step = n1.div_ceil(MAX_CURVES).max(1);
+    let series: Vec<Series> =
+        (0..n1).step_by(step).map(|j| curve(Some(j))).filter(|s| !s.x.is_empty()).collect();
+    let z: Vec<Vec<Option<f64>>> = (0..n1)
+        .map(|j| {
+            (0..axes[0].len())
+                .map(|i| {
+                    let mut idx = fixed.clone();
+                    idx[0] = i;
+                    idx[1] = j;
+                    exact_at(g, &idx)
+                })
+                .collect()
+        })
+        .collect();
+    Preview {
+        title,
+        x_title,
+        y_title: "latency (ms)".into(),
+        log: true,
+        series,
+        heatmap: Some(Heatmap {
+            x: axes[0].iter().map(|&c| c as f64).collect(),
+            y: axes[1].iter().map(|&c| c as f64).collect(),
+            z,
+            y_title: names.get(1).unwrap_or(&"y").to_string(),
+        }),
+    }
+}
+
+fn exact_at(g: &Grid, idx: &[usize]) -> Option<f64> {
+    let coords: Vec<u64> = idx.iter().zip(g.axes()).map(|(&i, a)| a[i]).collect();
+    g.exact(&coords)
+}
+
+fn fpm_table(
+    name: &str,
+    bytes: Vec<u8>,
+    sidecar: Option<(&str, &str)>,
+    out: &mut String,
+) -> Result<(), String> {
+    let side_path = fpm::sidecar_path(name);
+    let sidecar = match sidecar {
+        Some((side_name, text)) => {
+            let sc = fpm::read_sidecar(side_name, text).map_err(|e| e.to_string())?;
+            let _ = writeln!(
+                out,
+                "{name}: AISimulate FPM forward-pass table (sidecar {side_name}: schema v{}, {}, sha256 {})",
+                sc.schema_version,
+                if sc.measurement_policy.is_empty() {
+                    "no measurement policy"
+                } else {
+                    &sc.measurement_policy
+                },
+                if sc.parquet_sha256.is_some() { "checked" } else { "absent" }
+            );
+            sc
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "{name}: AISimulate FPM forward-pass table (no sidecar at {side_path}: not checked)"
+            );
+            fpm::Sidecar { schema_version: fpm::SCHEMA_VERSION, ..fpm::Sidecar::default() }
+        }
+    };
+    let cells = fpm::read_fpm(name, bytes, &sidecar).map_err(|e| e.to_string())?;
+    for c in &cells {
+        let _ = writeln!(out, "  cell {}", c.describe());
+        match servesim_perf::fpm::FpmModel::new(&c.data) {
+            Ok(m) => {
+                let d = m.domain();
+                let _ = writeln!(
+                    out,
+                    "    prefill: batch {}, new tokens {}, cached tokens {}; decode: batch {}, KV tokens {}{}",
+                    d.prefill[0],
+                    d.prefill[1],
+                    d.prefill[2],
+                    d.decode[0],
+                    d.decode[1],
+                    if m.repeated_rows > 0 {
+                        format!("; {} repeated rows (median used)", m.repeated_rows)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "    not usable: {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::cast_precision_loss)] // Counts are far below 2^53.
+fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
+    let format = trace::TraceFormat::from_name(name);
+    let t = trace::parse(bytes, name, format, 512).map_err(|e| e.to_string())?;
+    let rows = &t.trace.rows;
+    let inputs: Vec<u64> = rows.iter().map(|r| u64::from(r.input_tokens)).collect();
+    let outputs: Vec<u64> = rows.iter().map(|r| u64::from(r.output_tokens)).collect();
+    let span_s = rows.iter().map(|r| r.timestamp).max().map_or(0.0, |t| t.as_ms_f64() / 1000.0);
+    let mean = |v: &[u64]| if v.is_empty() { 0.0 } else { v.iter().sum::<u64>() as f64 / v.len() as f64 };
+    let (kind, what) = match format {
+        trace::TraceFormat::AzureCsv => (Kind::AzureTrace, "Azure CSV"),
+        trace::TraceFormat::Mooncake => (Kind::MooncakeTrace, "Mooncake JSONL"),
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: {what} trace, {} requests over {span_s:.1} s; input tokens mean {:.0} max {}; output tokens mean {:.0} max {}",
+        rows.len(),
+        mean(&inputs),
+        inputs.iter().max().unwrap_or(&0),
+        mean(&outputs),
+        outputs.iter().max().unwrap_or(&0)
+    );
+    let blocks: usize = rows.iter().map(|r| r.hash_ids.len()).sum();
+    if blocks > 0 {
+        let unique: BTreeSet<u64> = rows.iter().flat_map(|r| r.hash_ids.iter().copied()).collect();
+        let _ = writeln!(
+            out,
+            "  prompt blocks ({} tokens each): {blocks}, of which {} distinct ({:.1}% could be reused)",
+            t.trace.block_size,
+            unique.len(),
+            100.0 * (1.0 - unique.len() as f64 / blocks as f64)
+        );
+    }
+    if let Some(line) = t.untimed_line {
+        let _ = writeln!(
+            out,
+            "  line {line} has no timestamp: replay it under concurrency, not trace_timestamps"
+        );
+    }
+    // Arrival rate over the trace.
+    let preview = (span_s > 0.0).then(|| {
+        let bins = (rows.len() / ARRIVALS_PER_BIN).clamp(1, RATE_BINS);
+        let width = span_s / bins as f64;
+        let mut counts = vec![0u64; bins];
+        for r in rows {
+            let s = r.timestamp.as_ms_f64() / 1000.0;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let b = ((s / width) as usize).min(bins - 1);
+            counts[b] += 1;
+        }
+        Preview {
+            title: format!("{name}: arrivals"),
+            x_title: "time (s)".into(),
+            y_title: "requests/s".into(),
+            log: false,
+            series: vec![Series {
+                name: "arrival rate".into(),
+                x: (0..bins).map(|b| (b as f64 + 0.5) * width).collect(),
+                y: counts.iter().map(|&c| c as f64 / width).collect(),
+            }],
+            heatmap: None,
+        }
+    });
+    Ok(Inspection { kind, summary: out, slices: Vec::new(), preview })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_are_summarised_with_their_arrival_rate() {
+        let text = "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 10, \"hash_ids\": [1, 2]}\n\
+                    {\"timestamp\": 1000, \"input_length\": 1024, \"output_length\": 30, \"hash_ids\": [1, 3]}\n\
+                    {\"timestamp\": 2000, \"input_length\": 512, \"output_length\": 20, \"hash_ids\": [1]}\n";
+        let i = inspect("t.jsonl", text.as_bytes().to_vec(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::MooncakeTrace);
+        assert!(i.summary.contains("3 requests over 2.0 s"), "{}", i.summary);
+        assert!(i.summary.contains("5, of which 3 distinct (40.0% could be reused)"), "{}", i.summary);
+        let p = i.preview.unwrap();
+        // Three arrivals make one bin over the whole trace: 3 requests / 2 s.
+        assert_eq!(p.series[0].y, [1.5]);
+    }
+
+    #[test]
+    fn kernel_tables_preview_measured_points_only() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/perf/h200_sxm/vllm/0.24.0/gemm.parquet");
+        let bytes = std::fs::read(path).unwrap();
+        let i = inspect("gemm.parquet", bytes.clone(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::ServesimTable);
+        assert!(!i.slices.is_empty());
+        let t = read_table("gemm.parquet", bytes).unwrap();
+        let (_, g) = t.slices().next().unwrap();
+        let p = i.preview.unwrap();
+        let h = p.heatmap.unwrap();
+        // Every heatmap cell is a measured point of the slice (or empty), none interpolated.
+        let k = p
+            .title
+            .rsplit_once("k = ")
+            .map(|(_, k)| k.trim_end_matches(')').parse::<u64>().unwrap())
+            .unwrap();
+        let mut filled = 0;
+        for (r, row) in h.z.iter().enumerate() {
+            for (c, v) in row.iter().enumerate() {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let coords = [h.x[c] as u64, h.y[r] as u64, k];
+                assert_eq!(*v, g.exact(&coords));
+                filled += usize::from(v.is_some());
+            }
+        }
+        assert!(filled > 10, "{filled}");
+        assert!(!p.series.is_empty() && p.series.len() <= MAX_CURVES);
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let e = inspect("x.txt", Vec::new(), None, 0).unwrap_err();
+        assert!(e.contains("x.txt") && e.contains("unsupported"), "{e}");
+        let e = inspect("x.parquet", b"PAR1 not really".to_vec(), None, 0).unwrap_err();
+        assert!(e.contains("x.parquet"), "{e}");
+        let e = inspect("t.jsonl", b"{\"timestamp\": 0}\n".to_vec(), None, 0).unwrap_err();
+        assert!(e.contains("t.jsonl:1"), "{e}");
+    }
+}

@@ -1,0 +1,179 @@
+//! The Predict page's result summary beyond the headline cards: latency percentiles, SLA
+//! attainment, GPUs, the memory and KV breakdown per worker role, and where the step times
+//! came from. Pure functions of prediction.json (tested natively) and the views that show them.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::app::fmt_num;
+
+/// Latency figures tabulated: (prediction.json stem, label).
+pub const LATENCIES: [(&str, &str); 4] =
+    [("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_latency_ms", "E2E")];
+/// Statistics per latency: (key prefix, heading).
+pub const STATS: [(&str, &str); 5] =
+    [("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99")];
+
+/// The percentile table: one row per latency, ms with two decimals.
+#[must_use]
+pub fn latency_rows(p: &Value) -> Vec<(&'static str, Vec<String>)> {
+    LATENCIES
+        .iter()
+        .map(|(stem, label)| {
+            (*label, STATS.iter().map(|(s, _)| fmt_num(&p[format!("{s}_{stem}")], 2)).collect())
+        })
+        .collect()
+}
+
+/// SLA attainment: requests that met the SLA over completed requests, as text (`no SLA set`
+/// when the scenario has none).
+#[must_use]
+pub fn attainment(p: &Value) -> String {
+    match (p["goodput_completed_requests"].as_f64(), p["completed_requests"].as_f64()) {
+        (Some(good), Some(done)) if done > 0.0 => {
+            format!("{:.1}% ({good:.0} of {done:.0})", 100.0 * good / done)
+        }
+        (Some(_), _) => "–".into(),
+        _ => "no SLA set".into(),
+    }
+}
+
+/// GiB with one decimal.
+fn gib(v: &Value) -> String {
+    v.as_f64().map_or_else(|| "–".into(), |b| format!("{:.1}", b / f64::from(1u32 << 30)))
+}
+
+/// Memory rows per role: (label, one cell per role), GiB per GPU unless stated.
+#[must_use]
+pub fn memory_rows(p: &Value) -> (Vec<String>, Vec<(&'static str, Vec<String>)>) {
+    let Some(mem) = p["servesim"]["memory"].as_object() else { return (Vec::new(), Vec::new()) };
+    let roles: Vec<String> = mem.keys().cloned().collect();
+    let row = |label: &'static str, f: &dyn Fn(&Value) -> String| (label, mem.values().map(f).collect());
+    let rows = vec![
+        row("GPU memory (GiB)", &|m| gib(&m["total_gpu_capacity_bytes"])),
+        row("weights", &|m| gib(&m["weights_bytes"])),
+        row("activations", &|m| gib(&m["activations_bytes"])),
+        row("runtime overhead", &|m| gib(&m["runtime_overhead_bytes"])),
+        row("communication buffers", &|m| gib(&m["comm_overhead_bytes"])),
+        row("CUDA graphs", &|m| gib(&m["cuda_graph_reserved_bytes"])),
+        row("KV cache", &|m| gib(&m["kv_cache_bytes"])),
+        row("KV bytes per token", &|m| fmt_num(&m["kv_size_per_token_bytes"], 0)),
+        row("KV capacity (tokens)", &|m| fmt_num(&m["total_kv_size_tokens"], 0)),
+    ];
+    (roles, rows)
+}
+
+/// Timing provenance per role: (role, model, data source, lookups as text).
+#[must_use]
+pub fn provenance(p: &Value) -> Vec<(String, String, String, String)> {
+    p["servesim"]["timing"].as_array().map_or(Vec::new(), |a| {
+        a.iter()
+            .map(|t| {
+                let l = &t["lookups"];
+                let n = |k: &str| l[k].as_u64().unwrap_or(0);
+                let total = n("measured") + n("interpolated") + n("extrapolated") + n("roofline");
+                let lookups = if total == 0 {
+                    "–".to_string()
+                } else {
+                    format!(
+                        "{} measured · {} interpolated · {} extrapolated · {} roofline",
+                        n("measured"),
+                        n("interpolated"),
+                        n("extrapolated"),
+                        n("roofline")
+                    )
+                };
+                (
+                    t["role"].as_str().unwrap_or("").to_string(),
+                    t["model"].as_str().unwrap_or("").to_string(),
+                    t["data"].as_str().unwrap_or("").to_string(),
+                    lookups,
+                )
+            })
+            .collect()
+    })
+}
+
+/// The summary of a finished run.
+#[component]
+pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
+    let with =
+        move |f: fn(&Value) -> String| move || prediction.with(|p| p.as_ref().map_or_else(|| "–".into(), f));
+    view! {
+        <Show when=move || prediction.with(Option::is_some)>
+            <div class="summary-grid">
+                <dl class="answer" id="run-facts">
+                    <dt>"GPUs"</dt><dd id="gpus">{with(|p| fmt_num(&p["servesim"]["deployment"]["gpus"], 0))}</dd>
+                    <dt>"SLA attainment"</dt><dd id="sla-attainment">{with(attainment)}</dd>
+                    <dt>"Goodput"</dt><dd id="goodput">{with(|p| match p["goodput_request_throughput_rps"].as_f64() {
+                        Some(_) => format!("{} req/s · {} output tok/s", fmt_num(&p["goodput_request_throughput_rps"], 3), fmt_num(&p["goodput_output_throughput_tok_s"], 1)),
+                        None => "–".into(),
+                    })}</dd>
+                    <dt>"Prefix cache reuse"</dt><dd id="prefix-reuse">{with(|p| p["prefix_cache_reused_ratio"].as_f64().map_or_else(|| "–".into(), |r| format!("{:.1}%", 100.0 * r)))}</dd>
+                    <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
+                </dl>
+                <div class="table-wrap">
+                    <table id="latency-table" class="compact">
+                        <caption>"Latency (ms)"</caption>
+                        <thead><tr><th></th>{STATS.iter().map(|(_, h)| view! { <th scope="col">{*h}</th> }).collect_view()}</tr></thead>
+                        <tbody>{move || prediction.with(|p| p.as_ref().map(latency_rows).unwrap_or_default()).into_iter().map(|(label, cells)| view! {
+                            <tr><th scope="row">{label}</th>{cells.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr>
+                        }).collect_view()}</tbody>
+                    </table>
+                </div>
+            </div>
+            <details id="memory-details">
+                <summary>"Memory and KV cache per GPU"</summary>
+                {move || {
+                    let (roles, rows) = prediction.with(|p| p.as_ref().map(memory_rows).unwrap_or_default());
+                    view! {
+                        <table id="memory-table" class="compact">
+                            <thead><tr><th></th>{roles.into_iter().map(|r| view! { <th scope="col">{r}</th> }).collect_view()}</tr></thead>
+                            <tbody>{rows.into_iter().map(|(label, cells)| view! {
+                                <tr><th scope="row">{label}</th>{cells.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr>
+                            }).collect_view()}</tbody>
+                        </table>
+                    }
+                }}
+            </details>
+            <details id="provenance-details">
+                <summary>"Where the step times come from"</summary>
+                <ul id="provenance" class="winners">
+                    {move || prediction.with(|p| p.as_ref().map(provenance).unwrap_or_default()).into_iter().map(|(role, model, data, lookups)| view! {
+                        <li><strong>{role}</strong>": "{model}" — "{data}<br/><span class="hint">{lookups}</span></li>
+                    }).collect_view()}
+                </ul>
+            </details>
+        </Show>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pd() -> Value {
+        serde_json::from_str(include_str!("../../tests/golden/pd_vllm.prediction.json")).unwrap()
+    }
+
+    #[test]
+    fn percentiles_sla_memory_and_provenance_come_from_prediction_json() {
+        let p = pd();
+        let rows = latency_rows(&p);
+        assert_eq!(rows[0].0, "TTFT");
+        assert_eq!(rows[0].1[0], fmt_num(&p["mean_ttft_ms"], 2));
+        assert_eq!(rows[3].1[4], fmt_num(&p["p99_e2e_latency_ms"], 2));
+        assert_eq!(attainment(&p), "72.0% (216 of 300)");
+        let default: Value =
+            serde_json::from_str(include_str!("../../tests/golden/default.prediction.json")).unwrap();
+        assert_eq!(attainment(&default), "no SLA set");
+        let (roles, mem) = memory_rows(&p);
+        assert_eq!(roles, ["prefill", "decode"]);
+        let weights = mem.iter().find(|(l, _)| *l == "weights").unwrap();
+        assert_eq!(weights.1[0], "16.0");
+        let prov = provenance(&p);
+        assert_eq!(prov.len(), 2);
+        assert_eq!(prov[0].1, "op_level");
+        assert!(prov[0].3.starts_with("2 measured · 1798 interpolated"), "{}", prov[0].3);
+    }
+}
