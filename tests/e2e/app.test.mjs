@@ -3,8 +3,8 @@
 //   BASE_URL=http://127.0.0.1:PORT/ SERVESIM_BIN=target/debug/servesim node --test tests/e2e/
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, mkdirSync, writeFileSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -471,6 +471,13 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await trace.waitFor({ timeout: 30000 });
   const cliText = execFileSync(join(process.cwd(), BIN), ['data', 'inspect', 'tiny_trace.jsonl'], { cwd: dir }).toString();
   assert.equal(await trace.locator('pre.summary').textContent(), cliText, 'page summary equals servesim data inspect');
+  // A file dropped on the drop zone is read the same way.
+  await page.evaluate((text) => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([text], 'dropped.jsonl', { type: 'application/jsonl' }));
+    document.querySelector('#drop-zone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, rows.slice(0, 10).join('\n') + '\n');
+  await page.locator('li.data-file[data-name="dropped.jsonl"][data-kind="mooncake_trace"]').waitFor({ timeout: 30000 });
   const bad = page.locator('li.data-file[data-name="bad.jsonl"][data-kind="failed"] pre.summary');
   await bad.waitFor({ timeout: 30000 });
   assert.match(await bad.textContent(), /bad\.jsonl:2/);
@@ -491,6 +498,46 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   writeFileSync(join(dir, 'scenario.yaml'), yaml);
   execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'out', 'prediction.json'), 'utf8'));
+  // A folder: a config naming its trace by a relative path runs as the CLI runs it there.
+  const folder = join(dir, 'study');
+  mkdirSync(join(folder, 'traces'), { recursive: true });
+  writeFileSync(join(folder, 'traces', 'burst.jsonl'), rows.slice(0, 25).join('\n') + '\n');
+  writeFileSync(join(folder, 'scenario.yaml'), 'engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n'
+    + '  workers: {aggregated: {}}\ntraffic:\n  source: {type: trace, paths: [traces/burst.jsonl]}\n  load: {type: trace_timestamps}\n');
+  await page.click('#tab-data');
+  await page.setInputFiles('#data-folder', folder);
+  const cfg = page.locator('li.data-file[data-name="study/scenario.yaml"][data-kind="config"]');
+  await cfg.waitFor({ timeout: 30000 });
+  await page.locator('li.data-file[data-name="study/traces/burst.jsonl"][data-kind="mooncake_trace"]').waitFor({ timeout: 30000 });
+  const prev = await page.textContent('#prediction-json');
+  await cfg.locator('button.open-config').click();
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, prev, { timeout: 60000 });
+  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: folder, stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(folder, 'out', 'prediction.json'), 'utf8'));
+  // An AISimulate FPM table with its sidecar times the scenario in Predict, as in the CLI.
+  await page.selectOption('#preset', '0');
+  await waitDone(page);
+  await page.click('#tab-data');
+  const fpmDir = 'tests/fixtures/fpm/vllm';
+  await page.setInputFiles('#data-files', [join(fpmDir, 'fpm_forward_perf.parquet'), join(fpmDir, 'fpm_forward_perf.metadata.json')]);
+  const fpm = page.locator('li.data-file[data-name="fpm_forward_perf.parquet"][data-kind="fpm"]');
+  await fpm.waitFor({ timeout: 30000 });
+  await page.locator('li.data-file[data-name="fpm_forward_perf.metadata.json"][data-kind="fpm_sidecar"]').waitFor({ timeout: 30000 });
+  const prevFpm = await page.textContent('#prediction-json');
+  await fpm.locator('button.use-fpm').click();
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, prevFpm, { timeout: 60000 });
+  const fpmYaml = await page.inputValue('#scenario-yaml');
+  assert.match(fpmYaml, /forward_model: fpm/);
+  const fpmRun = join(dir, 'fpm');
+  mkdirSync(fpmRun);
+  writeFileSync(join(fpmRun, 'scenario.yaml'), fpmYaml);
+  for (const f of ['fpm_forward_perf.parquet', 'fpm_forward_perf.metadata.json']) writeFileSync(join(fpmRun, f), readFileSync(join(fpmDir, f)));
+  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: fpmRun, stdio: ['ignore', 'pipe', 'pipe'] });
+  const fpmPage = await page.textContent('#prediction-json');
+  assert.equal(fpmPage, readFileSync(join(fpmRun, 'out', 'prediction.json'), 'utf8'));
+  assert.match(fpmPage, /"model": "fpm"/);
   await page.close();
 });
 
@@ -526,6 +573,33 @@ test('a strict Content-Security-Policy holds, and the app runs offline after its
   await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
   assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no CSP violation');
   await context.close();
+});
+
+test('the built app works from a sub-path of a static host', async () => {
+  // dist/ served as /apps/servesim/ by a plain static server (nothing rewrites URLs).
+  const root = mkdtempSync(join(tmpdir(), 'servesim-e2e-host-'));
+  mkdirSync(join(root, 'apps'));
+  symlinkSync(join(process.cwd(), 'dist'), join(root, 'apps', 'servesim'));
+  const server = spawn('python3', ['-u', '-m', 'http.server', '0', '--bind', '127.0.0.1', '--directory', root], { stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    const port = await new Promise((resolve, reject) => {
+      const seen = (d) => { const m = /port (\d+)/.exec(d.toString()); if (m) resolve(Number(m[1])); };
+      server.stdout.on('data', seen);
+      server.stderr.on('data', seen);
+      server.on('exit', () => reject(new Error('static server exited')));
+    });
+    const page = await browser.newPage();
+    const failed = [];
+    page.on('response', (r) => { if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
+    await page.goto(`http://127.0.0.1:${port}/apps/servesim/`);
+    const status = await waitDone(page);
+    assert.match(status, /^Done: 100 requests/);
+    assert.equal(await page.textContent('#prediction-json'), cliPrediction());
+    assert.deepEqual(failed, [], 'every asset, worker and table is found under the sub-path');
+    await page.close();
+  } finally {
+    server.kill();
+  }
 });
 
 test('first result and load size are measured (written to test-artifacts, not asserted)', async () => {

@@ -150,6 +150,107 @@ async fn read_file(f: &web_sys::File) -> Result<Vec<u8>, String> {
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
+/// A picked file's name: its path inside a picked folder (`webkitRelativePath`), else its name.
+fn relative_name(f: &web_sys::File) -> String {
+    let rel = js_sys::Reflect::get(f, &wasm_bindgen::JsValue::from_str("webkitRelativePath"))
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_default();
+    if rel.is_empty() {
+        f.name()
+    } else {
+        rel
+    }
+}
+
+fn call(
+    obj: &wasm_bindgen::JsValue,
+    method: &str,
+    args: &[&wasm_bindgen::JsValue],
+) -> Result<wasm_bindgen::JsValue, String> {
+    let f: js_sys::Function = js_sys::Reflect::get(obj, &wasm_bindgen::JsValue::from_str(method))
+        .ok()
+        .and_then(|f| f.dyn_into().ok())
+        .ok_or_else(|| format!("the browser has no {method}()"))?;
+    let r = match args {
+        [] => f.call0(obj),
+        [a] => f.call1(obj, a),
+        [a, b] => f.call2(obj, a, b),
+        _ => return Err(format!("{method}: too many arguments")),
+    };
+    r.map_err(|e| format!("{method}: {e:?}"))
+}
+
+/// The file-system entries of a drop (files and folders), taken during the event.
+fn drop_entries(dt: &web_sys::DataTransfer) -> Vec<wasm_bindgen::JsValue> {
+    let Ok(items) = js_sys::Reflect::get(dt, &wasm_bindgen::JsValue::from_str("items")) else {
+        return Vec::new();
+    };
+    let n = js_sys::Reflect::get(&items, &wasm_bindgen::JsValue::from_str("length"))
+        .ok()
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let n = n as u32;
+    (0..n)
+        .filter_map(|i| js_sys::Reflect::get_u32(&items, i).ok())
+        .filter_map(|item| call(&item, "webkitGetAsEntry", &[]).ok())
+        .filter(|e| !e.is_null() && !e.is_undefined())
+        .collect()
+}
+
+/// Calls a callback-style method (`success`, `error` arguments) and awaits its result.
+async fn callback(obj: &wasm_bindgen::JsValue, method: &str) -> Result<wasm_bindgen::JsValue, String> {
+    let mut failed = None;
+    let p = js_sys::Promise::new(&mut |resolve, reject| {
+        if let Err(e) = call(obj, method, &[&resolve, &reject]) {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    wasm_bindgen_futures::JsFuture::from(p).await.map_err(|e| format!("{method}: {e:?}"))
+}
+
+/// Every file under the dropped entries, named by its path (a folder's files keep the folder's
+/// name in front, as “Choose folder…” gives them).
+async fn files_under(mut stack: Vec<wasm_bindgen::JsValue>) -> Result<Vec<(String, web_sys::File)>, String> {
+    let flag = |e: &wasm_bindgen::JsValue, k: &str| {
+        js_sys::Reflect::get(e, &wasm_bindgen::JsValue::from_str(k))
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    };
+    let mut out = Vec::new();
+    while let Some(e) = stack.pop() {
+        if flag(&e, "isFile") {
+            let file: web_sys::File =
+                callback(&e, "file").await?.dyn_into().map_err(|_| "not a file".to_string())?;
+            let path = js_sys::Reflect::get(&e, &wasm_bindgen::JsValue::from_str("fullPath"))
+                .ok()
+                .and_then(|v| v.as_string())
+                .unwrap_or_else(|| file.name());
+            out.push((path.trim_start_matches('/').to_string(), file));
+        } else if flag(&e, "isDirectory") {
+            let reader = call(&e, "createReader", &[])?;
+            // readEntries returns a batch at a time until an empty one.
+            loop {
+                let batch: js_sys::Array = callback(&reader, "readEntries")
+                    .await?
+                    .dyn_into()
+                    .map_err(|_| "not a list".to_string())?;
+                if batch.length() == 0 {
+                    break;
+                }
+                stack.extend(batch.iter());
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 fn figure(v: &Value) -> Option<Figure> {
     (v.is_object()).then(|| Figure { data: v["data"].clone(), layout: v["layout"].clone() })
 }
@@ -234,14 +335,8 @@ pub fn DataPage(
         send.with_value(|s| s(ToWorker::Inspect { id, name, slice }));
     };
 
-    let add = move |list: Vec<web_sys::File>| {
-        for f in list {
-            // `webkitRelativePath`: the file's path inside a picked folder (empty otherwise).
-            let rel = js_sys::Reflect::get(&f, &wasm_bindgen::JsValue::from_str("webkitRelativePath"))
-                .ok()
-                .and_then(|v| v.as_string())
-                .unwrap_or_default();
-            let name = if rel.is_empty() { f.name() } else { rel };
+    let add = move |list: Vec<(String, web_sys::File)>| {
+        for (name, f) in list {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let size = f.size() as usize;
             entries.update(|es| {
@@ -275,7 +370,7 @@ pub fn DataPage(
             return;
         };
         if let Some(list) = input.files() {
-            add((0..list.length()).filter_map(|i| list.get(i)).collect());
+            add((0..list.length()).filter_map(|i| list.get(i)).map(|f| (relative_name(&f), f)).collect());
         }
         // The same file picked again (after editing it) is read again.
         input.set_value("");
@@ -284,19 +379,22 @@ pub fn DataPage(
         ev.prevent_default();
         dragging.set(false);
         let Some(dt) = ev.data_transfer() else { return };
-        if let Some(list) = dt.files() {
-            // A dropped folder arrives as an empty, type-less entry that cannot be read.
-            let (files, dirs): (Vec<_>, Vec<_>) = (0..list.length())
-                .filter_map(|i| list.get(i))
-                .partition(|f| !(f.size() == 0.0 && f.type_().is_empty() && !f.name().contains('.')));
-            if !dirs.is_empty() {
-                action_error.set(format!(
-                    "{} looks like a folder: use “Choose folder…” to read a folder's files",
-                    dirs.iter().map(web_sys::File::name).collect::<Vec<_>>().join(", ")
-                ));
+        // Entries must be taken while the event lasts; folders are then read at leisure.
+        let entries = drop_entries(&dt);
+        if entries.is_empty() {
+            // No file-system entries (a drop made by a script): the plain file list.
+            if let Some(list) = dt.files() {
+                add((0..list.length()).filter_map(|i| list.get(i)).map(|f| (f.name(), f)).collect());
             }
-            add(files);
+            return;
         }
+        wasm_bindgen_futures::spawn_local(async move {
+            match files_under(entries).await {
+                Ok(found) if found.is_empty() => action_error.set("nothing readable was dropped".into()),
+                Ok(found) => add(found),
+                Err(e) => action_error.set(e),
+            }
+        });
     };
 
     // Draw each described file's figures.
@@ -428,7 +526,7 @@ pub fn DataPage(
                     on:dragover=move |ev: leptos::ev::DragEvent| { ev.prevent_default(); dragging.set(true); }
                     on:dragleave=move |_| dragging.set(false)
                     on:drop=on_drop>
-                    <p>"Drop files here, or "</p>
+                    <p>"Drop files or folders here, or "</p>
                     <label class="button">"Choose files…"<input id="data-files" type="file" multiple class="visually-hidden" on:change=from_input /></label>
                     " "
                     <label class="button secondary">"Choose folder…"<input id="data-folder" type="file" multiple node_ref=folder class="visually-hidden" on:change=from_input /></label>

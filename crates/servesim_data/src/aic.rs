@@ -207,11 +207,13 @@ mod tests {
 
     fn cols(rows: &[(&str, &str, i64, f64)]) -> Columns {
         let mut c = Columns { rows: rows.len(), ..Columns::default() };
-        c.columns
-            .insert("gemm_dtype".into(), Column::Text(rows.iter().map(|r| Some(r.0.to_string())).collect()));
+        c.columns.insert(
+            "gemm_dtype".into(),
+            Column::from_strings(rows.iter().map(|r| Some(r.0.to_string())).collect()),
+        );
         c.columns.insert(
             "kernel_source".into(),
-            Column::Text(rows.iter().map(|r| Some(r.1.to_string())).collect()),
+            Column::from_strings(rows.iter().map(|r| Some(r.1.to_string())).collect()),
         );
         c.columns.insert("m".into(), Column::Int(rows.iter().map(|r| Some(r.2)).collect()));
         c.columns.insert("n".into(), Column::Int(rows.iter().map(|_| Some(64)).collect()));

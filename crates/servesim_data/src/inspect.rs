@@ -5,10 +5,10 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use servesim_perf::tables::Grid;
+use servesim_perf::tables::{Family, Grid, Table};
 
 use crate::perf::{read_columns, read_table, Column, FAMILY_KEY};
-use crate::{fpm, trace};
+use crate::{aic, fpm, trace};
 
 /// What kind of file it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,23 @@ pub fn inspect(
                 let (n, sample) = distinct(c, 8);
                 let _ = writeln!(out, "  {k:<24} {n:>7} distinct  {}", sample.join(", "));
             }
-            Ok(Inspection { kind, summary: out, slices: Vec::new(), preview: None })
+            // An AIConfigurator table named as in its `systems/data` tree is converted as
+            // `servesim data import-aic` would, and its slices drawn like servesim's own.
+            let family = Family::ALL.into_iter().find(|f| lower.ends_with(aic::source_path(*f).1));
+            let (mut slices, mut preview) = (Vec::new(), None);
+            if let (Kind::AicTable, Some(family)) = (kind, family) {
+                let imported = aic::convert(name, family, &cols, &aic::Filter::default()).map_err(|e| e.to_string())?;
+                let _ = writeln!(
+                    out,
+                    "  as servesim '{}' rows: {} kept, {} dropped (other kernel lanes, beam width > 1)",
+                    family.name(),
+                    imported.rows.len(),
+                    imported.dropped_rows
+                );
+                let t = Table::from_rows(family, imported.rows).map_err(|e| format!("{name}: {}", e.message))?;
+                (slices, preview) = table_slices(&t, slice, &mut out);
+            }
+            Ok(Inspection { kind, summary: out, slices, preview })
         }
         "jsonl" | "csv" => trace_file(name, &bytes),
         "json" if lower.ends_with(".metadata.json") => {
@@ -191,6 +207,12 @@ fn servesim_table(
             let _ = writeln!(out, "  {k}: {v}");
         }
     }
+    let (slices, preview) = table_slices(&t, slice, &mut out);
+    Ok(Inspection { kind: Kind::ServesimTable, summary: out, slices, preview })
+}
+
+/// Lists a table's slices into `out`; the slice names and a preview of slice `slice`.
+fn table_slices(t: &Table, slice: usize, out: &mut String) -> (Vec<String>, Option<Preview>) {
     let _ = writeln!(out, "  slices ({}): {}", t.family.keys().join("/"), t.slices().count());
     let mut slices = Vec::new();
     let mut preview = None;
@@ -211,7 +233,7 @@ fn servesim_table(
         }
         slices.push(label);
     }
-    Ok(Inspection { kind: Kind::ServesimTable, summary: out, slices, preview })
+    (slices, preview)
 }
 
 #[allow(clippy::cast_precision_loss)] // Axis coordinates are far below 2^53.
@@ -489,6 +511,55 @@ mod tests {
         }
         assert!(filled > 10, "{filled}");
         assert!(!p.series.is_empty() && p.series.len() <= MAX_CURVES);
+    }
+
+    /// An AIConfigurator-style GEMM table: two kernel lanes, the second denser.
+    fn aic_gemm() -> Vec<u8> {
+        use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+        use std::sync::Arc;
+        let mut rows: Vec<(&str, &str, i64, i64, f64)> = Vec::new();
+        for (i, m) in [1i64, 8, 64, 512].iter().enumerate() {
+            for n in [1024i64, 4096] {
+                #[allow(clippy::cast_precision_loss)]
+                let lat = 0.01 * (1.0 + i as f64) * (n as f64 / 1024.0);
+                rows.push(("fp8", "cublas", *m, n, lat));
+                if *m < 64 {
+                    rows.push(("fp8", "other", *m, n, lat * 2.0));
+                }
+            }
+        }
+        let cols: Vec<(&str, ArrayRef)> = vec![
+            ("gemm_dtype", Arc::new(StringArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>()))),
+            ("kernel_source", Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
+            ("m", Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))),
+            ("n", Arc::new(Int64Array::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()))),
+            ("k", Arc::new(Int64Array::from(vec![2048i64; rows.len()]))),
+            ("latency", Arc::new(Float64Array::from(rows.iter().map(|r| r.4).collect::<Vec<_>>()))),
+        ];
+        let batch = RecordBatch::try_from_iter(cols).unwrap();
+        let mut out = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        out
+    }
+
+    #[test]
+    fn aiconfigurator_tables_are_converted_and_drawn() {
+        let i = inspect("systems/data/h200_sxm/vllm/0.24.0/gemm_perf.parquet", aic_gemm(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::AicTable);
+        assert!(i.summary.contains("as servesim 'gemm' rows: 8 kept, 4 dropped"), "{}", i.summary);
+        assert_eq!(i.slices, ["fp8"]);
+        let p = i.preview.unwrap();
+        let h = p.heatmap.unwrap();
+        // The kept lane's latency at m = 64, n = 4096: 0.01 × 3 × 4.
+        let (r, c) =
+            (h.y.iter().position(|&y| y == 4096.0).unwrap(), h.x.iter().position(|&x| x == 64.0).unwrap());
+        assert!((h.z[r][c].unwrap() - 0.12).abs() < 1e-12);
+        // Under another name it is only listed (no family to convert to).
+        let other = inspect("mystery.parquet", aic_gemm(), None, 0).unwrap();
+        assert_eq!(other.kind, Kind::AicTable);
+        assert!(other.preview.is_none() && other.slices.is_empty());
     }
 
     #[test]

@@ -155,13 +155,32 @@ impl Grid {
     /// # Errors
     /// On inconsistent dimensions, non-positive coordinates or latencies, or an oversized grid.
     pub fn from_points(dims: usize, points: &[(Vec<u64>, f64)]) -> Result<(Grid, usize), TableError> {
-        let mut axes: Vec<Vec<u64>> = vec![Vec::new(); dims];
+        let mut coords = Vec::with_capacity(points.len() * dims);
+        let mut lats = Vec::with_capacity(points.len());
         for (c, lat) in points {
             if c.len() != dims {
                 return Err(TableError {
                     message: format!("point {c:?} has {} coordinates, expected {dims}", c.len()),
                 });
             }
+            coords.extend_from_slice(c);
+            lats.push(*lat);
+        }
+        Grid::from_flat(dims, &coords, &lats)
+    }
+
+    /// [`Grid::from_points`] with the points' coordinates laid end to end (`dims` per point).
+    ///
+    /// # Errors
+    /// As [`Grid::from_points`].
+    pub fn from_flat(dims: usize, coords: &[u64], lats: &[f64]) -> Result<(Grid, usize), TableError> {
+        if dims == 0 || coords.len() != lats.len() * dims {
+            return Err(TableError {
+                message: format!("{} coordinates for {} points of {dims} axes", coords.len(), lats.len()),
+            });
+        }
+        let mut axes: Vec<Vec<u64>> = vec![Vec::with_capacity(lats.len()); dims];
+        for (c, lat) in coords.chunks_exact(dims).zip(lats) {
             if !(lat.is_finite() && *lat > 0.0) {
                 return Err(TableError {
                     message: format!("latency {lat} at {c:?} is not a positive number"),
@@ -179,6 +198,7 @@ impl Grid {
         for a in &mut axes {
             a.sort_unstable();
             a.dedup();
+            a.shrink_to_fit();
         }
         let cells = axes.iter().try_fold(1usize, |acc, a| acc.checked_mul(a.len().max(1)));
         let cells = match cells {
@@ -192,7 +212,7 @@ impl Grid {
         };
         let mut g = Grid { axes, values: vec![f64::NAN; cells], measured_points: 0 };
         let mut duplicates = 0;
-        for (c, lat) in points {
+        for (c, lat) in coords.chunks_exact(dims).zip(lats) {
             let mut idx = 0;
             for (d, v) in c.iter().enumerate() {
                 // Present by construction.
@@ -511,6 +531,42 @@ impl Table {
             slices.insert(k, g);
         }
         Ok(Table { family, slices, rows: total, duplicates })
+    }
+
+    /// Builds a table from rows already grouped by slice key: `(key, coordinates laid end to
+    /// end, latencies)`, with `rows` rows in all. Readers use it to avoid a vector per row.
+    ///
+    /// # Errors
+    /// As [`Table::from_rows`].
+    pub fn from_groups(
+        family: Family,
+        groups: Vec<(Vec<String>, Vec<u64>, Vec<f64>)>,
+        rows: usize,
+    ) -> Result<Table, TableError> {
+        let (nk, na) = (family.keys().len(), family.axes().len());
+        let mut slices = BTreeMap::new();
+        let mut duplicates = 0;
+        for (k, coords, lats) in groups {
+            if k.len() != nk {
+                return Err(TableError {
+                    message: format!(
+                        "{}: slice key {k:?} has {} parts, expected {nk}",
+                        family.name(),
+                        k.len()
+                    ),
+                });
+            }
+            let (g, dup) = Grid::from_flat(na, &coords, &lats).map_err(|e| TableError {
+                message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
+            })?;
+            duplicates += dup;
+            if slices.insert(k.clone(), g).is_some() {
+                return Err(TableError {
+                    message: format!("{}: slice {} given twice", family.name(), k.join("/")),
+                });
+            }
+        }
+        Ok(Table { family, slices, rows, duplicates })
     }
 
     /// The grid of one slice.
