@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, mkdirSync, writeFileSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, readFileSync, mkdirSync, writeFileSync, symlinkSync, cpSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -538,6 +538,29 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   const fpmPage = await page.textContent('#prediction-json');
   assert.equal(fpmPage, readFileSync(join(fpmRun, 'out', 'prediction.json'), 'utf8'));
   assert.match(fpmPage, /"model": "fpm"/);
+  // A folder of the AIConfigurator perf database times Predict in place of the built-in
+  // tables; the CLI gives the same bytes with the same table imported by `data import-aic`.
+  await page.selectOption('#preset', '0');
+  await waitDone(page);
+  await page.click('#tab-data');
+  await page.setInputFiles('#data-folder', 'tests/fixtures/aic');
+  const aic = page.locator('li.data-file[data-name="aic/systems/data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"][data-kind="aic_table"]');
+  await aic.waitFor({ timeout: 30000 });
+  await aic.locator('[id^="data-heatmap-"][data-status="rendered"]').waitFor({ timeout: 30000 });
+  const prevAic = await page.textContent('#prediction-json');
+  await aic.locator('button.use-aic').click();
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, prevAic, { timeout: 60000 });
+  const aicRun = join(dir, 'aic');
+  cpSync('data/perf', join(aicRun, 'perf'), { recursive: true });
+  execFileSync(join(process.cwd(), BIN), ['data', 'import-aic', '--from', 'tests/fixtures/aic', '--out', join(aicRun, 'perf'),
+    '--systems', 'h200_sxm', '--backends', 'vllm'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  writeFileSync(join(aicRun, 'scenario.yaml'), await page.inputValue('#scenario-yaml'));
+  execFileSync(join(process.cwd(), BIN), ['predict', '-c', join(aicRun, 'scenario.yaml'), '--data-dir', aicRun, '--output-dir', join(aicRun, 'out')],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
+  const aicPage = await page.textContent('#prediction-json');
+  assert.equal(aicPage, readFileSync(join(aicRun, 'out', 'prediction.json'), 'utf8'));
+  assert.ok(JSON.parse(aicPage).mean_tpot_ms > 1.3 * JSON.parse(prevAic).mean_tpot_ms, 'the 1.5x slower GEMMs are used');
   await page.close();
 });
 

@@ -124,6 +124,26 @@ pub fn use_fpm(config: &str, name: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// The scenario on the GPU, engine and version of AIConfigurator table `name` (from its place
+/// in a `systems/data` tree), so its runs are timed with it.
+///
+/// # Errors
+/// `name` is not placed in such a tree, or `config` does not parse.
+pub fn use_aic(config: &str, name: &str) -> Result<String, String> {
+    let (_, path) = servesim_scenario::perfdata::aic_path(name).ok_or_else(|| {
+        format!("{name}: not inside an AIConfigurator systems/data/<gpu>/<op>/<engine>/<version>/ folder, so its GPU and engine are unknown; pick the folder instead")
+    })?;
+    let parts: Vec<&str> = path.split('/').collect();
+    let s = |v: &str| node::Value::Str(v.to_string());
+    let mut out = edit::set(config, "engine.hardware", Some(&s(parts[1])))?;
+    // perf/<gpu>/<engine>/<version>/<family>.parquet (NCCL tables have no engine).
+    if let [_, _, backend, version, _] = parts.as_slice() {
+        out = edit::set(&out, "engine.backend", Some(&s(backend)))?;
+        out = edit::set(&out, "engine.backend_version", Some(&s(version)))?;
+    }
+    Ok(out)
+}
+
 /// Human size (`1.2 MB`).
 #[must_use]
 pub fn human_size(bytes: usize) -> String {
@@ -448,6 +468,12 @@ pub fn DataPage(
                 let (n, kind) = (name.clone(), kind.clone());
                 view! { <button class="use-trace" on:click=move |_| apply(use_trace(&config.get_untracked(), &n, &kind))>"Replay in Predict"</button> }.into_any()
             }
+            Status::Inspected { kind, .. }
+                if kind == "aic_table" && servesim_scenario::perfdata::aic_path(&name).is_some() =>
+            {
+                let n = name.clone();
+                view! { <button class="use-aic" title="Runs on this table's GPU, engine and version use it in place of servesim's own" on:click=move |_| apply(use_aic(&config.get_untracked(), &n))>"Time Predict with this table"</button> }.into_any()
+            }
             Status::Inspected { kind, .. } if kind == "fpm" => {
                 let n = name.clone();
                 view! { <button class="use-fpm" on:click=move |_| apply(use_fpm(&config.get_untracked(), &n))>"Time Predict with this table"</button> }.into_any()
@@ -520,7 +546,8 @@ pub fn DataPage(
                 <h2>"Data"</h2>
                 <p class="hint">
                     "Traces (Mooncake .jsonl, Azure .csv), servesim and AIConfigurator Parquet tables, AISimulate FPM tables with their .metadata.json, and scenario configs (.yaml, .json). "
-                    "Files are read in this tab and never uploaded; a config that names a dropped file by name (or by a path ending in its name) runs with it."
+                    "Files are read in this tab and never uploaded; a config that names a dropped file by name (or by a path ending in its name) runs with it. "
+                    "Tables of the AIConfigurator perf database picked with their folders (systems/data/<gpu>/<op>/<engine>/<version>/) replace servesim's own tables for that GPU, engine and version in every run until the page is reloaded."
                 </p>
                 <div id="drop-zone" class="drop-zone" class:dragging=move || dragging.get()
                     on:dragover=move |ev: leptos::ev::DragEvent| { ev.prevent_default(); dragging.set(true); }
@@ -571,6 +598,27 @@ mod tests {
             assert_eq!(t.get("fpm_parquet_path").unwrap().value, node::Value::Str("fpm.parquet".into()));
         }
         assert!(use_fpm("traffic: {}\n", "x.parquet").unwrap_err().contains("engine.workers"));
+    }
+
+    #[test]
+    fn an_aiconfigurator_table_sets_its_gpu_engine_and_version() {
+        let out = use_aic(
+            servesim_scenario::DEFAULT_SCENARIO,
+            "aic/systems/data/h100_sxm/gemm/sglang/0.5.14/gemm_perf.parquet",
+        )
+        .unwrap();
+        let root = node::parse(&out, None).unwrap();
+        let get = |p: &str| edit::lookup(&root, p).map(|n| n.value.clone());
+        assert_eq!(get("engine.hardware"), Some(node::Value::Str("h100_sxm".into())));
+        assert_eq!(get("engine.backend"), Some(node::Value::Str("sglang".into())));
+        assert_eq!(get("engine.backend_version"), Some(node::Value::Str("0.5.14".into())));
+        let nccl =
+            use_aic(servesim_scenario::DEFAULT_SCENARIO, "x/b200_sxm/comm/nccl/2.27/nccl_perf.parquet")
+                .unwrap();
+        assert!(nccl.contains("hardware: b200_sxm") && nccl.contains("backend: vllm"), "{nccl}");
+        assert!(use_aic(servesim_scenario::DEFAULT_SCENARIO, "gemm_perf.parquet")
+            .unwrap_err()
+            .contains("pick the folder"));
     }
 
     #[test]

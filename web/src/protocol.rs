@@ -441,7 +441,17 @@ impl Files for Layered<'_> {
         }
     }
 
+    /// A dropped AIConfigurator table that maps to `path` (by its place in a `systems/data`
+    /// tree) replaces servesim's own: the user chose it. Converted on use.
     fn data(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        use servesim_scenario::perfdata::{aic_path, aic_table};
+        for (name, bytes) in self.user {
+            if let Some((family, p)) = aic_path(name) {
+                if p == path {
+                    return aic_table(name, family, bytes.clone()).map(Some).map_err(|e| e.to_string());
+                }
+            }
+        }
         self.data.data(path)
     }
 }
@@ -1182,5 +1192,33 @@ mod tests {
         assert!(
             matches!(out.pop(), Some(FromWorker::Checked { id: 9, problems, .. }) if problems.is_empty())
         );
+    }
+
+    #[test]
+    fn a_dropped_aiconfigurator_table_replaces_the_built_in_one() {
+        let name = "aic/systems/data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet";
+        let tpot = |st: &mut WorkerState| {
+            let mut out = Vec::new();
+            let msg = ToWorker::Run {
+                id: 1,
+                config: servesim_scenario::DEFAULT_SCENARIO.into(),
+                source: "d".into(),
+            };
+            handle(st, msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+            let Some(FromWorker::Done { prediction, .. }) = out.pop() else { panic!("{out:?}") };
+            serde_json::from_str::<serde_json::Value>(&prediction).unwrap()["mean_tpot_ms"].as_f64().unwrap()
+        };
+        let mut st = WorkerState::default();
+        let base = tpot(&mut st);
+        put(
+            &mut st,
+            name,
+            include_bytes!(
+                "../../tests/fixtures/aic/systems/data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+            ),
+        );
+        // The fixture's GEMMs are 1.5x the built-in ones (tests/aic_tables.rs).
+        let ratio = tpot(&mut st) / base;
+        assert!(ratio > 1.3 && ratio < 1.51, "{ratio}");
     }
 }

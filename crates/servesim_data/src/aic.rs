@@ -28,6 +28,79 @@ pub fn source_path(family: Family) -> (&'static str, &'static str) {
     }
 }
 
+/// Where a file of AIConfigurator's `systems/data` tree goes in servesim's data directory:
+/// `…/<system>/<dir>/<backend>/<version>/<file>` → `perf/<system>/<backend>/<version>/<family>.parquet`
+/// (NCCL, which has no engine: `…/<system>/comm/nccl/<version>/nccl_perf.parquet` →
+/// `perf/<system>/nccl.parquet`). `None` for a path of any other shape.
+#[must_use]
+pub fn servesim_path(aic_path: &str) -> Option<(Family, String)> {
+    let parts: Vec<&str> = aic_path.split(['/', '\\']).filter(|p| !p.is_empty()).collect();
+    let [.., system, dir, backend, version, file] = parts.as_slice() else { return None };
+    let family = Family::ALL.into_iter().find(|f| source_path(*f) == (*dir, *file))?;
+    Some(if family == Family::Nccl {
+        (*backend == "nccl").then(|| (family, format!("perf/{system}/nccl.parquet")))?
+    } else {
+        (family, format!("perf/{system}/{backend}/{version}/{}.parquet", family.name()))
+    })
+}
+
+/// Converts one AIConfigurator table into a servesim table file (every row kept: no catalog
+/// filter), as `servesim data import-aic` would write it for this one file.
+///
+/// # Errors
+/// The file is not a readable AIConfigurator table of `family`.
+pub fn to_servesim_table(name: &str, family: Family, bytes: Vec<u8>) -> Result<Vec<u8>, PerfFileError> {
+    let cols = crate::perf::read_columns(name, bytes)?;
+    let imported = convert(name, family, &cols, &Filter::default())?;
+    let meta = vec![("servesim.source".to_string(), format!("AIConfigurator table {name}"))];
+    crate::perf::write_table(name, family, &imported.rows, &meta)
+}
+
+/// Writes servesim rows back in AIConfigurator's column layout, one kernel lane — the inverse
+/// of [`convert`], for test fixtures and for trying a perf database edited by hand. Not for
+/// all-reduce, whose second key AIConfigurator keeps in the lane column.
+///
+/// # Errors
+/// For all-reduce, rows of the wrong shape, or an encoding failure.
+pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result<Vec<u8>, PerfFileError> {
+    use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+    use std::sync::Arc;
+    let err = |m: String| PerfFileError { file: file.into(), message: m };
+    if family == Family::AllReduce {
+        return Err(err("all-reduce tables keep their launch mode in the lane column; not written".into()));
+    }
+    let (key_cols, axis_cols) = columns(family);
+    if let Some((i, _)) =
+        rows.iter().enumerate().find(|(_, r)| r.0.len() != key_cols.len() || r.1.len() != axis_cols.len())
+    {
+        return Err(err(format!("row {} does not match the {} shape", i + 1, family.name())));
+    }
+    let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
+    for (j, name) in key_cols.iter().enumerate() {
+        cols.push((
+            name,
+            Arc::new(StringArray::from(rows.iter().map(|r| r.0[j].as_str()).collect::<Vec<_>>())),
+        ));
+    }
+    for (j, name) in axis_cols.iter().enumerate() {
+        #[allow(clippy::cast_possible_wrap)]
+        let v: Vec<i64> = rows.iter().map(|r| r.1[j] as i64).collect();
+        cols.push((name, Arc::new(Int64Array::from(v))));
+    }
+    cols.push(("kernel_source", Arc::new(StringArray::from(vec![lane; rows.len()]))));
+    cols.push(("latency", Arc::new(Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))));
+    let batch = RecordBatch::try_from_iter(cols).map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(parquet::basic::ZstdLevel::default()))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(props))
+        .map_err(|e| err(e.to_string()))?;
+    w.write(&batch).map_err(|e| err(e.to_string()))?;
+    w.close().map_err(|e| err(e.to_string()))?;
+    Ok(out)
+}
+
 /// Source columns of each family's keys and axes, in [`Family::keys`] / [`Family::axes`] order.
 fn columns(family: Family) -> (&'static [&'static str], &'static [&'static str]) {
     match family {
@@ -235,6 +308,41 @@ mod tests {
         assert_eq!(out.lanes.get("bfloat16").map(String::as_str), Some("a"));
         assert_eq!(out.rows.len(), 3);
         assert_eq!(out.dropped_rows, 1);
+    }
+
+    #[test]
+    fn written_tables_convert_back_to_the_same_rows() {
+        let rows: Vec<Row> = [(1u64, 0.5), (8, 0.6), (64, 0.9)]
+            .iter()
+            .map(|(m, l)| (vec!["fp8".to_string()], vec![*m, 512, 1024], *l))
+            .collect();
+        let bytes = write_aic("g.parquet", Family::Gemm, &rows, "cublas").unwrap();
+        let back = to_servesim_table("g.parquet", Family::Gemm, bytes).unwrap();
+        let t = crate::perf::read_table("g", back).unwrap();
+        assert_eq!(t.slice(&["fp8"]).unwrap().exact(&[8, 512, 1024]), Some(0.6));
+        assert!(write_aic("a.parquet", Family::AllReduce, &[], "x").is_err());
+    }
+
+    #[test]
+    fn tree_paths_map_to_servesim_paths() {
+        assert_eq!(
+            servesim_path("aic/systems/data/h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"),
+            Some((Family::Gemm, "perf/h200_sxm/vllm/0.24.0/gemm.parquet".into()))
+        );
+        assert_eq!(
+            servesim_path("h100_sxm/attention/sglang/0.5.14/generation_attention_perf.parquet"),
+            Some((
+                Family::GenerationAttention,
+                "perf/h100_sxm/sglang/0.5.14/generation_attention.parquet".into()
+            ))
+        );
+        assert_eq!(
+            servesim_path("data/b200_sxm/comm/nccl/2.27/nccl_perf.parquet"),
+            Some((Family::Nccl, "perf/b200_sxm/nccl.parquet".into()))
+        );
+        assert_eq!(servesim_path("gemm_perf.parquet"), None);
+        assert_eq!(servesim_path("a/b/gemm/vllm/0.24.0/other.parquet"), None);
+        assert_eq!(servesim_path("a/h200/attention/vllm/0.24.0/gemm_perf.parquet"), None);
     }
 
     #[test]

@@ -16,6 +16,10 @@ use servesim_perf::tables::{Family, Table};
 
 use crate::scenario::{Files, ScenarioError};
 
+/// AIConfigurator tables used as they are: where one goes in the data directory, and the
+/// servesim table it converts to.
+pub use servesim_data::aic::{servesim_path as aic_path, to_servesim_table as aic_table};
+
 /// Where an FPM table's `.metadata.json` sidecar sits (same stem).
 pub use servesim_data::fpm::sidecar_path as fpm_sidecar_path;
 
