@@ -43,6 +43,20 @@ async function openPage() {
   return page;
 }
 
+// Does `action` and waits until a new run's prediction is on screen.
+async function runAfter(page, action) {
+  const before = await page.textContent('#prediction-json');
+  await action();
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+}
+
+// `servesim predict -c CONFIG` run in `cwd` (files beside the config), its prediction.json.
+function cliPredictIn(cwd, config, extra = []) {
+  execFileSync(join(process.cwd(), BIN), ['predict', '-c', config, '--output-dir', 'out', ...extra], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  return readFileSync(join(cwd, 'out', 'prediction.json'), 'utf8');
+}
+
 async function waitDone(page, timeout = 60000) {
   await page.waitForFunction(() => {
     const s = document.querySelector('#status')?.textContent ?? '';
@@ -488,16 +502,12 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await page.waitForSelector('li.data-file[data-name="gemm.parquet"] [id^="data-heatmap-"][data-status="rendered"]', { timeout: 30000 });
   await page.screenshot({ path: join(ARTIFACTS, 'data.png'), fullPage: true });
   // Replay the trace: the page's scenario, run by the CLI beside the trace, gives the same bytes.
-  const before = await page.textContent('#prediction-json');
-  await trace.locator('button.use-trace').click();
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  await runAfter(page, () => trace.locator('button.use-trace').click());
   assert.match(await page.textContent('#status'), /^Done: 40 requests/);
   const yaml = await page.inputValue('#scenario-yaml');
   assert.match(yaml, /^# The default servesim scenario/, 'the edit keeps the comments');
   writeFileSync(join(dir, 'scenario.yaml'), yaml);
-  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'out', 'prediction.json'), 'utf8'));
+  assert.equal(await page.textContent('#prediction-json'), cliPredictIn(dir, 'scenario.yaml'));
   // A folder: a config naming its trace by a relative path runs as the CLI runs it there.
   const folder = join(dir, 'study');
   mkdirSync(join(folder, 'traces'), { recursive: true });
@@ -509,12 +519,8 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   const cfg = page.locator('li.data-file[data-name="study/scenario.yaml"][data-kind="config"]');
   await cfg.waitFor({ timeout: 30000 });
   await page.locator('li.data-file[data-name="study/traces/burst.jsonl"][data-kind="mooncake_trace"]').waitFor({ timeout: 30000 });
-  const prev = await page.textContent('#prediction-json');
-  await cfg.locator('button.open-config').click();
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, prev, { timeout: 60000 });
-  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: folder, stdio: ['ignore', 'pipe', 'pipe'] });
-  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(folder, 'out', 'prediction.json'), 'utf8'));
+  await runAfter(page, () => cfg.locator('button.open-config').click());
+  assert.equal(await page.textContent('#prediction-json'), cliPredictIn(folder, 'scenario.yaml'));
   // An AISimulate FPM table with its sidecar times the scenario in Predict, as in the CLI.
   await page.selectOption('#preset', '0');
   await waitDone(page);
@@ -524,19 +530,15 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   const fpm = page.locator('li.data-file[data-name="fpm_forward_perf.parquet"][data-kind="fpm"]');
   await fpm.waitFor({ timeout: 30000 });
   await page.locator('li.data-file[data-name="fpm_forward_perf.metadata.json"][data-kind="fpm_sidecar"]').waitFor({ timeout: 30000 });
-  const prevFpm = await page.textContent('#prediction-json');
-  await fpm.locator('button.use-fpm').click();
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, prevFpm, { timeout: 60000 });
+  await runAfter(page, () => fpm.locator('button.use-fpm').click());
   const fpmYaml = await page.inputValue('#scenario-yaml');
   assert.match(fpmYaml, /forward_model: fpm/);
   const fpmRun = join(dir, 'fpm');
   mkdirSync(fpmRun);
   writeFileSync(join(fpmRun, 'scenario.yaml'), fpmYaml);
   for (const f of ['fpm_forward_perf.parquet', 'fpm_forward_perf.metadata.json']) writeFileSync(join(fpmRun, f), readFileSync(join(fpmDir, f)));
-  execFileSync(join(process.cwd(), BIN), ['predict', '-c', 'scenario.yaml', '--output-dir', 'out'], { cwd: fpmRun, stdio: ['ignore', 'pipe', 'pipe'] });
   const fpmPage = await page.textContent('#prediction-json');
-  assert.equal(fpmPage, readFileSync(join(fpmRun, 'out', 'prediction.json'), 'utf8'));
+  assert.equal(fpmPage, cliPredictIn(fpmRun, 'scenario.yaml'));
   assert.match(fpmPage, /"model": "fpm"/);
   // A folder of the AIConfigurator perf database times Predict in place of the built-in
   // tables; the CLI gives the same bytes with the same table imported by `data import-aic`.
@@ -548,18 +550,14 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await aic.waitFor({ timeout: 30000 });
   await aic.locator('[id^="data-heatmap-"][data-status="rendered"]').waitFor({ timeout: 30000 });
   const prevAic = await page.textContent('#prediction-json');
-  await aic.locator('button.use-aic').click();
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, prevAic, { timeout: 60000 });
+  await runAfter(page, () => aic.locator('button.use-aic').click());
   const aicRun = join(dir, 'aic');
   cpSync('data/perf', join(aicRun, 'perf'), { recursive: true });
   execFileSync(join(process.cwd(), BIN), ['data', 'import-aic', '--from', 'tests/fixtures/aic', '--out', join(aicRun, 'perf'),
     '--systems', 'h200_sxm', '--backends', 'vllm'], { stdio: ['ignore', 'pipe', 'pipe'] });
   writeFileSync(join(aicRun, 'scenario.yaml'), await page.inputValue('#scenario-yaml'));
-  execFileSync(join(process.cwd(), BIN), ['predict', '-c', join(aicRun, 'scenario.yaml'), '--data-dir', aicRun, '--output-dir', join(aicRun, 'out')],
-    { stdio: ['ignore', 'pipe', 'pipe'] });
   const aicPage = await page.textContent('#prediction-json');
-  assert.equal(aicPage, readFileSync(join(aicRun, 'out', 'prediction.json'), 'utf8'));
+  assert.equal(aicPage, cliPredictIn(aicRun, 'scenario.yaml', ['--data-dir', aicRun]));
   assert.ok(JSON.parse(aicPage).mean_tpot_ms > 1.3 * JSON.parse(prevAic).mean_tpot_ms, 'the 1.5x slower GEMMs are used');
   await page.close();
 });

@@ -12,11 +12,15 @@ pub struct Figure {
     pub layout: Value,
 }
 
+/// Grid lines: the muted text colour at low opacity.
+const GRID_COLOR: &str = "rgba(138,148,166,0.3)";
+
 fn base_layout(title: &str, x: &str, y: &str) -> Value {
     json!({
         "title": {"text": title, "font": {"size": 14}},
-        "xaxis": {"title": {"text": x}, "zeroline": false},
-        "yaxis": {"title": {"text": y}, "zeroline": false, "rangemode": "tozero"},
+        // A muted grid that reads in light and dark themes alike (plotly's default is white).
+        "xaxis": {"title": {"text": x}, "zeroline": false, "gridcolor": GRID_COLOR},
+        "yaxis": {"title": {"text": y}, "zeroline": false, "rangemode": "tozero", "gridcolor": GRID_COLOR},
         "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
@@ -189,9 +193,9 @@ pub fn pareto(candidates: &[&Value], front: &[usize]) -> Figure {
 pub fn preview_figures(p: &servesim_scenario::Preview) -> Value {
     let axis = |title: &str| {
         if p.log {
-            json!({"title": {"text": title}, "type": "log"})
+            json!({"title": {"text": title}, "type": "log", "gridcolor": GRID_COLOR})
         } else {
-            json!({"title": {"text": title}, "zeroline": false, "rangemode": "tozero"})
+            json!({"title": {"text": title}, "zeroline": false, "rangemode": "tozero", "gridcolor": GRID_COLOR})
         }
     };
     let mut layout = base_layout(&p.title, &p.x_title, &p.y_title);
