@@ -7,7 +7,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::units::SimDur;
+use crate::units::{SimDur, SimTime};
 
 /// A prefill chunk within a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,10 +126,67 @@ pub trait StepTimer {
     /// When the model cannot time this step; the run then fails with the message.
     fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError>;
 
+    /// Extends a run of decode-only steps of an unchanged batch. `loads` is the run's last
+    /// step so far, which ends at the last element of `ends`; each following step decodes
+    /// the same requests with one more KV token each. Pushes the following steps' ends until
+    /// `ends` holds `max_steps` or the next step would end after `max_end`.
+    ///
+    /// Every step must be timed exactly as [`StepTimer::step_time`] would time it (runs are
+    /// fast-forwarded only because the result equals stepping one at a time); the default
+    /// does just that. Timers override it to share the work that does not change from step
+    /// to step.
+    ///
+    /// # Errors
+    /// As [`StepTimer::step_time`].
+    fn extend_decode_run(
+        &mut self,
+        loads: &[RankLoad],
+        ends: &mut Vec<SimTime>,
+        max_steps: usize,
+        max_end: SimTime,
+    ) -> Result<(), TimingError> {
+        extend_decode_run_stepwise(self, loads, ends, max_steps, max_end)
+    }
+
     /// A description of the model and its lookups so far, for reports.
     fn report(&self) -> Option<TimerReport> {
         None
     }
+}
+
+/// [`StepTimer::extend_decode_run`] one [`StepTimer::step_time`] call per step.
+///
+/// # Errors
+/// As [`StepTimer::step_time`].
+pub fn extend_decode_run_stepwise<T: StepTimer + ?Sized>(
+    timer: &mut T,
+    loads: &[RankLoad],
+    ends: &mut Vec<SimTime>,
+    max_steps: usize,
+    max_end: SimTime,
+) -> Result<(), TimingError> {
+    let Some(&last) = ends.last() else { return Ok(()) };
+    let mut loads = loads.to_vec();
+    let mut t = last;
+    while ends.len() < max_steps {
+        for load in &mut loads {
+            load.decode_kv_tokens += u64::from(load.decode_requests);
+        }
+        let next = t + step_dur(timer.step_time(&loads)?);
+        if next > max_end {
+            break;
+        }
+        ends.push(next);
+        t = next;
+    }
+    Ok(())
+}
+
+/// A step's duration as scheduled: at least 1 ns, so a step's completion never lands in the
+/// instant that scheduled it.
+#[must_use]
+pub fn step_dur(d: SimDur) -> SimDur {
+    d.max(SimDur::from_ns(1))
 }
 
 /// A timer with constant prefill-token and decode-step costs, for hand-checkable tests.

@@ -21,8 +21,8 @@ use crate::engine::{self, kvops, KvStore, Rank, RankPlan, SchedulerConfig};
 use crate::metrics::ItlSamples;
 use crate::queue::event_key;
 use crate::request::{Phase, ReqId, Request, Status, NEVER};
-use crate::timing::{PrefillChunk, RankLoad, StepTimer, TimingError};
-use crate::units::{SimDur, SimTime};
+use crate::timing::{step_dur, PrefillChunk, RankLoad, StepTimer, TimingError};
+use crate::units::SimTime;
 
 /// Busy-time and token counters of a worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -250,8 +250,7 @@ impl Worker {
         if !any {
             return Ok(None);
         }
-        // At least 1 ns, so a step's completion never lands in the instant that scheduled it.
-        let first = timer.step_time(&self.loads)?.max(SimDur::from_ns(1));
+        let first = step_dur(timer.step_time(&self.loads)?);
         self.busy = true;
         let end = now + first;
         let mut out = StepEnd { end, pushed: now };
@@ -330,20 +329,7 @@ impl Worker {
         // Step times: the same decode batch, one more KV token per request each step.
         let mut ends = Vec::with_capacity(k.min(1024));
         ends.push(first_end);
-        let mut loads = self.loads.clone();
-        let mut t = first_end;
-        while ends.len() < k {
-            for (load, plan) in loads.iter_mut().zip(&self.plans) {
-                load.decode_kv_tokens += plan.items.len() as u64;
-            }
-            let d = timer.step_time(&loads)?.max(SimDur::from_ns(1));
-            let next = t + d;
-            if next > max_end {
-                break;
-            }
-            ends.push(next);
-            t = next;
-        }
+        timer.extend_decode_run(&self.loads, &mut ends, k, max_end)?;
         if ends.len() < 2 {
             return Ok(None);
         }

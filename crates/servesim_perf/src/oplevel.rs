@@ -31,11 +31,11 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use servesim_core::timing::{RankLoad, StepTimer, TimerReport, TimingError};
-use servesim_core::units::SimDur;
+use servesim_core::units::{SimDur, SimTime};
 
 use crate::memory::Parallelism;
 use crate::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
-use crate::tables::{Family, Provenance, Source, Table};
+use crate::tables::{Family, Grid, LookupCache, Provenance, Source, Table};
 
 /// Measured tables of one system, engine and engine version.
 #[derive(Clone, Debug, Default)]
@@ -259,6 +259,10 @@ pub struct OpLevelTimer {
     tallies: Vec<Tally>,
     /// Op evaluations so far, by kind and source.
     used: [Provenance; 7],
+    /// The generation-attention grid, resolved once, and the brackets of its last lookup for
+    /// full and sliding-window layers.
+    gen_grid: Option<Rc<Grid>>,
+    gen_caches: [LookupCache; 2],
 }
 
 /// Memo tables grow to this many entries; larger counts are computed every time.
@@ -268,7 +272,7 @@ impl OpLevelTimer {
     /// A timer for `setup` over the tables in `db`.
     #[must_use]
     pub fn new(setup: OpLevelSetup, db: Rc<PerfDb>) -> Self {
-        OpLevelTimer {
+        let mut t = OpLevelTimer {
             s: setup,
             db,
             dense_by_tokens: Vec::new(),
@@ -277,7 +281,11 @@ impl OpLevelTimer {
             moe_by_tokens: Vec::new(),
             tallies: Vec::new(),
             used: [Provenance::default(); 7],
-        }
+            gen_grid: None,
+            gen_caches: [LookupCache::default(); 2],
+        };
+        t.gen_grid = t.generation_grid();
+        t
     }
 
     /// Replaces the modelling constants (e.g. to compare raw kernel sums).
@@ -306,11 +314,16 @@ impl OpLevelTimer {
     }
 
     fn use_tally(&mut self, t: &Tally) {
+        self.use_tally_times(t, 1);
+    }
+
+    /// Counts the lookups of `t` as used `n` times.
+    fn use_tally_times(&mut self, t: &Tally, n: u64) {
         for (kind, row) in t.0.iter().enumerate() {
-            self.used[kind].measured += u64::from(row[0]);
-            self.used[kind].interpolated += u64::from(row[1]);
-            self.used[kind].extrapolated += u64::from(row[2]);
-            self.used[kind].roofline += u64::from(row[3]);
+            self.used[kind].measured += u64::from(row[0]) * n;
+            self.used[kind].interpolated += u64::from(row[1]) * n;
+            self.used[kind].extrapolated += u64::from(row[2]) * n;
+            self.used[kind].roofline += u64::from(row[3]) * n;
         }
     }
 
@@ -476,20 +489,50 @@ impl OpLevelTimer {
         (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
     }
 
+    /// The measured grid generation attention is looked up in, if any.
+    fn generation_grid(&self) -> Option<Rc<Grid>> {
+        let m = &self.s.model;
+        if m.mla.is_some() {
+            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+            return self.db.table(Family::GenerationMla).and_then(|t| t.slice_rc(&[kv, "bfloat16"])).cloned();
+        }
+        let t = self.db.table(Family::GenerationAttention)?;
+        let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+        let hd = m.head_dim.to_string();
+        let want = if self.s.attention_fp8 && kv == "fp8" { "fp8" } else { "bfloat16" };
+        t.slice_rc(&[kv, want, &hd, "0"])
+            .or_else(|| t.slice_rc(&[kv, "bfloat16", &hd, "0"]))
+            .or_else(|| t.slice_rc(&[kv, "fp8", &hd, "0"]))
+            .cloned()
+    }
+
     /// Generation attention of one layer: `batch` requests with mean KV length `kv_len`.
-    #[allow(clippy::cast_precision_loss)]
     #[must_use]
     pub fn generation_attention(&self, batch: u32, kv_len: f64) -> (f64, Source) {
+        let grid = self.generation_grid();
+        Self::generation_attention_in(&self.s, grid.as_deref(), batch, kv_len, &mut LookupCache::default())
+    }
+
+    /// [`OpLevelTimer::generation_attention`] in an already resolved grid, reusing the
+    /// brackets of the previous lookup through `cache`.
+    #[allow(clippy::cast_precision_loss)]
+    fn generation_attention_in(
+        setup: &OpLevelSetup,
+        grid: Option<&Grid>,
+        batch: u32,
+        kv_len: f64,
+        cache: &mut LookupCache,
+    ) -> (f64, Source) {
         if batch == 0 {
             return (0.0, Source::Measured);
         }
-        let m = &self.s.model;
-        let tp = f64::from(self.tp());
+        let m = &setup.model;
+        let tp = f64::from(setup.parallelism.tensor.max(1));
         let b = f64::from(batch);
         let s = kv_len.max(1.0);
-        let kvb = self.s.kv.bytes();
-        let bw = self.bw();
-        let peak = self.s.hardware.peak_flops(Dtype::Bf16);
+        let kvb = setup.kv.bytes();
+        let bw = setup.hardware.hbm_bytes_per_s;
+        let peak = setup.hardware.peak_flops(Dtype::Bf16);
         if let Some(mla) = &m.mla {
             let heads = (f64::from(m.num_heads) / tp).max(1.0);
             let latent = (mla.kv_lora_rank + mla.qk_rope_head_dim) as f64;
@@ -499,30 +542,27 @@ impl OpLevelTimer {
                 (b * s * latent * kvb / bw).max(b * s * h * 2.0 * (latent + r) / peak)
             };
             let x = [b, s, heads];
-            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
-            if let Some(g) = self.db.table(Family::GenerationMla).and_then(|t| t.slice(&[kv, "bfloat16"])) {
-                if let Some((ms, src)) = g.lookup(&x, Family::GenerationMla.scales(), sol) {
+            if let Some(g) = grid {
+                if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationMla.scales(), sol, cache) {
                     return (ms / 1e3, src);
                 }
             }
-            return (sol(&x) / self.s.constants.memory_efficiency, Source::Roofline);
+            return (sol(&x) / setup.constants.memory_efficiency, Source::Roofline);
         }
         let heads = (f64::from(m.num_heads) / tp).max(1.0);
-        let kvh = f64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
+        let kvh = f64::from(m.num_kv_heads.div_ceil(setup.parallelism.tensor.max(1)).max(1));
         let d = m.head_dim as f64;
         let sol = move |c: &[f64]| {
             let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
             (b * s * kh * d * 2.0 * kvb / bw).max(b * s * h * d * 4.0 / peak)
         };
         let x = [b, s, heads, kvh];
-        if let Some(g) =
-            self.db.table(Family::GenerationAttention).and_then(|t| self.attn_slice(t, m.head_dim))
-        {
-            if let Some((ms, src)) = g.lookup(&x, Family::GenerationAttention.scales(), sol) {
+        if let Some(g) = grid {
+            if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationAttention.scales(), sol, cache) {
                 return (ms / 1e3, src);
             }
         }
-        (sol(&x) / self.s.constants.memory_efficiency, Source::Roofline)
+        (sol(&x) / setup.constants.memory_efficiency, Source::Roofline)
     }
 
     /// The fused-experts kernel of one MoE layer over `tokens` tokens.
@@ -742,6 +782,13 @@ impl OpLevelTimer {
     }
 
     fn memo(&mut self, which: u8, key: u64) -> f64 {
+        let (s, tally) = self.memo_peek(which, key);
+        self.use_tally(&tally);
+        s
+    }
+
+    /// A memoised part and the tally of its lookups, without counting them as used.
+    fn memo_peek(&mut self, which: u8, key: u64) -> (f64, Tally) {
         let idx = usize::try_from(key).unwrap_or(usize::MAX);
         let cached = match which {
             0 => self.dense_by_tokens.get(idx),
@@ -752,10 +799,7 @@ impl OpLevelTimer {
         .copied()
         .flatten();
         if let Some((s, ti)) = cached {
-            if let Some(t) = self.tallies.get(usize::from(ti)).copied() {
-                self.use_tally(&t);
-            }
-            return s;
+            return (s, self.tallies.get(usize::from(ti)).copied().unwrap_or_default());
         }
         let (s, tally) = match which {
             0 => self.dense_part(key, true),
@@ -763,7 +807,6 @@ impl OpLevelTimer {
             3 => self.dense_part(key, false),
             _ => self.moe_part(key),
         };
-        self.use_tally(&tally);
         let prov = self.intern(tally);
         if idx < MEMO_LIMIT {
             let v = match which {
@@ -777,7 +820,7 @@ impl OpLevelTimer {
             }
             v[idx] = Some((s, prov));
         }
-        s
+        (s, tally)
     }
 
     /// Attention of one rank for one step (all attention layers of this stage): context
@@ -791,7 +834,6 @@ impl OpLevelTimer {
         let sliding_layers = window.map_or(0.0, |(_, n)| f64::from(n) / pp).min(attn_layers);
         let full_layers = attn_layers - sliding_layers;
         let cap = m.sparse_attention_topk.map_or(f64::INFINITY, |k| k as f64);
-        let mut secs = 0.0;
         let mut ctx_secs = 0.0;
         let mut prov = Provenance::default();
         // Prefill chunks: causal pairs on top of cached context.
@@ -825,21 +867,46 @@ impl OpLevelTimer {
                 ctx_secs += s * sliding_layers;
             }
         }
-        if r.decode_requests > 0 {
-            let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
-            if full_layers > 0.0 {
-                let (s, src) = self.generation_attention(r.decode_requests, mean.min(cap));
-                prov.count(src);
-                secs += s * full_layers;
-            }
-            if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
-                let (s, src) = self.generation_attention(r.decode_requests, mean.min(w as f64));
-                prov.count(src);
-                secs += s * sliding_layers;
-            }
+        self.used[Self::kind("attention")].add(&prov);
+        (ctx_secs, self.generation_part(r))
+    }
+
+    /// Generation attention of one rank for one step (all attention layers of this stage).
+    #[allow(clippy::cast_precision_loss)]
+    fn generation_part(&mut self, r: &RankLoad) -> f64 {
+        let mut secs = 0.0;
+        if r.decode_requests == 0 {
+            return secs;
+        }
+        let m = &self.s.model;
+        let pp = f64::from(self.s.parallelism.pipeline.max(1));
+        let attn_layers = f64::from(m.attention_layers()) / pp;
+        let window = m.sliding_window;
+        let sliding_layers = window.map_or(0.0, |(_, n)| f64::from(n) / pp).min(attn_layers);
+        let full_layers = attn_layers - sliding_layers;
+        let cap = m.sparse_attention_topk.map_or(f64::INFINITY, |k| k as f64);
+        let mut prov = Provenance::default();
+        let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
+        let (setup, grid, caches) = (&self.s, self.gen_grid.as_deref(), &mut self.gen_caches);
+        if full_layers > 0.0 {
+            let (s, src) =
+                Self::generation_attention_in(setup, grid, r.decode_requests, mean.min(cap), &mut caches[0]);
+            prov.count(src);
+            secs += s * full_layers;
+        }
+        if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
+            let (s, src) = Self::generation_attention_in(
+                setup,
+                grid,
+                r.decode_requests,
+                mean.min(w as f64),
+                &mut caches[1],
+            );
+            prov.count(src);
+            secs += s * sliding_layers;
         }
         self.used[Self::kind("attention")].add(&prov);
-        (ctx_secs, secs)
+        secs
     }
 
     /// Seconds of one step: a pipeline cycle over the stages' micro-batches
@@ -886,15 +953,78 @@ impl OpLevelTimer {
     }
 }
 
+/// Checks a step time and converts it.
+fn checked_step(s: f64, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(TimingError {
+            message: format!("op-level model produced a step time of {s} s for {ranks:?}"),
+        });
+    }
+    Ok(SimDur::from_secs_f64(s))
+}
+
 impl StepTimer for OpLevelTimer {
     fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
-        let s = self.step_seconds(ranks);
-        if !(s.is_finite() && s >= 0.0) {
-            return Err(TimingError {
-                message: format!("op-level model produced a step time of {s} s for {ranks:?}"),
-            });
+        checked_step(self.step_seconds(ranks), ranks)
+    }
+
+    /// Without pipeline parallelism a decode-only step is `stage_seconds`' sum in which only
+    /// generation attention changes from step to step: the rest (linear layers, LM head,
+    /// experts, their lookup tallies) is evaluated once for the run, and each step adds the
+    /// same terms in the same order, so every step time is bit for bit `step_time`'s.
+    fn extend_decode_run(
+        &mut self,
+        loads: &[RankLoad],
+        ends: &mut Vec<SimTime>,
+        max_steps: usize,
+        max_end: SimTime,
+    ) -> Result<(), TimingError> {
+        let Some(&last) = ends.last() else { return Ok(()) };
+        if self.s.parallelism.pipeline > 1
+            || loads.iter().any(|r| !r.prefill.is_empty())
+            || loads.iter().all(RankLoad::is_empty)
+        {
+            return servesim_core::timing::extend_decode_run_stepwise(self, loads, ends, max_steps, max_end);
         }
-        Ok(SimDur::from_secs_f64(s))
+        // Per busy rank: linear layers + LM head (+ no context attention), as stage_seconds adds them.
+        let mut fixed: Vec<(f64, RankLoad)> = Vec::with_capacity(loads.len());
+        let mut tallies: Vec<Tally> = Vec::with_capacity(2 * loads.len() + 1);
+        let mut all_tokens = 0u64;
+        for r in loads.iter().filter(|r| !r.is_empty()) {
+            let t = r.new_tokens();
+            all_tokens += t;
+            let graph = self.s.graphs.captures(t, false);
+            let (dense, td) = self.memo_peek(if graph { 0 } else { 3 }, t);
+            let (head, th) = self.memo_peek(1, u64::from(r.decode_requests));
+            tallies.extend([td, th]);
+            let ctx = 0.0;
+            fixed.push((dense + head + ctx, r.clone()));
+        }
+        let (shared, tm) = self.memo_peek(2, all_tokens);
+        tallies.push(tm);
+        let overhead = self.s.constants.step_overhead_s;
+        let mut t = last;
+        let mut steps = 0u64;
+        while ends.len() < max_steps {
+            let mut worst: f64 = 0.0;
+            for (a, r) in &mut fixed {
+                r.decode_kv_tokens += u64::from(r.decode_requests);
+                let gen = self.generation_part(r);
+                worst = worst.max(*a + gen);
+            }
+            steps += 1;
+            let d = servesim_core::timing::step_dur(checked_step(worst + shared + overhead, loads)?);
+            let next = t + d;
+            if next > max_end {
+                break;
+            }
+            ends.push(next);
+            t = next;
+        }
+        for tally in &tallies {
+            self.use_tally_times(tally, steps);
+        }
+        Ok(())
     }
 
     fn report(&self) -> Option<TimerReport> {
@@ -998,6 +1128,72 @@ mod tests {
         let mut db = PerfDb::new("h200_sxm", "vllm", "test", "unit test");
         db.insert(Rc::new(Table::from_rows(Family::Gemm, rows).unwrap()));
         db
+    }
+
+    /// `gemm_db` plus a generation-attention table on a coarse grid (bandwidth-bound, with
+    /// a per-batch offset so the blend is not linear in every axis).
+    fn decode_db() -> PerfDb {
+        let mut db = gemm_db();
+        let mut rows: Vec<Row> = Vec::new();
+        for b in [1u64, 4, 16, 64, 256] {
+            for kv in [1u64, 128, 1024, 4096, 16384] {
+                for h in [8u64, 32, 64] {
+                    for kh in [1u64, 8] {
+                        #[allow(clippy::cast_precision_loss)]
+                        let ms = (b * kv * kh * 128 * 4) as f64 / 4.8e9 + 0.003 + 0.0001 * (b as f64).sqrt();
+                        rows.push((
+                            vec!["bfloat16".into(), "bfloat16".into(), "128".into(), "0".into()],
+                            vec![b, kv, h, kh],
+                            ms,
+                        ));
+                    }
+                }
+            }
+        }
+        db.insert(Rc::new(Table::from_rows(Family::GenerationAttention, rows).unwrap()));
+        db
+    }
+
+    /// The run path equals one `step_time` per step: step ends bit for bit and the lookups
+    /// counted, for one rank, a sliding-window model, attention-DP ranks (one idle) and a
+    /// step overhead; and it stops at `max_end` as the step-by-step path does.
+    #[test]
+    fn decode_runs_equal_stepping_one_step_at_a_time() {
+        let decode = |n: u32, kv: u64| RankLoad { prefill: vec![], decode_requests: n, decode_kv_tokens: kv };
+        let mut sliding = setup(1);
+        sliding.model.sliding_window = Some((128, 16));
+        let mut dp = setup(2);
+        dp.parallelism.attention_data = 2;
+        dp.constants.step_overhead_s = 0.000_7;
+        let cases: Vec<(OpLevelSetup, Vec<RankLoad>)> = vec![
+            (setup(1), vec![decode(37, 37 * 900)]),
+            (setup(1), vec![decode(3, 5000)]),
+            (sliding, vec![decode(20, 20 * 100)]),
+            (dp.clone(), vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),
+            (dp, vec![RankLoad::default(), decode(5, 5 * 2000)]),
+        ];
+        for (i, (s, loads)) in cases.into_iter().enumerate() {
+            let db = Rc::new(decode_db());
+            let mut bulk = OpLevelTimer::new(s.clone(), db.clone());
+            let mut one = OpLevelTimer::new(s, db);
+            let start = SimTime::ZERO + bulk.step_time(&loads).unwrap();
+            one.step_time(&loads).unwrap();
+            let (mut a, mut b) = (vec![start], vec![start]);
+            bulk.extend_decode_run(&loads, &mut a, 3000, SimTime::MAX).unwrap();
+            servesim_core::timing::extend_decode_run_stepwise(&mut one, &loads, &mut b, 3000, SimTime::MAX)
+                .unwrap();
+            assert_eq!(a.len(), 3000, "case {i}");
+            assert_eq!(a, b, "case {i}: step ends");
+            assert_eq!(bulk.provenance_by_kind(), one.provenance_by_kind(), "case {i}: lookups");
+            // A bound in the middle of the run: both stop before the same step.
+            let bound = a[1234] + SimDur::from_ns(1);
+            let (mut a2, mut b2) = (vec![start], vec![start]);
+            bulk.extend_decode_run(&loads, &mut a2, 3000, bound).unwrap();
+            servesim_core::timing::extend_decode_run_stepwise(&mut one, &loads, &mut b2, 3000, bound)
+                .unwrap();
+            assert_eq!(a2.len(), 1235, "case {i}");
+            assert_eq!((a2, bulk.provenance_by_kind()), (b2, one.provenance_by_kind()), "case {i}: bounded");
+        }
     }
 
     #[test]

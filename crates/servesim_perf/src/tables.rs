@@ -22,6 +22,7 @@
 
 use alloc::collections::BTreeMap;
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -136,6 +137,37 @@ impl Scale {
 
 /// Most axes a grid has (lookups keep per-axis state on the stack).
 const MAX_DIMS: usize = 6;
+
+/// Brackets of a grid's previous lookup, for [`Grid::lookup_cached`]. One cache serves one
+/// grid (a cache moved to another grid gives wrong answers).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LookupCache {
+    x: [f64; MAX_DIMS],
+    br: [Bracket; MAX_DIMS],
+    valid: bool,
+}
+
+impl LookupCache {
+    /// Axis `d`'s bracket for `x` from the previous lookup's, when it still applies: the
+    /// same coordinate, or one strictly inside the same interior interval (where
+    /// [`Grid::bracket`] would find the same indices and compute the same weight).
+    #[allow(clippy::cast_precision_loss, clippy::float_cmp)]
+    fn rebracket(&self, d: usize, axis: &[u64], x: f64, scale: Scale) -> Option<Bracket> {
+        let b = self.br[d];
+        if self.x[d] == x {
+            return Some(b);
+        }
+        if b.lo == b.hi || b.hi >= axis.len() {
+            return None;
+        }
+        let (lo, hi) = (axis[b.lo] as f64, axis[b.hi] as f64);
+        if !(x > lo && x < hi) {
+            return None;
+        }
+        let (a, c) = (scale.apply(lo), scale.apply(hi));
+        Some(Bracket { lo: b.lo, hi: b.hi, t: (scale.apply(x) - a) / (c - a), exact: false, at: x })
+    }
+}
 
 /// Bracket of one axis: grid indices and the weight of the upper one.
 #[derive(Clone, Copy, Debug, Default)]
@@ -276,19 +308,36 @@ impl Grid {
     /// `scales` gives each axis' weighting; `sol` gives the speed-of-light time (any
     /// consistent unit) at a coordinate, used only to scale beyond the measured range.
     pub fn lookup(&self, x: &[f64], scales: &[Scale], sol: impl Fn(&[f64]) -> f64) -> Option<(f64, Source)> {
+        self.lookup_cached(x, scales, sol, &mut LookupCache::default())
+    }
+
+    /// [`Grid::lookup`] for a caller that asks about nearby points again and again (decode
+    /// attention as KV grows by a token a step): each axis' bracket is kept in `cache` and
+    /// reused while the coordinate stays inside it. The answer is bit for bit the same.
+    pub fn lookup_cached(
+        &self,
+        x: &[f64],
+        scales: &[Scale],
+        sol: impl Fn(&[f64]) -> f64,
+        cache: &mut LookupCache,
+    ) -> Option<(f64, Source)> {
         let dims = self.axes.len();
         if x.len() != dims || scales.len() != dims || dims == 0 || dims > MAX_DIMS {
             return None;
         }
-        // Stack arrays: lookups run on every simulated step.
-        let mut br_store = [Bracket::default(); MAX_DIMS];
-        let br = &mut br_store[..dims];
+        // The brackets are computed in the cache itself: lookups run on every simulated step.
         for (d, xv) in x.iter().enumerate() {
             if !(xv.is_finite() && *xv > 0.0) || self.axes[d].is_empty() {
+                cache.valid = false;
                 return None;
             }
-            br[d] = Self::bracket(&self.axes[d], *xv, scales[d]);
+            let kept = if cache.valid { cache.rebracket(d, &self.axes[d], *xv, scales[d]) } else { None };
+            cache.br[d] = kept.unwrap_or_else(|| Self::bracket(&self.axes[d], *xv, scales[d]));
+            cache.x[d] = *xv;
         }
+        cache.valid = true;
+        let mut br_store = cache.br;
+        let br = &mut br_store[..dims];
         if br.iter().all(|b| b.exact) {
             let mut lo = [0usize; MAX_DIMS];
             for (l, b) in lo.iter_mut().zip(br.iter()) {
@@ -319,32 +368,42 @@ impl Grid {
                 }
             }
         }
-        let (mut acc, mut wsum) = (0.0, 0.0);
-        let mut corner_store = [0usize; MAX_DIMS];
-        let corner = &mut corner_store[..dims];
-        for mask in 0..(1usize << dims) {
-            let mut w = 1.0;
-            let mut skip = false;
-            for d in 0..dims {
-                let b = br[d];
-                let upper = mask >> d & 1 == 1;
-                if b.lo == b.hi && upper {
-                    skip = true;
-                    break;
-                }
-                corner[d] = if upper { b.hi } else { b.lo };
-                w *= if b.lo == b.hi {
-                    1.0
-                } else if upper {
-                    b.t
-                } else {
-                    1.0 - b.t
-                };
+        // Blend the corners of the bracketing cell. Only axes that are not pinned to one
+        // grid line have two sides; corners are visited in the order of a mask over all axes
+        // (pinned axes never take their upper side), and each weight is the product of the
+        // free axes' sides in axis order.
+        let mut stride = [0usize; MAX_DIMS];
+        let mut s = 1usize;
+        for d in (0..dims).rev() {
+            stride[d] = s;
+            s *= self.axes[d].len();
+        }
+        let mut base = 0usize;
+        let (mut free, mut nfree) = ([0usize; MAX_DIMS], 0usize);
+        for (d, b) in br.iter().enumerate() {
+            base += b.lo * stride[d];
+            if b.lo != b.hi {
+                free[nfree] = d;
+                nfree += 1;
             }
-            if skip || w <= 0.0 {
+        }
+        let (mut acc, mut wsum) = (0.0, 0.0);
+        for mask in 0..(1usize << nfree) {
+            let mut w = 1.0;
+            let mut flat = base;
+            for (j, &d) in free[..nfree].iter().enumerate() {
+                let b = br[d];
+                if mask >> j & 1 == 1 {
+                    w *= b.t;
+                    flat += (b.hi - b.lo) * stride[d];
+                } else {
+                    w *= 1.0 - b.t;
+                }
+            }
+            if w <= 0.0 {
                 continue;
             }
-            if let Some(lat) = self.at(corner) {
+            if let Some(lat) = self.values.get(flat).copied().filter(|v| !v.is_nan()) {
                 acc += w * lat;
                 wsum += w;
             }
@@ -489,7 +548,7 @@ impl Family {
 pub struct Table {
     /// Which family.
     pub family: Family,
-    slices: BTreeMap<Vec<String>, Grid>,
+    slices: BTreeMap<Vec<String>, Rc<Grid>>,
     /// Rows read.
     pub rows: usize,
     /// Rows dropped because an earlier row had the same key and coordinates.
@@ -528,7 +587,7 @@ impl Table {
                 message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
             })?;
             duplicates += dup;
-            slices.insert(k, g);
+            slices.insert(k, Rc::new(g));
         }
         Ok(Table { family, slices, rows: total, duplicates })
     }
@@ -560,7 +619,7 @@ impl Table {
                 message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
             })?;
             duplicates += dup;
-            if slices.insert(k.clone(), g).is_some() {
+            if slices.insert(k.clone(), Rc::new(g)).is_some() {
                 return Err(TableError {
                     message: format!("{}: slice {} given twice", family.name(), k.join("/")),
                 });
@@ -572,12 +631,18 @@ impl Table {
     /// The grid of one slice.
     #[must_use]
     pub fn slice(&self, key: &[&str]) -> Option<&Grid> {
+        self.slice_rc(key).map(|g| &**g)
+    }
+
+    /// The grid of one slice, shared (timers keep the grids they look up on every step).
+    #[must_use]
+    pub fn slice_rc(&self, key: &[&str]) -> Option<&Rc<Grid>> {
         self.slices.iter().find(|(k, _)| k.iter().map(String::as_str).eq(key.iter().copied())).map(|(_, g)| g)
     }
 
     /// All slices, in key order.
     pub fn slices(&self) -> impl Iterator<Item = (&Vec<String>, &Grid)> {
-        self.slices.iter()
+        self.slices.iter().map(|(k, g)| (k, &**g))
     }
 }
 
@@ -660,6 +725,48 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A cached lookup answers bit for bit as a fresh one, whatever came before: a walk of
+        /// queries (repeats, small steps inside a cell, jumps, grid lines, beyond the edges)
+        /// over a 3-D grid with holes, one cache throughout.
+        #[test]
+        fn cached_lookups_equal_fresh_ones(
+            values in proptest::collection::vec(proptest::option::weighted(0.85, 0.01f64..5.0), 60),
+            walk in proptest::collection::vec((0u8..4, 0.5f64..90.0, 0.5f64..50.0, 1u64..6), 1..60),
+        ) {
+            let (ax, ay, az) = ([1u64, 2, 8, 16, 64], [1u64, 4, 16, 32], [1u64, 2, 4]);
+            let mut p = Vec::new();
+            for (i, a) in ax.iter().enumerate() {
+                for (j, b) in ay.iter().enumerate() {
+                    for (k, c) in az.iter().enumerate() {
+                        if let Some(v) = values[(i * ay.len() + j) * az.len() + k] {
+                            p.push((vec![*a, *b, *c], v));
+                        }
+                    }
+                }
+            }
+            proptest::prop_assume!(!p.is_empty());
+            let (g, _) = Grid::from_points(3, &p).unwrap();
+            let scales = [Scale::Linear, Scale::Square, Scale::Linear];
+            let sol = |c: &[f64]| c[0] * c[1] * c[1] + c[2];
+            let mut cache = LookupCache::default();
+            let mut x = [3.0, 3.0, 2.0];
+            for (kind, a, b, c) in walk {
+                match kind {
+                    0 => x[1] += 1.0,
+                    1 => x = [a, b, c as f64],
+                    2 => x[0] = a.round(),
+                    _ => {}
+                }
+                let fresh = g.lookup(&x, &scales, sol);
+                let cached = g.lookup_cached(&x, &scales, sol, &mut cache);
+                proptest::prop_assert_eq!(
+                    fresh.map(|(v, s)| (v.to_bits(), s)),
+                    cached.map(|(v, s)| (v.to_bits(), s)),
+                    "at {:?}", x
+                );
+            }
+        }
+
         /// More work is never faster when the measurements are monotone: along each axis of
         /// a random monotone 2-D grid, interpolated and extrapolated latencies never decrease.
         #[test]
