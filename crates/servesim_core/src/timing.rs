@@ -165,14 +165,31 @@ pub fn extend_decode_run_stepwise<T: StepTimer + ?Sized>(
     max_steps: usize,
     max_end: SimTime,
 ) -> Result<(), TimingError> {
-    let Some(&last) = ends.last() else { return Ok(()) };
     let mut loads = loads.to_vec();
-    let mut t = last;
-    while ends.len() < max_steps {
+    push_run_steps(ends, max_steps, max_end, || {
         for load in &mut loads {
             load.decode_kv_tokens += u64::from(load.decode_requests);
         }
-        let next = t + step_dur(timer.step_time(&loads)?);
+        timer.step_time(&loads)
+    })
+}
+
+/// Appends step ends after the last of `ends`, each step lasting what `next_step` times (at
+/// least 1 ns), until `ends` holds `max_steps` or the next step would end after `max_end`.
+/// `next_step` is called once per step tried, including the one that would end too late.
+///
+/// # Errors
+/// The first error `next_step` returns.
+pub fn push_run_steps(
+    ends: &mut Vec<SimTime>,
+    max_steps: usize,
+    max_end: SimTime,
+    mut next_step: impl FnMut() -> Result<SimDur, TimingError>,
+) -> Result<(), TimingError> {
+    let Some(&last) = ends.last() else { return Ok(()) };
+    let mut t = last;
+    while ends.len() < max_steps {
+        let next = t + step_dur(next_step()?);
         if next > max_end {
             break;
         }

@@ -1062,7 +1062,9 @@ impl StepTimer for OpLevelTimer {
         max_steps: usize,
         max_end: SimTime,
     ) -> Result<(), TimingError> {
-        let Some(&last) = ends.last() else { return Ok(()) };
+        if ends.is_empty() {
+            return Ok(());
+        }
         if self.s.parallelism.pipeline > 1
             || loads.iter().any(|r| !r.prefill.is_empty())
             || loads.iter().all(RankLoad::is_empty)
@@ -1086,9 +1088,8 @@ impl StepTimer for OpLevelTimer {
         let (shared, tm) = self.memo_peek(2, all_tokens);
         tallies.push(tm);
         let overhead = self.s.constants.step_overhead_s;
-        let mut t = last;
         let mut steps = 0u64;
-        while ends.len() < max_steps {
+        let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
             for (a, r) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
@@ -1096,18 +1097,12 @@ impl StepTimer for OpLevelTimer {
                 worst = worst.max(*a + gen);
             }
             steps += 1;
-            let d = servesim_core::timing::step_dur(checked_step(worst + shared + overhead, loads)?);
-            let next = t + d;
-            if next > max_end {
-                break;
-            }
-            ends.push(next);
-            t = next;
-        }
+            checked_step(worst + shared + overhead, loads)
+        });
         for tally in &tallies {
             self.use_tally_times(tally, steps);
         }
-        Ok(())
+        out
     }
 
     fn report(&self) -> Option<TimerReport> {
