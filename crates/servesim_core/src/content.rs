@@ -168,6 +168,43 @@ mod tests {
         }
     }
 
+    /// The definition, piece by piece: a block's hash chains one `(stream, offset, length)`
+    /// piece per segment it overlaps.
+    fn reference_hashes(segments: &[Segment], block_size: u32) -> Vec<u64> {
+        let mut pieces = Vec::new();
+        for s in segments {
+            pieces.extend((0..s.len).map(|off| (s.id, off)));
+        }
+        let mut out = Vec::new();
+        let mut prev = CHAIN_ROOT;
+        for block in pieces.chunks_exact(block_size as usize) {
+            let mut h = prev;
+            let mut i = 0;
+            while i < block.len() {
+                let (id, off) = block[i];
+                let run = block[i..].iter().zip(off..).take_while(|(p, o)| p.0 == id && p.1 == *o).count();
+                h = mix2(h, mix2(id, (u64::from(off) << 32) | run as u64));
+                i += run;
+            }
+            out.push(h);
+            prev = h;
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn hashes_follow_the_piecewise_definition(
+            lens in proptest::collection::vec(0u32..80, 0..8),
+            block_size in 1u32..40,
+        ) {
+            #[allow(clippy::cast_possible_truncation)]
+            let segments: Vec<Segment> =
+                lens.iter().enumerate().map(|(i, &len)| Segment { id: 7 + i as u64, len }).collect();
+            proptest::prop_assert_eq!(block_hashes(&segments, block_size), reference_hashes(&segments, block_size));
+        }
+    }
+
     #[test]
     fn partial_tail_blocks_have_no_hash() {
         assert_eq!(block_hashes(&[Segment { id: 1, len: 63 }], 64).len(), 0);

@@ -152,6 +152,7 @@ impl LookupCache {
     /// same coordinate, or one strictly inside the same interior interval (where
     /// [`Grid::bracket`] would find the same indices and compute the same weight).
     #[allow(clippy::cast_precision_loss, clippy::float_cmp)]
+    #[inline]
     fn rebracket(&self, d: usize, axis: &[u64], x: f64, scale: Scale) -> Option<Bracket> {
         let b = self.br[d];
         if self.x[d] == x {
@@ -165,19 +166,29 @@ impl LookupCache {
             return None;
         }
         let (a, c) = (scale.apply(lo), scale.apply(hi));
-        Some(Bracket { lo: b.lo, hi: b.hi, t: (scale.apply(x) - a) / (c - a), exact: false, at: x })
+        Some(Bracket { lo: b.lo, hi: b.hi, t: (scale.apply(x) - a) / (c - a), at: x })
     }
 }
 
-/// Bracket of one axis: grid indices and the weight of the upper one.
+/// Bracket of one axis: grid indices and the weight of the upper one. It is an exact hit when
+/// both indices are one grid line evaluated at the query itself ([`Bracket::hits`]); no flag
+/// is stored, so the struct has no padding (a `bool` here made every copy a partial-word
+/// store followed by a wider load, a store-forwarding stall on each decode step's lookup).
 #[derive(Clone, Copy, Debug, Default)]
 struct Bracket {
     lo: usize,
     hi: usize,
     t: f64,
-    exact: bool,
     /// The coordinate the blend is evaluated at (the query, or the edge it was clamped to).
     at: f64,
+}
+
+impl Bracket {
+    /// Whether this bracket is the grid line at exactly `x`.
+    #[allow(clippy::float_cmp)] // `at` is either the query itself or a grid value.
+    fn hits(&self, x: f64) -> bool {
+        self.lo == self.hi && self.at == x
+    }
 }
 
 impl Grid {
@@ -285,23 +296,24 @@ impl Grid {
     }
 
     #[allow(clippy::cast_precision_loss, clippy::float_cmp)] // Grid values are integers; hits are exact.
+    #[inline]
     fn bracket(axis: &[u64], x: f64, scale: Scale) -> Bracket {
         let n = axis.len();
         let val = |i: usize| axis[i] as f64;
         if x <= val(0) {
-            return Bracket { lo: 0, hi: 0, t: 0.0, exact: x == val(0), at: val(0) };
+            return Bracket { lo: 0, hi: 0, t: 0.0, at: val(0) };
         }
         if x >= val(n - 1) {
-            return Bracket { lo: n - 1, hi: n - 1, t: 0.0, exact: x == val(n - 1), at: val(n - 1) };
+            return Bracket { lo: n - 1, hi: n - 1, t: 0.0, at: val(n - 1) };
         }
         // First index with value >= x.
         let hi = axis.partition_point(|v| (*v as f64) < x);
         if val(hi) == x {
-            return Bracket { lo: hi, hi, t: 0.0, exact: true, at: x };
+            return Bracket { lo: hi, hi, t: 0.0, at: x };
         }
         let lo = hi - 1;
         let (a, b) = (scale.apply(val(lo)), scale.apply(val(hi)));
-        Bracket { lo, hi, t: (scale.apply(x) - a) / (b - a), exact: false, at: x }
+        Bracket { lo, hi, t: (scale.apply(x) - a) / (b - a), at: x }
     }
 
     /// Latency (ms) at `x` with how it was obtained, or `None` when no measured point is near.
@@ -338,7 +350,7 @@ impl Grid {
         cache.valid = true;
         let mut br_store = cache.br;
         let br = &mut br_store[..dims];
-        if br.iter().all(|b| b.exact) {
+        if br.iter().zip(x).all(|(b, xv)| b.hits(*xv)) {
             let mut lo = [0usize; MAX_DIMS];
             for (l, b) in lo.iter_mut().zip(br.iter()) {
                 *l = b.lo;
@@ -354,17 +366,11 @@ impl Grid {
                     let (a, c) =
                         (scales[d].apply(axis[b.lo - 1] as f64), scales[d].apply(axis[b.lo + 1] as f64));
                     let t = (scales[d].apply(b.at) - a) / (c - a);
-                    *b = Bracket { lo: b.lo - 1, hi: b.lo + 1, t, exact: false, at: b.at };
+                    *b = Bracket { lo: b.lo - 1, hi: b.lo + 1, t, at: b.at };
                 } else if b.lo > 0 {
-                    *b = Bracket {
-                        lo: b.lo - 1,
-                        hi: b.lo - 1,
-                        t: 0.0,
-                        exact: false,
-                        at: axis[b.lo - 1] as f64,
-                    };
+                    *b = Bracket { lo: b.lo - 1, hi: b.lo - 1, t: 0.0, at: axis[b.lo - 1] as f64 };
                 } else if b.lo + 1 < axis.len() {
-                    *b = Bracket { lo: 1, hi: 1, t: 0.0, exact: false, at: axis[1] as f64 };
+                    *b = Bracket { lo: 1, hi: 1, t: 0.0, at: axis[1] as f64 };
                 }
             }
         }
