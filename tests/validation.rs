@@ -49,3 +49,88 @@ fn llama_8b_h200_rows_stay_within_recorded_error() {
     assert!(g.ttft_mape() < 45.0, "TTFT MAPE {}", g.ttft_mape());
     assert!(g.tpot_mape() < 22.0, "TPOT MAPE {}", g.tpot_mape());
 }
+
+/// A disaggregated Qwen3-32B row on H200 (TensorRT-LLM, TP2 prefill and decode workers).
+fn disagg_row(
+    concurrency: u32,
+    prefill: Option<u32>,
+    decode: Option<u32>,
+) -> servesim_data::silicon::SiliconRow {
+    use servesim_data::silicon::{Layout, Mode, SiliconRow};
+    let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 1 };
+    SiliconRow {
+        line: 2,
+        id: format!("qwen_disagg_c{concurrency}"),
+        backend: "trtllm".into(),
+        backend_version: String::new(),
+        model: "Qwen/Qwen3-32B".into(),
+        system: "h200_sxm".into(),
+        precision: "bf16".into(),
+        gemm_quant: String::new(),
+        moe_quant: String::new(),
+        isl: 4096,
+        osl: 512,
+        concurrency,
+        mode: Mode::Disagg { prefill: l, prefill_workers: prefill, decode: l, decode_workers: decode },
+        ttft_ms: 1.0,
+        tpot_ms: 1.0,
+    }
+}
+
+#[test]
+fn unrecorded_worker_counts_are_sized_by_the_estimate() {
+    use servesim_scenario::validate::{replayed_row, size_pools, SIZED_PREFILL_UTILIZATION};
+    let catalog = Catalog::builtin().unwrap();
+    let knobs = Knobs { length_floor: Some(0.8), ..Knobs::default() };
+    let estimate = |c: u32, p: u32, d: u32| {
+        let (row, _) = replayed_row(&disagg_row(c, Some(p), Some(d)), &catalog, &DataOnly, &knobs).unwrap();
+        let yaml = servesim_scenario::validate::scenario_yaml(&row, &knobs, true);
+        let root = servesim_scenario::scenario::parse_with_overrides(&yaml, "row", &[]).unwrap();
+        let prepared = servesim_scenario::scenario::prepare(&root, "row", &catalog, None, &DataOnly).unwrap();
+        servesim_scenario::estimate::estimate(&prepared).unwrap()
+    };
+    let detail = |e: &servesim_scenario::estimate::Estimate, k: &str| {
+        e.detail.iter().find(|(key, _)| *key == k).unwrap().1
+    };
+    // Recorded counts are replayed as recorded.
+    assert_eq!(size_pools(&disagg_row(64, Some(3), Some(2)), &catalog, &DataOnly, &knobs).unwrap(), None);
+    let mut last = (0, 0);
+    for c in [8u32, 256, 2048] {
+        let (p, d) = size_pools(&disagg_row(c, None, None), &catalog, &DataOnly, &knobs).unwrap().unwrap();
+        // Decode: the fewest workers whose KV cache holds the concurrency.
+        let one = estimate(c, 1, 1);
+        let per_worker = detail(&one, "max_decode_batch_per_rank") * detail(&one, "decode_ranks");
+        assert!(
+            f64::from(d) * per_worker >= f64::from(c),
+            "c {c}: {d} decode workers hold {per_worker} each"
+        );
+        assert!(
+            d == 1 || f64::from(d - 1) * per_worker < f64::from(c),
+            "c {c}: {d} decode workers is not the fewest"
+        );
+        // Prefill: the fewest workers at most 80% busy at the rate the decode pool sustains.
+        let wide = estimate(c, 64, d);
+        let per_prefill = detail(&wide, "prefill_capacity_rps") / 64.0;
+        let busy = |n: u32| wide.request_rate_rps / (f64::from(n) * per_prefill);
+        assert!(
+            busy(p) <= SIZED_PREFILL_UTILIZATION + 1e-9,
+            "c {c}: {p} prefill workers are {:.2} busy",
+            busy(p)
+        );
+        assert!(
+            p == 1 || busy(p - 1) > SIZED_PREFILL_UTILIZATION,
+            "c {c}: {p} prefill workers is not the fewest"
+        );
+        // More clients never need fewer workers.
+        assert!(p >= last.0 && d >= last.1, "c {c}: ({p}, {d}) after {last:?}");
+        eprintln!("{c} clients: {p} prefill + {d} decode workers");
+        last = (p, d);
+    }
+    assert!(
+        last.0 > 1 && last.1 > 1,
+        "2048 clients of 4096-token prompts need more than one worker per pool: {last:?}"
+    );
+    // A row that records one count keeps it; the other is sized.
+    let (p, d) = size_pools(&disagg_row(2048, Some(5), None), &catalog, &DataOnly, &knobs).unwrap().unwrap();
+    assert_eq!((p, d), (5, last.1));
+}

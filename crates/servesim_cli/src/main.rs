@@ -358,7 +358,7 @@ fn main() -> ExitCode {
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate_requests(log, config, data_dir)
             } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
-                show_validation_scenarios(silicon, &filter, &knobs)
+                show_validation_scenarios(silicon, &filter, data_dir, &knobs)
             } else if let Some(silicon) = silicon.as_deref() {
                 validate(silicon, &filter, class.as_deref(), rows_csv.as_deref(), data_dir, &knobs)
             } else {
@@ -538,6 +538,14 @@ fn validate(
     let s = summarize(&rows, &outcomes, &catalog);
     say!("servesim validate --silicon {name}: {} rows\n", rows.len());
     say_raw!("{}", table(&s));
+    let sized = outcomes.iter().filter(|o| o.sized.is_some()).count();
+    if sized > 0 {
+        say!(
+            "\n{sized} disaggregated rows do not record their worker counts: pools sized from the estimate \
+             (decode workers to hold the concurrency, prefill workers at most {:.0}% busy); --rows-csv lists them",
+            100.0 * servesim_scenario::validate::SIZED_PREFILL_UTILIZATION
+        );
+    }
     let mut errors: Vec<String> = rows
         .iter()
         .zip(&outcomes)
@@ -551,7 +559,7 @@ fn validate(
         }
     }
     if let Some(path) = rows_csv {
-        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,error\n");
+        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,error\n");
         for (r, o) in rows.iter().zip(&outcomes) {
             let (pt, pp) = o
                 .predicted
@@ -559,7 +567,7 @@ fn validate(
             let _ = std::fmt::Write::write_fmt(
                 &mut w,
                 format_args!(
-                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},\"{}\"\n",
+                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},\"{}\"\n",
                     r.id,
                     r.line,
                     r.model,
@@ -571,6 +579,7 @@ fn validate(
                     r.concurrency,
                     r.ttft_ms,
                     r.tpot_ms,
+                    o.sized.map_or(String::new(), |(p, d)| format!("{p}P+{d}D")),
                     o.error.as_deref().unwrap_or("").replace('"', "'")
                 ),
             );
@@ -584,6 +593,7 @@ fn validate(
 fn show_validation_scenarios(
     silicon: &Path,
     filter: &[String],
+    data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
 ) -> Result<(), Failure> {
     let name = silicon.display().to_string();
@@ -592,6 +602,7 @@ fn show_validation_scenarios(
     let rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let files = DiskFiles { base: PathBuf::from("."), data_dir };
     for r in rows.iter().filter(|r| {
         filter.is_empty()
             || filter
@@ -599,8 +610,15 @@ fn show_validation_scenarios(
                 .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
     }) {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
-        let r = servesim_scenario::validate::interpret(r, &catalog, knobs);
-        say!("---\n{}", servesim_scenario::validate::scenario_yaml(&r, knobs, dense));
+        match servesim_scenario::validate::replayed_row(r, &catalog, &files, knobs) {
+            Ok((r, sized)) => {
+                let note = sized.map_or(String::new(), |(p, d)| {
+                    format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n")
+                });
+                say!("---\n{note}{}", servesim_scenario::validate::scenario_yaml(&r, knobs, dense));
+            }
+            Err(e) => say!("---\n# {} (line {}): {e}", r.id, r.line),
+        }
     }
     Ok(())
 }

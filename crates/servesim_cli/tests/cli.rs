@@ -213,3 +213,57 @@ fn detail_memory_adds_the_breakdown_and_unknown_details_exit_2() {
     let out = servesim(&["predict", "-c", "data/scenarios/default.yaml", "--detail", "energy"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn validate_reports_scatter_and_sizes_unrecorded_pools() {
+    let dir = tmp("validate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+    let csv = format!(
+        "{head}agg8,,sglang,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\
+         pd32,x; silicon_concurrency=512,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,4096,512,,,,,,,,,1,,2,1,1,2,1,,,2,1,1,2,1,900,30\n"
+    );
+    let file = dir.join("rows.csv");
+    std::fs::write(&file, csv).unwrap();
+    let rows_csv = dir.join("out.csv");
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--rows-csv",
+        rows_csv.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("TTFT scatter") && table.contains("TPOT scatter"), "{table}");
+    assert!(table.contains("1 disaggregated rows do not record their worker counts"), "{table}");
+    let rows = std::fs::read_to_string(&rows_csv).unwrap();
+    let header: Vec<&str> = rows.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "sized_workers").unwrap();
+    let pd = rows.lines().find(|l| l.starts_with("pd32,")).unwrap();
+    let sized = pd.split(',').nth(col).unwrap();
+    assert!(sized.ends_with('D') && sized.contains("P+"), "{pd}");
+    let agg = rows.lines().find(|l| l.starts_with("agg8,")).unwrap();
+    assert_eq!(agg.split(',').nth(col).unwrap(), "", "aggregated rows are not sized");
+    // The sized pools are what --show-scenarios prints.
+    let out =
+        servesim(&["validate", "--silicon", file.to_str().unwrap(), "--show-scenarios", "--filter", "pd32"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout)
+        .contains(&format!("sized to {}", sized.replace("P+", " prefill + ").replace('D', " decode"))));
+    // A bad count names the line and column.
+    std::fs::write(
+        &file,
+        format!(
+            "{head}pd,,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,8,8,,,,,,,,,1,two,2,1,1,2,1,,,2,1,1,2,1,9,3\n"
+        ),
+    )
+    .unwrap();
+    let out = servesim(&["validate", "--silicon", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("prefill_num_workers") && text(&out.stderr).contains("rows.csv:2:"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -53,12 +53,12 @@ pub enum Mode {
     Disagg {
         /// Prefill layout.
         prefill: Layout,
-        /// Prefill workers.
-        prefill_workers: u32,
+        /// Prefill workers (`None` when the file leaves the count blank).
+        prefill_workers: Option<u32>,
         /// Decode layout.
         decode: Layout,
-        /// Decode workers.
-        decode_workers: u32,
+        /// Decode workers (`None` when the file leaves the count blank).
+        decode_workers: Option<u32>,
     },
 }
 
@@ -146,6 +146,13 @@ pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> 
                 Some(v) => Err(err(Some(line), format!("'{name}' must be a positive whole number, got {v}"))),
             }
         };
+        let known = |name: &str| -> Result<Option<u32>, SiliconError> {
+            if text(name).is_empty() {
+                Ok(None)
+            } else {
+                count(name, 1).map(Some)
+            }
+        };
         // Parallel degrees of 0 mean "not used" in these files: one rank.
         let degree = |name: &str| -> Result<u32, SiliconError> {
             if num(name)? == Some(0.0) {
@@ -168,9 +175,9 @@ pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> 
             "agg" => Mode::Agg { layout: layout("")? },
             "disagg" => Mode::Disagg {
                 prefill: layout("prefill_")?,
-                prefill_workers: count("prefill_num_workers", 1)?,
+                prefill_workers: known("prefill_num_workers")?,
                 decode: layout("decode_")?,
-                decode_workers: count("decode_num_workers", 1)?,
+                decode_workers: known("decode_num_workers")?,
             },
             other => return Err(err(Some(line), format!("'mode' must be agg or disagg, got '{other}'"))),
         };
@@ -183,7 +190,9 @@ pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> 
             .find_map(|v| v.trim().parse::<u32>().ok());
         let concurrency = noted.unwrap_or(match mode {
             Mode::Agg { layout } => layout.batch * layout.dp,
-            Mode::Disagg { decode, decode_workers, .. } => decode.batch * decode.dp * decode_workers,
+            Mode::Disagg { decode, decode_workers, .. } => {
+                decode.batch * decode.dp * decode_workers.unwrap_or(1)
+            }
         });
         let positive = |name: &str| -> Result<f64, SiliconError> {
             match num(name)? {
@@ -232,6 +241,11 @@ mod tests {
         );
         assert_eq!(rows[1].concurrency, 360, "decode batch x workers when no note");
         assert!(rows[1].disaggregated());
+        let blank = text.replace(",90,4,8,", ",90,,8,").replace(",1,1,1,1,4,1,4,", ",1,,1,1,4,1,4,");
+        let rows = parse(blank.as_bytes(), "c.csv").unwrap();
+        let Mode::Disagg { prefill_workers, decode_workers, .. } = rows[1].mode else { panic!() };
+        assert_eq!((prefill_workers, decode_workers), (None, None), "blank counts stay unknown");
+        assert_eq!(rows[1].concurrency, 90, "one decode worker assumed for the concurrency");
     }
 
     #[test]

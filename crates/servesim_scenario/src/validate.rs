@@ -64,7 +64,18 @@ pub struct Outcome {
     pub predicted: Option<(f64, f64)>,
     /// Why not, otherwise.
     pub error: Option<String>,
+    /// Prefill and decode workers chosen by [`size_pools`] for a disaggregated row that does
+    /// not record them.
+    pub sized: Option<(u32, u32)>,
 }
+
+/// Most busy a sized prefill pool is at the replay's request rate: the headroom capacity
+/// planning leaves so prompts do not queue (an M/D/1 queue at 80% load waits twice the
+/// service time; at 95% it waits ten times).
+pub const SIZED_PREFILL_UTILIZATION: f64 = 0.8;
+
+/// Most workers [`size_pools`] gives one pool.
+pub const MAX_SIZED_WORKERS: u32 = 64;
 
 fn quant_gemm(s: &str) -> Option<&'static str> {
     match s {
@@ -154,11 +165,12 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
                 &mut y,
                 "prefill",
                 &strip(prefill, dense),
-                prefill_workers,
+                prefill_workers.unwrap_or(1),
                 true,
                 row.concurrency,
                 knobs,
             );
+            let decode_workers = decode_workers.unwrap_or(1);
             role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row.concurrency, knobs);
         }
     }
@@ -203,16 +215,95 @@ pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconR
     out
 }
 
+/// Worker counts for a disaggregated row that leaves them blank (most InferenceX rows do),
+/// chosen from servesim's own static estimate of the recorded layouts, never from the
+/// measurement: the fewest decode workers whose KV cache holds the row's concurrency, then
+/// the fewest prefill workers that keep up with the rate those decode workers sustain at no
+/// more than [`SIZED_PREFILL_UTILIZATION`] (AIConfigurator's disaggregated sweep matches the
+/// two pools' rates the same way). Counts the row records are kept. `None` for aggregated
+/// rows and rows that record both counts.
+///
+/// # Errors
+/// When the layouts cannot be estimated (a model that does not fit, an unknown id).
+pub fn size_pools(
+    row: &SiliconRow,
+    catalog: &Catalog,
+    files: &dyn Files,
+    knobs: &Knobs,
+) -> Result<Option<(u32, u32)>, String> {
+    let Mode::Disagg { prefill, prefill_workers, decode, decode_workers } = row.mode else {
+        return Ok(None);
+    };
+    if prefill_workers.is_some() && decode_workers.is_some() {
+        return Ok(None);
+    }
+    let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
+    let probe = |p: u32, d: u32| -> Result<crate::estimate::Estimate, String> {
+        let mut r = row.clone();
+        r.mode = Mode::Disagg { prefill, prefill_workers: Some(p), decode, decode_workers: Some(d) };
+        let yaml = scenario_yaml(&r, knobs, dense);
+        let root = crate::scenario::parse_with_overrides(&yaml, &row.id, &[]).map_err(|e| e.to_string())?;
+        let prepared =
+            crate::scenario::prepare(&root, &row.id, catalog, None, files).map_err(|e| e.to_string())?;
+        crate::estimate::estimate(&prepared).map_err(|e| e.to_string())
+    };
+    let detail = |e: &crate::estimate::Estimate, key: &str| {
+        e.detail.iter().find(|(k, _)| *k == key).map_or(f64::NAN, |(_, v)| *v)
+    };
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let workers =
+        |x: f64| if x.is_finite() { x.ceil().clamp(1.0, f64::from(MAX_SIZED_WORKERS)) as u32 } else { 1 };
+    let d = match decode_workers {
+        Some(d) => d,
+        None => {
+            let one = probe(1, 1)?;
+            let per_worker = detail(&one, "max_decode_batch_per_rank") * detail(&one, "decode_ranks");
+            workers(f64::from(row.concurrency) / per_worker)
+        }
+    };
+    let p = match prefill_workers {
+        Some(p) => p,
+        None => {
+            // With the most prefill workers the decode pool alone sets the rate.
+            let wide = probe(MAX_SIZED_WORKERS, d)?;
+            let per_worker = detail(&wide, "prefill_capacity_rps") / f64::from(MAX_SIZED_WORKERS);
+            workers(wide.request_rate_rps / (SIZED_PREFILL_UTILIZATION * per_worker))
+        }
+    };
+    Ok(Some((p, d)))
+}
+
+/// The row as it is replayed: [`interpret`]ed, with [`size_pools`]' counts filled in.
+///
+/// # Errors
+/// As [`size_pools`].
+pub fn replayed_row(
+    row: &SiliconRow,
+    catalog: &Catalog,
+    files: &dyn Files,
+    knobs: &Knobs,
+) -> Result<(SiliconRow, Option<(u32, u32)>), String> {
+    let mut r = interpret(row, catalog, knobs);
+    let sized = size_pools(&r, catalog, files, knobs)?;
+    if let (Some((p, d)), Mode::Disagg { prefill, decode, .. }) = (sized, r.mode) {
+        r.mode = Mode::Disagg { prefill, prefill_workers: Some(p), decode, decode_workers: Some(d) };
+    }
+    Ok((r, sized))
+}
+
 /// Replays one row.
 #[must_use]
 pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &Knobs) -> Outcome {
     let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
-    let yaml = scenario_yaml(&interpret(row, catalog, knobs), knobs, dense);
+    let flat = |e: &str| e.lines().collect::<Vec<_>>().join(" ");
+    let (r, sized) = match replayed_row(row, catalog, files, knobs) {
+        Ok(x) => x,
+        Err(e) => return Outcome { predicted: None, error: Some(flat(&e)), sized: None },
+    };
+    let yaml = scenario_yaml(&r, knobs, dense);
     match predict_with_catalog(&yaml, &row.id, catalog, files) {
-        Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None },
-        Err(e) => {
-            Outcome { predicted: None, error: Some(e.to_string().lines().collect::<Vec<_>>().join(" ")) }
-        }
+        Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None, sized },
+        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized },
     }
 }
 
@@ -231,6 +322,11 @@ pub struct Group {
     ttft_signed: f64,
     /// Sum of signed TPOT errors.
     tpot_signed: f64,
+    /// Predicted / measured (TTFT, TPOT) of each predicted row.
+    ratios: Vec<(f64, f64)>,
+    /// Sums of |ratio / s − 1| (TTFT, TPOT), each row against the best constant scale `s` of
+    /// its deployment family (model × system × engine × mode): what no per-family constant removes.
+    scatter_abs: (f64, f64),
 }
 
 impl Group {
@@ -244,7 +340,50 @@ impl Group {
             self.tpot_abs += e2.abs();
             self.ttft_signed += e1;
             self.tpot_signed += e2;
+            self.ratios.push((ttft / row.ttft_ms, tpot / row.tpot_ms));
         }
+    }
+
+    /// Sums of |ratio / s − 1| over this group's own rows (TTFT, TPOT), each at the scale `s`
+    /// that minimises it: with u = 1/s the sum is Σ rᵢ·|u − 1/rᵢ|, least at the median of
+    /// the 1/rᵢ weighted by rᵢ.
+    fn residual_sums(&self) -> (f64, f64) {
+        let side = |pick: fn(&(f64, f64)) -> f64| {
+            let mut v: Vec<(f64, f64)> = self.ratios.iter().map(pick).map(|r| (1.0 / r, r)).collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let half = 0.5 * v.iter().map(|p| p.1).sum::<f64>();
+            let mut acc = 0.0;
+            let Some(u) = v.iter().find(|p| {
+                acc += p.1;
+                acc >= half
+            }) else {
+                return 0.0;
+            };
+            v.iter().map(|p| (p.1 * u.0 - 1.0).abs()).sum()
+        };
+        (side(|r| r.0), side(|r| r.1))
+    }
+
+    /// TTFT scatter (%): the MAPE left after scaling each deployment family's predictions by
+    /// the one constant that fits that family best, i.e. the error no per-family constant can
+    /// remove (the rest is bias).
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn ttft_scatter(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.scatter_abs.0 / self.predicted as f64
+    }
+
+    /// TPOT scatter (%), as [`Group::ttft_scatter`].
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tpot_scatter(&self) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.scatter_abs.1 / self.predicted as f64
     }
 
     /// TTFT MAPE (%) over predicted rows.
@@ -325,14 +464,25 @@ pub struct Summary {
 #[must_use]
 pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -> Summary {
     let mut s = Summary::default();
+    let mut class_of = BTreeMap::new();
     for (r, o) in rows.iter().zip(outcomes) {
         let mode = if r.disaggregated() { "disagg" } else { "agg" };
-        s.by_config
-            .entry((r.model.clone(), r.system.clone(), r.backend.clone(), mode.to_string()))
-            .or_default()
-            .add(r, o);
-        s.by_class.entry(class(r, catalog)).or_default().add(r, o);
+        let key = (r.model.clone(), r.system.clone(), r.backend.clone(), mode.to_string());
+        let c = class(r, catalog);
+        class_of.insert(key.clone(), c);
+        s.by_config.entry(key).or_default().add(r, o);
+        s.by_class.entry(c).or_default().add(r, o);
         s.overall.add(r, o);
+    }
+    // Scatter is measured within each family, then pooled into its class and the total.
+    for (key, g) in &mut s.by_config {
+        let (a, b) = g.residual_sums();
+        g.scatter_abs = (a, b);
+        let class = class_of.get(key).and_then(|c| s.by_class.get_mut(c));
+        for pooled in class.into_iter().chain([&mut s.overall]) {
+            pooled.scatter_abs.0 += a;
+            pooled.scatter_abs.1 += b;
+        }
     }
     s
 }
@@ -341,18 +491,23 @@ pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -
 #[must_use]
 pub fn table(s: &Summary) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias |");
-    let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        t,
+        "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias | TTFT scatter | TPOT scatter |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let line = |t: &mut String, label: &str, g: &Group| {
         let _ = writeln!(
             t,
-            "| {label} | {} | {:.1}% | {:.1}% | {:.1}% | {:+.1}% | {:+.1}% |",
+            "| {label} | {} | {:.1}% | {:.1}% | {:.1}% | {:+.1}% | {:+.1}% | {:.1}% | {:.1}% |",
             g.rows,
             g.coverage(),
             g.ttft_mape(),
             g.tpot_mape(),
             g.ttft_bias(),
-            g.tpot_bias()
+            g.tpot_bias(),
+            g.ttft_scatter(),
+            g.tpot_scatter()
         );
     };
     for ((m, sys, be, mode), g) in &s.by_config {
@@ -420,14 +575,15 @@ mod tests {
         assert!(y.contains("gemm: fp8"), "{y}");
         assert!(y.contains("max_sequences: 256"), "{y}");
         let d = scenario_yaml(
-            &row(Mode::Disagg { prefill: l, prefill_workers: 2, decode: l, decode_workers: 3 }),
+            &row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) }),
             &Knobs { prefill_scale: Some(1.5), ..Knobs::default() },
             true,
         );
         assert!(d.contains("timing: {prefill_scale: 1.5}"), "{d}");
         assert!(d.contains("mode: disaggregated") && d.contains("replicas: 3"), "{d}");
         // Decode ranks hold the running requests: max(256, concurrency per rank).
-        let mut big = row(Mode::Disagg { prefill: l, prefill_workers: 2, decode: l, decode_workers: 3 });
+        let mut big =
+            row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) });
         big.concurrency = 4096;
         let b = scenario_yaml(&big, &Knobs::default(), true);
         assert!(b.contains("max_sequences: 1366"), "{b}");
@@ -438,8 +594,8 @@ mod tests {
         let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
         let rows = vec![row(Mode::Agg { layout: l }), row(Mode::Agg { layout: l })];
         let outs = vec![
-            Outcome { predicted: Some((110.0, 9.0)), error: None },
-            Outcome { predicted: None, error: Some("refused".into()) },
+            Outcome { predicted: Some((110.0, 9.0)), error: None, sized: None },
+            Outcome { predicted: None, error: Some("refused".into()), sized: None },
         ];
         let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
         let g = &s.overall;
@@ -447,6 +603,33 @@ mod tests {
         assert!((g.tpot_bias() + 10.0).abs() < 1e-9);
         assert!((g.coverage() - 50.0).abs() < 1e-9);
         assert!(table(&s).contains("dense aggregated"));
+    }
+
+    #[test]
+    fn scatter_is_the_error_left_after_each_family_best_scale() {
+        let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let mut rows = vec![row(Mode::Agg { layout: l }); 5];
+        for r in &mut rows[3..] {
+            r.system = "h200_sxm".into();
+        }
+        // Family one: TTFT ratios 1.2, 1.2, 1.5 (best scale 1.2); family two: 0.5 and 0.7 (best
+        // scale 0.7: residual 2/7, where the median 0.6 would leave 1/3).
+        let out = |ttft: f64| Outcome {
+            predicted: Some((ttft * rows[0].ttft_ms, rows[0].tpot_ms)),
+            error: None,
+            sized: None,
+        };
+        let outs = vec![out(1.2), out(1.2), out(1.5), out(0.5), out(0.7)];
+        let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+        let first = s.by_config.values().find(|g| g.rows == 3).unwrap();
+        assert!((first.ttft_mape() - 30.0).abs() < 1e-9);
+        assert!((first.ttft_scatter() - 100.0 * 0.25 / 3.0).abs() < 1e-9, "{}", first.ttft_scatter());
+        // Pooled: each row against its own family's scale, not one for all rows.
+        let pooled = 100.0 * (0.25 + 2.0 / 7.0) / 5.0;
+        assert!((s.overall.ttft_scatter() - pooled).abs() < 1e-9, "{}", s.overall.ttft_scatter());
+        assert!((s.by_class["dense aggregated"].ttft_scatter() - pooled).abs() < 1e-9);
+        assert!(s.overall.tpot_scatter().abs() < 1e-12, "exact TPOT everywhere");
+        assert!(table(&s).contains("TTFT scatter"));
     }
 }
 
