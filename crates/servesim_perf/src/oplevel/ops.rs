@@ -1,0 +1,319 @@
+//! Single kernels of a step, each timed from its measured table with a roofline fallback:
+//! GEMMs (with the quantized-GEMM floor), all-reduce, all-to-all, context and generation
+//! attention (GQA and MLA), the fused-experts kernel and element-wise ops.
+
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::spec::{Dtype, GemmQuant, MoeQuant};
+use crate::tables::{Family, Grid, LookupCache, Source, Table};
+
+use super::{OpLevelSetup, OpLevelTimer};
+
+impl OpLevelTimer {
+    /// Seconds of an element-wise kernel moving `bytes` (AIConfigurator's empirical rule).
+    #[must_use]
+    pub fn elementwise(&self, bytes: f64) -> f64 {
+        bytes / (self.bw() * self.s.constants.memory_efficiency) + self.s.constants.kernel_latency_s
+    }
+
+    /// Seconds of a GEMM `m × k · k × n` in `quant` (activations in the same class).
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn gemm(&self, m: u64, n: u64, k: u64, quant: GemmQuant) -> (f64, Source) {
+        if m == 0 || n == 0 || k == 0 {
+            return (0.0, Source::Measured);
+        }
+        let hw = &self.s.hardware;
+        let dt = quant.dtype();
+        let peak = hw.peak_flops(dt);
+        let bw = self.bw();
+        let sol = |c: &[f64]| {
+            let (m, n, k) = (c[0], c[1], c[2]);
+            let flops = 2.0 * m * n * k / peak;
+            let bytes = ((m * k + n * k) * dt.bytes() + m * n * 2.0) / bw;
+            flops.max(bytes)
+        };
+        let x = [m as f64, n as f64, k as f64];
+        if let Some(g) = self.db.table(Family::Gemm).and_then(|t| t.slice(&[quant.table_name()])) {
+            if let Some((ms, src)) = g.lookup(&x, Family::Gemm.scales(), sol) {
+                if let Some(floor) = self.quantized_floor_ms(&x, quant, &sol) {
+                    if floor.0 < ms {
+                        return (floor.0 / 1e3, floor.1);
+                    }
+                }
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+
+    /// The least time a weight-bound quantized GEMM takes under
+    /// [`OpConstants::quantized_gemm_floor`]: the bf16 table's time at the same shape, scaled
+    /// by the ratio of the two speed-of-light times, over the relative efficiency.
+    #[allow(clippy::similar_names)]
+    fn quantized_floor_ms(
+        &self,
+        x: &[f64; 3],
+        quant: GemmQuant,
+        sol_q: &dyn Fn(&[f64]) -> f64,
+    ) -> Option<(f64, Source)> {
+        let r = self.s.constants.quantized_gemm_floor?;
+        // fp8 only: NVFP4 rows floored the same way came out 19% too fast (its block scales
+        // and younger kernels do not reach bf16's efficiency).
+        if quant.dtype() != Dtype::Fp8 || r <= 0.0 {
+            return None;
+        }
+        let hw = &self.s.hardware;
+        let (peak_q, peak_b, bw) = (hw.peak_flops(quant.dtype()), hw.peak_flops(Dtype::Bf16), self.bw());
+        let (m, n, k) = (x[0], x[1], x[2]);
+        // Only where the quantized GEMM is bound by its weight and activation traffic.
+        if 2.0 * m * n * k / peak_q > ((m * k + n * k) * quant.dtype().bytes() + m * n * 2.0) / bw {
+            return None;
+        }
+        let sol_b = |c: &[f64]| {
+            let (m, n, k) = (c[0], c[1], c[2]);
+            (2.0 * m * n * k / peak_b).max(((m * k + n * k) * 2.0 + m * n * 2.0) / bw)
+        };
+        let g = self.db.table(Family::Gemm)?.slice(&[GemmQuant::Bf16.table_name()])?;
+        let (ms, src) = g.lookup(x, Family::Gemm.scales(), sol_b)?;
+        // Derived from another dtype's measurement: at best an interpolation.
+        let src = if src == Source::Measured { Source::Interpolated } else { src };
+        Some((ms * sol_q(x) / sol_b(x) / r, src))
+    }
+
+    /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`, in a CUDA graph or
+    /// launched eagerly.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn allreduce(&self, elems: u64, gpus: u32, graph: bool) -> (f64, Source) {
+        if gpus <= 1 || elems == 0 {
+            return (0.0, Source::Measured);
+        }
+        let hw = &self.s.hardware;
+        // Beyond one node the ring crosses the scale-out links.
+        let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
+        let lat = self.s.constants.link_latency_s;
+        let n = f64::from(gpus);
+        let sol = move |c: &[f64]| 2.0 * (c[0] - 1.0) / c[0] * c[1] * 2.0 / link + lat;
+        let x = [n, elems as f64];
+        let mode = if graph { "graph" } else { "eager" };
+        let table = self.db.table(Family::AllReduce);
+        let slice =
+            table.and_then(|t| t.slice(&["bfloat16", mode]).or_else(|| t.slice(&["bfloat16", "graph"])));
+        if let Some(g) = slice {
+            if let Some((ms, src)) = g.lookup(&x, Family::AllReduce.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x), Source::Roofline)
+    }
+
+    /// NCCL all-to-all of `bytes` per GPU over `gpus`.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn alltoall(&self, bytes: u64, gpus: u32) -> (f64, Source) {
+        if gpus <= 1 || bytes == 0 {
+            return (0.0, Source::Measured);
+        }
+        let hw = &self.s.hardware;
+        let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
+        let lat = self.s.constants.link_latency_s;
+        let sol = move |c: &[f64]| (c[0] - 1.0) / c[0] * c[1] / link + lat;
+        let x = [f64::from(gpus), bytes as f64];
+        if let Some(g) = self.db.table(Family::Nccl).and_then(|t| t.slice(&["alltoall", "half"])) {
+            if let Some((ms, src)) = g.lookup(&x, Family::Nccl.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x), Source::Roofline)
+    }
+
+    fn attn_slice<'a>(&self, t: &'a Table, head_dim: u64) -> Option<&'a crate::tables::Grid> {
+        let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+        let hd = head_dim.to_string();
+        let want = if self.s.attention_fp8 && kv == "fp8" { "fp8" } else { "bfloat16" };
+        t.slice(&[kv, want, &hd, "0"])
+            .or_else(|| t.slice(&[kv, "bfloat16", &hd, "0"]))
+            .or_else(|| t.slice(&[kv, "fp8", &hd, "0"]))
+    }
+
+    /// Context attention of one layer: `batch` sequences whose causal work equals `pairs`
+    /// query–key pairs in total.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn context_attention(&self, batch: u32, pairs: f64) -> (f64, Source) {
+        if batch == 0 || pairs <= 0.0 {
+            return (0.0, Source::Measured);
+        }
+        let b = f64::from(batch);
+        // Equal-length prompts of `isl` tokens have b·isl·(isl+1)/2 causal pairs.
+        let isl = ((-1.0 + libm::sqrt(1.0 + 8.0 * pairs / b)) / 2.0).max(1.0);
+        let m = &self.s.model;
+        let tp = f64::from(self.tp());
+        let peak = self.s.hardware.peak_flops(if self.s.attention_fp8 { Dtype::Fp8 } else { Dtype::Bf16 });
+        let bw = self.bw();
+        if let Some(mla) = &m.mla {
+            let heads = (f64::from(m.num_heads) / tp).max(1.0);
+            let qk = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as f64;
+            let v = mla.v_head_dim as f64;
+            let sol = move |c: &[f64]| {
+                let (b, s, h) = (c[0], c[1], c[2]);
+                (b * s * (s + 1.0) / 2.0 * 2.0 * h * (qk + v) / peak)
+                    .max(b * s * h * (2.0 * qk + 2.0 * v) * 2.0 / bw)
+            };
+            let x = [b, isl, heads];
+            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+            if let Some(g) = self.db.table(Family::ContextMla).and_then(|t| t.slice(&[kv, "bfloat16"])) {
+                if let Some((ms, src)) = g.lookup(&x, Family::ContextMla.scales(), sol) {
+                    return (ms / 1e3, src);
+                }
+            }
+            return (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline);
+        }
+        let heads = (f64::from(m.num_heads) / tp).max(1.0);
+        let kvh = f64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
+        let d = m.head_dim as f64;
+        let sol = move |c: &[f64]| {
+            let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
+            (b * s * (s + 1.0) / 2.0 * 4.0 * h * d / peak).max(b * s * (2.0 * h + 2.0 * kh) * d * 2.0 / bw)
+        };
+        let x = [b, isl, heads, kvh];
+        if let Some(g) = self.db.table(Family::ContextAttention).and_then(|t| self.attn_slice(t, m.head_dim))
+        {
+            if let Some((ms, src)) = g.lookup(&x, Family::ContextAttention.scales(), sol) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+
+    /// The measured grid generation attention is looked up in, if any.
+    pub(super) fn generation_grid(&self) -> Option<Rc<Grid>> {
+        let m = &self.s.model;
+        if m.mla.is_some() {
+            let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+            return self.db.table(Family::GenerationMla).and_then(|t| t.slice_rc(&[kv, "bfloat16"])).cloned();
+        }
+        let t = self.db.table(Family::GenerationAttention)?;
+        let kv = if self.s.kv == Dtype::Fp8 { "fp8" } else { "bfloat16" };
+        let hd = m.head_dim.to_string();
+        let want = if self.s.attention_fp8 && kv == "fp8" { "fp8" } else { "bfloat16" };
+        t.slice_rc(&[kv, want, &hd, "0"])
+            .or_else(|| t.slice_rc(&[kv, "bfloat16", &hd, "0"]))
+            .or_else(|| t.slice_rc(&[kv, "fp8", &hd, "0"]))
+            .cloned()
+    }
+
+    /// Generation attention of one layer: `batch` requests with mean KV length `kv_len`.
+    #[must_use]
+    pub fn generation_attention(&self, batch: u32, kv_len: f64) -> (f64, Source) {
+        let grid = self.generation_grid();
+        Self::generation_attention_in(&self.s, grid.as_deref(), batch, kv_len, &mut LookupCache::default())
+    }
+
+    /// [`OpLevelTimer::generation_attention`] in an already resolved grid, reusing the
+    /// brackets of the previous lookup through `cache`.
+    #[allow(clippy::cast_precision_loss)]
+    pub(super) fn generation_attention_in(
+        setup: &OpLevelSetup,
+        grid: Option<&Grid>,
+        batch: u32,
+        kv_len: f64,
+        cache: &mut LookupCache,
+    ) -> (f64, Source) {
+        if batch == 0 {
+            return (0.0, Source::Measured);
+        }
+        let m = &setup.model;
+        let tp = f64::from(setup.parallelism.tensor.max(1));
+        let b = f64::from(batch);
+        let s = kv_len.max(1.0);
+        let kvb = setup.kv.bytes();
+        let bw = setup.hardware.hbm_bytes_per_s;
+        let peak = setup.hardware.peak_flops(Dtype::Bf16);
+        if let Some(mla) = &m.mla {
+            let heads = (f64::from(m.num_heads) / tp).max(1.0);
+            let latent = (mla.kv_lora_rank + mla.qk_rope_head_dim) as f64;
+            let r = mla.kv_lora_rank as f64;
+            let sol = move |c: &[f64]| {
+                let (b, s, h) = (c[0], c[1], c[2]);
+                (b * s * latent * kvb / bw).max(b * s * h * 2.0 * (latent + r) / peak)
+            };
+            let x = [b, s, heads];
+            if let Some(g) = grid {
+                if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationMla.scales(), sol, cache) {
+                    return (ms / 1e3, src);
+                }
+            }
+            return (sol(&x) / setup.constants.memory_efficiency, Source::Roofline);
+        }
+        let heads = (f64::from(m.num_heads) / tp).max(1.0);
+        let kvh = f64::from(m.num_kv_heads.div_ceil(setup.parallelism.tensor.max(1)).max(1));
+        let d = m.head_dim as f64;
+        let sol = move |c: &[f64]| {
+            let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
+            (b * s * kh * d * 2.0 * kvb / bw).max(b * s * h * d * 4.0 / peak)
+        };
+        let x = [b, s, heads, kvh];
+        if let Some(g) = grid {
+            if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationAttention.scales(), sol, cache) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / setup.constants.memory_efficiency, Source::Roofline)
+    }
+
+    /// The fused-experts kernel of one MoE layer over `tokens` tokens.
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn moe_experts(&self, tokens: u64) -> (f64, Source) {
+        let Some(moe) = &self.s.model.moe else { return (0.0, Source::Measured) };
+        if tokens == 0 {
+            return (0.0, Source::Measured);
+        }
+        let p = self.s.parallelism;
+        let (mtp, mep) = (p.moe_tensor.max(1), p.moe_expert.max(1));
+        let h = self.s.model.hidden_size as f64;
+        let inter = moe.expert_intermediate_size as f64;
+        let topk = f64::from(moe.experts_per_token);
+        let experts = f64::from(moe.num_experts);
+        let dt = self.s.moe.dtype();
+        let peak = self.s.hardware.peak_flops(
+            if self.s.moe == MoeQuant::W4a16Mxfp4 || self.s.moe == MoeQuant::Int4Wo {
+                Dtype::Bf16
+            } else {
+                dt
+            },
+        );
+        let bw = self.bw();
+        let shards = f64::from(mtp * mep);
+        let sol = move |c: &[f64]| {
+            let t = c[0];
+            let flops = 2.0 * 3.0 * h * inter * topk * t / shards / peak;
+            // Experts this GPU holds that at least one token reaches.
+            let touched = (t * topk).min(experts) / f64::from(mep);
+            let bytes = touched * 3.0 * h * inter / f64::from(mtp) * dt.bytes() / bw;
+            flops.max(bytes)
+        };
+        let x = [tokens as f64];
+        if let Some(t) = self.db.table(Family::Moe) {
+            let key = [
+                self.s.moe.table_name().to_string(),
+                "power_law_1.01".to_string(),
+                self.s.model.hidden_size.to_string(),
+                moe.expert_intermediate_size.to_string(),
+                moe.experts_per_token.to_string(),
+                moe.num_experts.to_string(),
+                mtp.to_string(),
+                mep.to_string(),
+            ];
+            let key: Vec<&str> = key.iter().map(String::as_str).collect();
+            if let Some((ms, src)) = t.slice(&key).and_then(|g| g.lookup(&x, Family::Moe.scales(), sol)) {
+                return (ms / 1e3, src);
+            }
+        }
+        (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+}

@@ -1,0 +1,182 @@
+//! What the op-level timer is told about a deployment ([`OpLevelSetup`]), its modelling
+//! constants and the per-engine calibration ([`OpConstants`], [`EngineCalibration`]), and which
+//! steps run as CUDA graphs ([`GraphPolicy`]).
+
+use crate::memory::Parallelism;
+use crate::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
+
+/// Global modelling constants of the op-level timer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpConstants {
+    /// Fraction of HBM bandwidth element-wise kernels achieve: AIConfigurator's
+    /// `mem_bw_empirical_scaling_factor` 0.8 (AICDB §3.1).
+    pub memory_efficiency: f64,
+    /// Fixed cost of one element-wise kernel: AIConfigurator's 3 µs (AICDB §3.1).
+    pub kernel_latency_s: f64,
+    /// Fraction of dense peak a GEMM or attention kernel reaches when no table covers it:
+    /// h200 bf16 8192³ GEMM measured at 1.36377 ms = 0.815 of 989 TFLOP/s (AICDB §3.3).
+    pub compute_efficiency: f64,
+    /// Latency of one point-to-point or collective hop: AIConfigurator's `p2p_latency`
+    /// 10 µs (AICDB §3.1).
+    pub link_latency_s: f64,
+    /// Engine overhead per forward step (scheduler, input preparation, sampling, launch),
+    /// seconds; calibrated per engine on `shared/validation/calibration.csv`.
+    pub step_overhead_s: f64,
+    /// Multiplier on the prefill share of a step (its GEMM increment over the decode tokens
+    /// and its context attention): what isolated kernel measurements miss in a real engine's
+    /// prefill (eager launches, KV-cache writes, input preparation); calibrated per engine.
+    pub prefill_scale: f64,
+    /// Serving-frontend time from a request's arrival to its dispatch (HTTP, tokenisation),
+    /// seconds; calibrated per engine.
+    pub frontend_s: f64,
+    /// When set, a weight-bound fp8 GEMM is never timed slower than its
+    /// bf16 table time scaled to the quantized speed of light and divided by this relative
+    /// efficiency: the engine's kernel reaches at least this fraction of the bf16 kernel's
+    /// efficiency at that shape. Calibrated per engine (see [`TRTLLM`]); `None` keeps the
+    /// quantized tables as measured.
+    pub quantized_gemm_floor: Option<f64>,
+}
+
+impl OpConstants {
+    /// The constants for an engine (`vllm`, `sglang`, `trtllm`): shared efficiencies and
+    /// latencies, plus the engine's calibrated per-step overhead.
+    #[must_use]
+    pub fn for_backend(backend: &str) -> Self {
+        let c = match backend {
+            "vllm" => VLLM,
+            "sglang" => SGLANG,
+            _ => TRTLLM,
+        };
+        OpConstants {
+            step_overhead_s: c.step_overhead_s,
+            prefill_scale: c.prefill_scale,
+            frontend_s: c.frontend_s,
+            quantized_gemm_floor: c.quantized_gemm_floor,
+            ..OpConstants::default()
+        }
+    }
+}
+
+/// Engine constants calibrated on `shared/validation/calibration.csv`
+/// (`servesim validate --fit`, recorded in `docs/validation.md`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineCalibration {
+    /// Per-step overhead (s).
+    pub step_overhead_s: f64,
+    /// Prefill-share multiplier.
+    pub prefill_scale: f64,
+    /// Frontend delay (s).
+    pub frontend_s: f64,
+    /// Quantized GEMMs' least efficiency relative to bf16 ([`OpConstants::quantized_gemm_floor`]).
+    pub quantized_gemm_floor: Option<f64>,
+}
+
+/// vLLM: 143 dense aggregated rows; a grid over prefill scale {1, 1.25, 1.5, 2}, step
+/// overhead {0, 1} ms and frontend {0, 30, 50, 80} ms (`docs/validation.md`).
+pub const VLLM: EngineCalibration = EngineCalibration {
+    step_overhead_s: 0.0,
+    prefill_scale: 1.0,
+    frontend_s: 0.050,
+    quantized_gemm_floor: None,
+};
+/// SGLang: 23 dense aggregated rows, same grid (frontend {0, 30, 60, 100} ms).
+pub const SGLANG: EngineCalibration = EngineCalibration {
+    step_overhead_s: 0.0,
+    prefill_scale: 1.5,
+    frontend_s: 0.030,
+    quantized_gemm_floor: None,
+};
+/// TensorRT-LLM: 315 dense aggregated rows, same grid (frontend {0, 30, 50, 80, 120} ms).
+///
+/// Its fp8 GEMMs are floored at 0.8 of the bf16 kernel's efficiency (a grid over {none, 1.0,
+/// 0.9, 0.8, 0.7}, for all engines or TensorRT-LLM only, fp8 and NVFP4 or fp8 only: dense
+/// aggregated TPOT MAPE 16.6% → 13.8%). The fp8 tables carry about 10 µs per call at decode
+/// shapes over the bf16 kernel's efficiency (h200, n = k = 8192: 30 µs for 64 MB of fp8
+/// weights, 35.6 µs for 128 MB of bf16), which measured TensorRT-LLM decode steps do not show:
+/// their excess over the tables' prediction was near constant across TP1–TP8 (Llama-3.1-70B
+/// fp8 on H200, about 3 ms a step for 320 GEMMs). vLLM's rows got worse with the floor, so it
+/// keeps its tables.
+pub const TRTLLM: EngineCalibration = EngineCalibration {
+    step_overhead_s: 0.0,
+    prefill_scale: 1.25,
+    frontend_s: 0.050,
+    quantized_gemm_floor: Some(0.8),
+};
+
+impl Default for OpConstants {
+    fn default() -> Self {
+        OpConstants {
+            memory_efficiency: 0.8,
+            kernel_latency_s: 3.0e-6,
+            compute_efficiency: 0.815,
+            link_latency_s: 10.0e-6,
+            step_overhead_s: 0.0,
+            prefill_scale: 1.0,
+            frontend_s: 0.0,
+            quantized_gemm_floor: None,
+        }
+    }
+}
+
+/// What the timer needs to know about the deployment.
+#[derive(Clone, Debug)]
+pub struct OpLevelSetup {
+    /// The model.
+    pub model: ModelArch,
+    /// The GPU.
+    pub hardware: Hardware,
+    /// Layout of one worker.
+    pub parallelism: Parallelism,
+    /// Dense GEMM format.
+    pub gemm: GemmQuant,
+    /// Expert format.
+    pub moe: MoeQuant,
+    /// KV-cache format.
+    pub kv: Dtype,
+    /// Attention math format (`fmha`): TensorRT-LLM and SGLang run fp8 attention over an fp8
+    /// KV cache, vLLM keeps bf16 (AIConfigurator's per-engine defaults, aiconfigurator-ref.json).
+    pub attention_fp8: bool,
+    /// Which steps run as CUDA graphs.
+    pub graphs: GraphPolicy,
+    /// Constants.
+    pub constants: OpConstants,
+}
+
+/// Which forward steps an engine replays as CUDA graphs (launch-free kernels, graph-mode
+/// collectives); the others launch eagerly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphPolicy {
+    /// Largest step (tokens) captured.
+    pub max_tokens: u32,
+    /// Only decode-only steps are captured.
+    pub decode_only: bool,
+}
+
+impl GraphPolicy {
+    /// vLLM V1: piecewise graphs for steps of up to `min(2 × max_num_seqs, 512)` tokens,
+    /// prefill included (vLLM's default `max_cudagraph_capture_size`).
+    #[must_use]
+    pub fn vllm(max_sequences: u32) -> Self {
+        GraphPolicy { max_tokens: (2 * max_sequences).min(512), decode_only: false }
+    }
+
+    /// SGLang: decode batches only, up to `cuda_graph_max_bs` (its server default: 160 below
+    /// TP4, 256 from TP4 on GPUs of 80 GB and more).
+    #[must_use]
+    pub fn sglang(tp: u32) -> Self {
+        GraphPolicy { max_tokens: if tp < 4 { 160 } else { 256 }, decode_only: true }
+    }
+
+    /// TensorRT-LLM (PyTorch backend): generation-only batches, up to its default CUDA-graph
+    /// batch size of 128.
+    #[must_use]
+    pub fn trtllm() -> Self {
+        GraphPolicy { max_tokens: 128, decode_only: true }
+    }
+
+    /// Whether a step with `tokens` new tokens, `prefill` or not, runs as a graph.
+    #[must_use]
+    pub fn captures(&self, tokens: u64, prefill: bool) -> bool {
+        tokens <= u64::from(self.max_tokens) && !(prefill && self.decode_only)
+    }
+}
