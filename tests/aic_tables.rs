@@ -19,18 +19,21 @@ const FIXTURE: &str = "tests/fixtures/aic/systems/data/h200_sxm/gemm/vllm/0.24.0
 const SLOWER: f64 = 1.5;
 
 /// The fixture's rows: the built-in H200 vLLM block-scaled fp8 GEMM slice (what the default
-/// scenario's Qwen3-32B-FP8 runs), every third m, 1.5× slower.
+/// scenario's Qwen3-32B-FP8 runs) and the bf16 and per-tensor fp8 slices that bound it, every
+/// third m, 1.5× slower.
 fn fixture_rows() -> Vec<Row> {
     let bytes = data_file("perf/h200_sxm/vllm/0.24.0/gemm.parquet").unwrap().unwrap();
     let t = read_table("gemm.parquet", bytes).unwrap();
-    let g = t.slice(&["fp8_block"]).unwrap();
-    let axes = g.axes();
     let mut rows = Vec::new();
-    for m in axes[0].iter().step_by(3) {
-        for n in &axes[1] {
-            for k in &axes[2] {
-                if let Some(l) = g.exact(&[*m, *n, *k]) {
-                    rows.push((vec!["fp8_block".to_string()], vec![*m, *n, *k], l * SLOWER));
+    for dtype in ["bfloat16", "fp8", "fp8_block"] {
+        let g = t.slice(&[dtype]).unwrap();
+        let axes = g.axes();
+        for m in axes[0].iter().step_by(3) {
+            for n in &axes[1] {
+                for k in &axes[2] {
+                    if let Some(l) = g.exact(&[*m, *n, *k]) {
+                        rows.push((vec![dtype.to_string()], vec![*m, *n, *k], l * SLOWER));
+                    }
                 }
             }
         }

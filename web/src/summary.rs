@@ -163,7 +163,10 @@ mod tests {
         assert_eq!(rows[0].0, "TTFT");
         assert_eq!(rows[0].1[0], fmt_num(&p["mean_ttft_ms"], 2));
         assert_eq!(rows[3].1[4], fmt_num(&p["p99_e2e_latency_ms"], 2));
-        assert_eq!(attainment(&p), "72.0% (216 of 300)");
+        let good = p["goodput_completed_requests"].as_u64().unwrap();
+        assert_eq!(attainment(&p), format!("{:.1}% ({good} of 300)", 100.0 * good as f64 / 300.0));
+        let partial = serde_json::json!({"goodput_completed_requests": 216, "completed_requests": 300});
+        assert_eq!(attainment(&partial), "72.0% (216 of 300)");
         let default: Value =
             serde_json::from_str(include_str!("../../tests/golden/default.prediction.json")).unwrap();
         assert_eq!(attainment(&default), "no SLA set");
@@ -174,6 +177,8 @@ mod tests {
         let prov = provenance(&p);
         assert_eq!(prov.len(), 2);
         assert_eq!(prov[0].1, "op_level");
-        assert!(prov[0].3.starts_with("2 measured · 1798 interpolated"), "{}", prov[0].3);
+        let lookups = &p["servesim"]["timing"][0]["lookups"];
+        let want = format!("{} measured · {} interpolated", lookups["measured"], lookups["interpolated"]);
+        assert!(prov[0].3.starts_with(&want), "{} vs {want}", prov[0].3);
     }
 }
