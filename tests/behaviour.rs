@@ -363,3 +363,20 @@ fn pipeline_stages_add_throughput_not_single_request_speed() {
     assert!(staged > 1.4 * half, "PP2 {staged} req/s vs one TP4 replica {half}");
     assert!(staged < 1.1 * twice, "PP2 {staged} req/s vs two TP4 replicas {twice}");
 }
+
+/// "fp8" asked of a block-scaled FP8 checkpoint keeps its 128×128 block scaling, for the
+/// experts as for the dense layers (`engine.quantization` in SPEC §2.1); asking for the
+/// per-tensor kernels by their own name still gets them.
+#[test]
+fn fp8_on_a_block_scaled_checkpoint_keeps_its_block_kernels() {
+    let base = ["engine.model=Qwen/Qwen3-235B-A22B-FP8", "engine.workers.aggregated.parallelism={tensor: 8}"];
+    let run = |q: &str| {
+        let set = format!("engine.quantization={q}");
+        let sets = [base[0], base[1], set.as_str()];
+        predict_file_with("data/scenarios/default.yaml", &sets).unwrap().summary
+    };
+    let native = run("{gemm: fp8_block, moe: fp8_block}");
+    assert_eq!(run("{gemm: fp8, moe: fp8}"), native);
+    assert_eq!(run("{moe: fp8}"), native);
+    assert_ne!(run("{gemm: fp8_block, moe: bf16}"), native, "another expert format is another run");
+}

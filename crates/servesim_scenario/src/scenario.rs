@@ -329,6 +329,8 @@ pub fn prepare(
         None => model.gemm_quant,
     };
     let moe_quant = match (engine.quantization.moe, engine.quantization.gemm) {
+        // The same for experts: "fp8" on a block-scaled checkpoint runs its block-scaled kernels.
+        (Some(m), _) if m == MoeQuant::Fp8 && model.moe_quant == MoeQuant::Fp8Block => model.moe_quant,
         (Some(m), _) => m,
         (None, Some(_)) if gemm_quant != model.gemm_quant => MoeQuant::like(gemm_quant),
         _ => model.moe_quant,
