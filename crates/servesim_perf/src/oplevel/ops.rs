@@ -67,10 +67,9 @@ impl OpLevelTimer {
             return None;
         }
         let hw = &self.s.hardware;
-        let (peak_q, peak_b, bw) = (hw.peak_flops(quant.dtype()), hw.peak_flops(Dtype::Bf16), self.bw());
-        let (m, n, k) = (x[0], x[1], x[2]);
+        let (peak_b, bw) = (hw.peak_flops(Dtype::Bf16), self.bw());
         // Only where the quantized GEMM is bound by its weight and activation traffic.
-        if 2.0 * m * n * k / peak_q > ((m * k + n * k) * quant.dtype().bytes() + m * n * 2.0) / bw {
+        if !self.gemm_memory_bound(x, quant.dtype()) {
             return None;
         }
         let sol_b = |c: &[f64]| {
@@ -79,9 +78,15 @@ impl OpLevelTimer {
         };
         let g = self.db.table(Family::Gemm)?.slice(&[GemmQuant::Bf16.table_name()])?;
         let (ms, src) = g.lookup(x, Family::Gemm.scales(), sol_b)?;
-        // Derived from another dtype's measurement: at best an interpolation.
-        let src = if src == Source::Measured { Source::Interpolated } else { src };
-        Some((ms * sol_q(x) / sol_b(x) / r, src))
+        Some((ms * sol_q(x) / sol_b(x) / r, derived(src)))
+    }
+
+    /// Whether an `m × n × k` GEMM on `dt` operands is bound by its memory traffic rather than
+    /// by compute (its speed of light is the bytes term).
+    fn gemm_memory_bound(&self, x: &[f64; 3], dt: Dtype) -> bool {
+        let (m, n, k) = (x[0], x[1], x[2]);
+        2.0 * m * n * k / self.s.hardware.peak_flops(dt)
+            <= ((m * k + n * k) * dt.bytes() + m * n * 2.0) / self.bw()
     }
 
     /// The fastest time another table gives for the same GEMM, bounding a quantized one: the
@@ -89,8 +94,8 @@ impl OpLevelTimer {
     /// where the GEMM is bound by its memory traffic, the other fp8 scaling (per-tensor and
     /// 128×128-block fp8 move the same bytes, block scales add 1/16,384 of them; where compute
     /// binds, block scaling costs real work in the main loop). A table timing the quantized
-    /// kernel slower than that measured a fallback path, not what a serving engine runs. AIConfigurator 0.12's vLLM 0.24
-    /// `fp8_block` tables are such: 0.08–0.09 ms on H100/H200 and 0.17–0.55 ms on
+    /// kernel slower than that measured a fallback path, not what a serving engine runs.
+    /// AIConfigurator 0.12's vLLM 0.24 `fp8_block` tables are such: 0.08–0.09 ms on H100/H200 and 0.17–0.55 ms on
     /// B200/B300/GB200/GB300 whatever the shape (n 2048, k 3072: bf16 and per-tensor fp8 take
     /// 0.006–0.009 ms); with them MiniMax-M2.5 fp8 decode steps on 4 B200s came out at 25 ms
     /// for 4 requests, measured 8–10 ms.
@@ -103,10 +108,7 @@ impl OpLevelTimer {
         };
         let table = self.db.table(Family::Gemm)?;
         let bw = self.bw();
-        let (m, n, k) = (x[0], x[1], x[2]);
-        let dt = quant.dtype();
-        let memory_bound = 2.0 * m * n * k / self.s.hardware.peak_flops(dt)
-            <= ((m * k + n * k) * dt.bytes() + m * n * 2.0) / bw;
+        let memory_bound = self.gemm_memory_bound(x, quant.dtype());
         let mut best: Option<(f64, Source)> = None;
         for &q in siblings.iter().filter(|&&q| q == GemmQuant::Bf16 || memory_bound) {
             let (peak, bytes) = (self.s.hardware.peak_flops(q.dtype()), q.dtype().bytes());
@@ -120,8 +122,7 @@ impl OpLevelTimer {
                 continue;
             };
             if best.is_none_or(|b| ms < b.0) {
-                // Derived from another table's measurement: at best an interpolation.
-                best = Some((ms, if src == Source::Measured { Source::Interpolated } else { src }));
+                best = Some((ms, derived(src)));
             }
         }
         best
@@ -380,12 +381,21 @@ impl OpLevelTimer {
                     key[0] = q.table_name().to_string();
                     let sol_q = sol_for(q.dtype(), hw.peak_flops(q.dtype()));
                     if let Some((b, bsrc)) = slice(&key, &sol_q).filter(|b| b.0 < best.0) {
-                        best = (b, if bsrc == Source::Measured { Source::Interpolated } else { bsrc });
+                        best = (b, derived(bsrc));
                     }
                 }
                 return (best.0 / 1e3, best.1);
             }
         }
         (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
+    }
+}
+
+/// A time taken from another table's measurement is at best an interpolation.
+fn derived(src: Source) -> Source {
+    if src == Source::Measured {
+        Source::Interpolated
+    } else {
+        src
     }
 }
