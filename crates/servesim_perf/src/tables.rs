@@ -348,32 +348,41 @@ impl Grid {
             cache.x[d] = *xv;
         }
         cache.valid = true;
+        let br = &cache.br[..dims];
+        if !br.iter().zip(x).all(|(b, xv)| b.hits(*xv)) {
+            return self.blend(br, x, sol);
+        }
+        let mut lo = [0usize; MAX_DIMS];
+        for (l, b) in lo.iter_mut().zip(br.iter()) {
+            *l = b.lo;
+        }
+        if let Some(v) = self.at(&lo[..dims]) {
+            return Some((v, Source::Measured));
+        }
+        // The exact point is a hole: let its neighbours stand in (on a copy, so the cache
+        // keeps the query's own brackets).
         let mut br_store = cache.br;
         let br = &mut br_store[..dims];
-        if br.iter().zip(x).all(|(b, xv)| b.hits(*xv)) {
-            let mut lo = [0usize; MAX_DIMS];
-            for (l, b) in lo.iter_mut().zip(br.iter()) {
-                *l = b.lo;
-            }
-            if let Some(v) = self.at(&lo[..dims]) {
-                return Some((v, Source::Measured));
-            }
-            // The exact point is a hole: let its neighbours stand in.
-            for (d, b) in br.iter_mut().enumerate() {
-                let axis = &self.axes[d];
-                #[allow(clippy::cast_precision_loss)]
-                if b.lo > 0 && b.lo + 1 < axis.len() {
-                    let (a, c) =
-                        (scales[d].apply(axis[b.lo - 1] as f64), scales[d].apply(axis[b.lo + 1] as f64));
-                    let t = (scales[d].apply(b.at) - a) / (c - a);
-                    *b = Bracket { lo: b.lo - 1, hi: b.lo + 1, t, at: b.at };
-                } else if b.lo > 0 {
-                    *b = Bracket { lo: b.lo - 1, hi: b.lo - 1, t: 0.0, at: axis[b.lo - 1] as f64 };
-                } else if b.lo + 1 < axis.len() {
-                    *b = Bracket { lo: 1, hi: 1, t: 0.0, at: axis[1] as f64 };
-                }
+        for (d, b) in br.iter_mut().enumerate() {
+            let axis = &self.axes[d];
+            #[allow(clippy::cast_precision_loss)]
+            if b.lo > 0 && b.lo + 1 < axis.len() {
+                let (a, c) = (scales[d].apply(axis[b.lo - 1] as f64), scales[d].apply(axis[b.lo + 1] as f64));
+                let t = (scales[d].apply(b.at) - a) / (c - a);
+                *b = Bracket { lo: b.lo - 1, hi: b.lo + 1, t, at: b.at };
+            } else if b.lo > 0 {
+                *b = Bracket { lo: b.lo - 1, hi: b.lo - 1, t: 0.0, at: axis[b.lo - 1] as f64 };
+            } else if b.lo + 1 < axis.len() {
+                *b = Bracket { lo: 1, hi: 1, t: 0.0, at: axis[1] as f64 };
             }
         }
+        self.blend(br, x, sol)
+    }
+
+    /// The interpolated latency at `x` from each axis' bracket.
+    #[inline]
+    fn blend(&self, br: &[Bracket], x: &[f64], sol: impl Fn(&[f64]) -> f64) -> Option<(f64, Source)> {
+        let dims = br.len();
         // Blend the corners of the bracketing cell. Only axes that are not pinned to one
         // grid line have two sides; corners are visited in the order of a mask over all axes
         // (pinned axes never take their upper side), and each weight is the product of the
