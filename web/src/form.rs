@@ -51,7 +51,7 @@ pub const ENGINE: [Field; 5] = [
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last two are SGLang's
 /// (the validator says so at the field under another engine).
-pub const ROLE: [Field; 10] = [
+pub const ROLE: [Field; 11] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -60,6 +60,7 @@ pub const ROLE: [Field; 10] = [
     field("scheduler.max_sequences", "Max sequences", Kind::Int),
     field("scheduler.max_batched_tokens", "Max batched tokens", Kind::Int),
     field("kv_cache.prefix_caching", "Prefix caching", Kind::Bool),
+    field("scheduler.async_scheduling", "Async scheduling", Kind::Bool),
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
 ];

@@ -195,6 +195,9 @@ enum Command {
         /// Replay with this frontend delay (ms).
         #[arg(long)]
         frontend_ms: Option<f64>,
+        /// Replay with this host time per sequence (µs) for engines that schedule synchronously.
+        #[arg(long)]
+        host_us_per_sequence: Option<f64>,
         /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
         #[arg(long, default_value_t = 0.8)]
@@ -344,6 +347,7 @@ fn main() -> ExitCode {
             prefill_scale,
             step_overhead_ms,
             frontend_ms,
+            host_us_per_sequence,
             length_floor,
             mla_attention_dp,
             show_scenarios,
@@ -352,6 +356,7 @@ fn main() -> ExitCode {
                 prefill_scale,
                 step_overhead_ms,
                 frontend_ms,
+                host_us_per_sequence,
                 length_floor: Some(length_floor),
                 mla_attention_dp,
             };

@@ -282,6 +282,12 @@ pub struct SchedulerKnobs {
     /// `prefill_schedule_interval` (vLLM, 1): with attention DP, admit new prompts only every
     /// N-th step.
     pub prefill_schedule_interval: u32,
+    /// `async_scheduling` (servesim extension, true): the engine prepares the next step on
+    /// the host while the GPU runs this one (vLLM's async scheduling, default from 0.14;
+    /// SGLang's and TensorRT-LLM's overlap schedulers). `false` models an engine that
+    /// schedules between steps (vLLM before 0.14, `--no-async-scheduling`,
+    /// `--disable-overlap-schedule`): every step also waits for its host work.
+    pub async_scheduling: bool,
     /// SGLang knobs (`schedule_policy`, `chunked_prefill_size`, `max_prefill_tokens`,
     /// `schedule_conservativeness`: servesim extensions; `prefill_decode_interval`: AISimulate).
     pub sglang: servesim_core::engine::SglangKnobs,
@@ -343,6 +349,9 @@ pub struct TimingConfig {
     pub step_overhead_ms: Option<f64>,
     /// `frontend_ms` (servesim extension): API-server time from arrival to dispatch.
     pub frontend_ms: Option<f64>,
+    /// `host_us_per_sequence` (servesim extension): host time per scheduled sequence a step
+    /// waits for when the engine schedules synchronously (`scheduler.async_scheduling: false`).
+    pub host_us_per_sequence: Option<f64>,
 }
 
 /// `forward_model: fpm`: where the whole-forward tables are.

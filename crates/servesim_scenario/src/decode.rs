@@ -755,8 +755,9 @@ fn decode_role(
         }),
     };
     let dp = parallelism.map_or(1, |p| p.attention_data);
+    let scheduler_entry = f.take("scheduler");
     let scheduler = decode_scheduler(
-        f.take("scheduler"),
+        scheduler_entry.clone(),
         &crate::diag::join(path, "scheduler"),
         cx,
         backend,
@@ -768,6 +769,15 @@ fn decode_role(
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
     };
+    if let (Some(s), Some((n, p))) = (&scheduler, &scheduler_entry) {
+        if !s.async_scheduling && timing.kind != TimingKind::OpLevel {
+            cx.domain(
+                p,
+                n,
+                "async_scheduling: false is modelled by the op-level timing model only (forward_model: op_level)",
+            );
+        }
+    }
     let hardware = match f.take("hardware") {
         Some((n, p)) if mode == Mode::Disaggregated => string(n, &p, cx),
         Some((n, p)) => {
@@ -881,6 +891,7 @@ const SCHEDULER_KEYS: &[&str] = &[
     "chunked_prefill_size",
     "max_prefill_tokens",
     "schedule_conservativeness",
+    "async_scheduling",
 ];
 
 fn decode_scheduler(
@@ -899,6 +910,7 @@ fn decode_scheduler(
         max_batched_tokens: 8192,
         max_sequences: if prefill { 1 } else { 256 },
         prefill_schedule_interval: 1,
+        async_scheduling: true,
         sglang: sg,
     };
     let Some((node, _)) = entry else { return Some(defaults) };
@@ -916,6 +928,9 @@ fn decode_scheduler(
         if backend != Backend::Vllm && out.prefill_schedule_interval > 1 {
             cx.domain(&p, n, "prefill_schedule_interval is a vLLM knob");
         }
+    }
+    if let Some((n, p)) = f.take("async_scheduling") {
+        out.async_scheduling = boolean(n, &p, cx).unwrap_or(true);
     }
     if let Some((n, p)) = f.take("prefill_decode_interval") {
         out.sglang.prefill_decode_interval = u32_in(n, &p, cx, 0, 1000).unwrap_or(0);
@@ -1123,6 +1138,8 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
     out.prefill_scale = f.take("prefill_scale").and_then(|(n, p)| number_in(n, &p, cx, 0.1, 100.0));
     out.step_overhead_ms = f.take("step_overhead_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e4));
     out.frontend_ms = f.take("frontend_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    out.host_us_per_sequence =
+        f.take("host_us_per_sequence").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
     f.finish(
         cx,
         &[
@@ -1135,6 +1152,7 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
             "prefill_scale",
             "step_overhead_ms",
             "frontend_ms",
+            "host_us_per_sequence",
         ],
         "",
     );

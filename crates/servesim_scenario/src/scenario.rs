@@ -496,11 +496,18 @@ pub fn prepare(
                         },
                         constants: {
                             let mut c = OpConstants::for_backend(backend);
+                            if !role.scheduler.async_scheduling {
+                                c.step_overhead_s += servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
+                                c.host_s_per_sequence = servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE;
+                            }
                             if let Some(x) = role.timing.prefill_scale {
                                 c.prefill_scale = x;
                             }
                             if let Some(ms) = role.timing.step_overhead_ms {
                                 c.step_overhead_s = ms / 1e3;
+                            }
+                            if let Some(us) = role.timing.host_us_per_sequence {
+                                c.host_s_per_sequence = us / 1e6;
                             }
                             c
                         },

@@ -31,6 +31,8 @@ pub struct Knobs {
     pub step_overhead_ms: Option<f64>,
     /// `timing.frontend_ms`.
     pub frontend_ms: Option<f64>,
+    /// `timing.host_us_per_sequence`.
+    pub host_us_per_sequence: Option<f64>,
     /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
     /// `None`: fixed lengths.
     pub length_floor: Option<f64>,
@@ -52,6 +54,9 @@ impl Knobs {
         }
         if let Some(x) = self.frontend_ms {
             v.push(format!("frontend_ms: {x}"));
+        }
+        if let Some(x) = self.host_us_per_sequence {
+            v.push(format!("host_us_per_sequence: {x}"));
         }
         v.join(", ")
     }
@@ -98,15 +103,31 @@ fn quant_moe(s: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether the row's engine release scheduled synchronously by default: vLLM before 0.14,
+/// which turned async scheduling on (vLLM PR #27614). Rows without a version, or with a
+/// nightly tag, are taken as recent.
+#[must_use]
+pub fn schedules_synchronously(backend: &str, version: &str) -> bool {
+    if backend != "vllm" {
+        return false;
+    }
+    let mut parts = version.split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 14),
+        _ => false,
+    }
+}
+
 fn role_yaml(
     out: &mut String,
     name: &str,
     l: &Layout,
     replicas: u32,
     prefill: bool,
-    concurrency: u32,
+    row: &SiliconRow,
     knobs: &Knobs,
 ) {
+    let concurrency = row.concurrency;
     let _ = writeln!(out, "    {name}:");
     let _ = writeln!(
         out,
@@ -117,7 +138,12 @@ fn role_yaml(
     // holds the running requests (decode, or the aggregated workers).
     let ranks = (replicas.max(1) * l.dp.max(1)).max(1);
     let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256).max(concurrency.div_ceil(ranks)) };
-    let _ = writeln!(out, "      scheduler: {{max_batched_tokens: 8192, max_sequences: {seqs}}}");
+    let sync = if schedules_synchronously(&row.backend, &row.backend_version) {
+        ", async_scheduling: false"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "      scheduler: {{max_batched_tokens: 8192, max_sequences: {seqs}{sync}}}");
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false}}");
     let k = knobs.yaml();
     if !k.is_empty() {
@@ -156,7 +182,7 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
     match row.mode {
         Mode::Agg { layout } => {
             let _ = writeln!(y, "  workers:");
-            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, row.concurrency, knobs);
+            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, row, knobs);
         }
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
             let _ = writeln!(y, "  mode: disaggregated");
@@ -167,11 +193,11 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
                 &strip(prefill, dense),
                 prefill_workers.unwrap_or(1),
                 true,
-                row.concurrency,
+                row,
                 knobs,
             );
             let decode_workers = decode_workers.unwrap_or(1);
-            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row.concurrency, knobs);
+            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row, knobs);
         }
     }
     let len = |n: u32| {
@@ -587,6 +613,28 @@ mod tests {
         big.concurrency = 4096;
         let b = scenario_yaml(&big, &Knobs::default(), true);
         assert!(b.contains("max_sequences: 1366"), "{b}");
+        assert!(!b.contains("async_scheduling"), "{b}");
+    }
+
+    #[test]
+    fn rows_from_vllm_before_0_14_replay_with_synchronous_scheduling() {
+        for (backend, version, sync) in [
+            ("vllm", "0.12.0", true),
+            ("vllm", "0.13.2", true),
+            ("vllm", "0.14.0", false),
+            ("vllm", "0.19.1", false),
+            ("vllm", "", false),
+            ("vllm", "nightly-5b8c30d", false),
+            ("sglang", "0.5.6.post2", false),
+            ("trtllm", "0.8.1.post2", false),
+        ] {
+            assert_eq!(schedules_synchronously(backend, version), sync, "{backend} {version}");
+        }
+        let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l });
+        r.backend_version = "0.12.0".into();
+        let y = scenario_yaml(&r, &Knobs::default(), true);
+        assert!(y.contains("max_sequences: 256, async_scheduling: false}"), "{y}");
     }
 
     #[test]

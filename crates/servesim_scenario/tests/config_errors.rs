@@ -57,6 +57,16 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["'schedule_policy' is an SGLang knob"],
     ),
     (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {scheduler: {async_scheduling: sometimes}}}\n",
+        2,
+        &["engine.workers.aggregated.scheduler.async_scheduling (line 4"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {scheduler: {async_scheduling: false}, timing: {type: roofline}}}\n",
+        2,
+        &["engine.workers.aggregated.scheduler (line 4", "op-level timing model only"],
+    ),
+    (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {parallelism: {tensor: 3}}}\n",
         2,
         &["engine.workers.aggregated.parallelism.tensor", "not divisible"],

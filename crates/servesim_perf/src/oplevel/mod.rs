@@ -42,7 +42,10 @@ use crate::tables::{Family, Grid, LookupCache, Provenance, Source, Table};
 mod ops;
 mod setup;
 
-pub use setup::{EngineCalibration, GraphPolicy, OpConstants, OpLevelSetup, SGLANG, TRTLLM, VLLM};
+pub use setup::{
+    EngineCalibration, GraphPolicy, OpConstants, OpLevelSetup, SGLANG, SYNC_HOST_S_PER_SEQUENCE,
+    SYNC_HOST_S_PER_STEP, TRTLLM, VLLM,
+};
 
 /// Measured tables of one system, engine and engine version.
 #[derive(Clone, Debug, Default)]
@@ -525,6 +528,19 @@ impl OpLevelTimer {
         let stages = self.s.parallelism.pipeline.max(1);
         servesim_core::timing::pipelined_seconds(ranks, stages, &mut |r| self.stage_seconds(r))
             + self.s.constants.step_overhead_s
+            + self.host_seconds(ranks)
+    }
+
+    /// Host time a step waits for when the engine schedules synchronously: each attention-DP
+    /// rank's engine process handles its own sequences, so the busiest rank sets it.
+    #[allow(clippy::cast_precision_loss)] // Sequence counts are far below 2^52.
+    fn host_seconds(&self, ranks: &[RankLoad]) -> f64 {
+        let per = self.s.constants.host_s_per_sequence;
+        if per <= 0.0 {
+            return 0.0;
+        }
+        let seqs = ranks.iter().map(|r| u64::from(r.decode_requests) + r.prefill.len() as u64).max();
+        per * seqs.unwrap_or(0) as f64
     }
 
     /// Seconds one pipeline stage (the whole model without PP) spends on a step's loads.
@@ -612,6 +628,7 @@ impl StepTimer for OpLevelTimer {
         let (shared, tm) = self.memo_peek(2, all_tokens);
         tallies.push(tm);
         let overhead = self.s.constants.step_overhead_s;
+        let host = self.host_seconds(loads);
         let mut steps = 0u64;
         let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
@@ -621,7 +638,7 @@ impl StepTimer for OpLevelTimer {
                 worst = worst.max(*a + gen);
             }
             steps += 1;
-            checked_step(worst + shared + overhead, loads)
+            checked_step(worst + shared + overhead + host, loads)
         });
         for tally in &tallies {
             self.use_tally_times(tally, steps);
@@ -757,6 +774,31 @@ mod tests {
         db
     }
 
+    /// A synchronously scheduling engine's step also waits for its host work: the per-step
+    /// cost plus the per-sequence cost of the busiest attention-DP rank (prompts count as
+    /// sequences), on top of the same GPU time.
+    #[test]
+    fn synchronous_host_work_adds_to_every_step() {
+        let mut dp = setup(2);
+        dp.parallelism.attention_data = 2;
+        let mut sync = dp.clone();
+        sync.constants.step_overhead_s += SYNC_HOST_S_PER_STEP;
+        sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
+        let loads = [
+            RankLoad {
+                prefill: vec![PrefillChunk { new_tokens: 300, context_tokens: 0 }],
+                decode_requests: 6,
+                decode_kv_tokens: 6 * 800,
+            },
+            RankLoad { prefill: vec![], decode_requests: 30, decode_kv_tokens: 30 * 400 },
+        ];
+        let db = Rc::new(decode_db());
+        let gpu = OpLevelTimer::new(dp, db.clone()).step_seconds(&loads);
+        let with_host = OpLevelTimer::new(sync, db).step_seconds(&loads);
+        let want = SYNC_HOST_S_PER_STEP + 30.0 * SYNC_HOST_S_PER_SEQUENCE;
+        assert!((with_host - gpu - want).abs() < 1e-12, "{with_host} - {gpu} != {want}");
+    }
+
     /// The run path equals one `step_time` per step: step ends bit for bit and the lookups
     /// counted, for one rank, a sliding-window model, attention-DP ranks (one idle) and a
     /// step overhead; and it stops at `max_end` as the step-by-step path does.
@@ -768,8 +810,11 @@ mod tests {
         let mut dp = setup(2);
         dp.parallelism.attention_data = 2;
         dp.constants.step_overhead_s = 0.000_7;
+        let mut sync = dp.clone();
+        sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
         let cases: Vec<(OpLevelSetup, Vec<RankLoad>)> = vec![
             (setup(1), vec![decode(37, 37 * 900)]),
+            (sync, vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),
             (setup(1), vec![decode(3, 5000)]),
             (sliding, vec![decode(20, 20 * 100)]),
             (dp.clone(), vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),

@@ -29,6 +29,12 @@ pub struct OpConstants {
     /// Serving-frontend time from a request's arrival to its dispatch (HTTP, tokenisation),
     /// seconds; calibrated per engine.
     pub frontend_s: f64,
+    /// Host time per scheduled sequence that a step waits for when the engine schedules
+    /// synchronously (scheduling, input preparation, sampling and output processing run
+    /// between GPU steps instead of under them), seconds. 0 when the engine overlaps host and
+    /// GPU work (vLLM's async scheduling, on by default from 0.14; SGLang's and
+    /// TensorRT-LLM's overlap schedulers); see [`SYNC_HOST_S_PER_SEQUENCE`].
+    pub host_s_per_sequence: f64,
     /// When set, a weight-bound fp8 GEMM is never timed slower than its
     /// bf16 table time scaled to the quantized speed of light and divided by this relative
     /// efficiency: the engine's kernel reaches at least this fraction of the bf16 kernel's
@@ -103,6 +109,23 @@ pub const TRTLLM: EngineCalibration = EngineCalibration {
     quantized_gemm_floor: Some(0.8),
 };
 
+/// Host time of a step that an engine scheduling synchronously adds to every step, seconds
+/// (with [`SYNC_HOST_S_PER_SEQUENCE`] per sequence in it). Fitted on the 46 dense aggregated
+/// rows measured on vLLM 0.12 (Qwen3-32B on H100, TP2–TP8, 8–256 clients), the release before
+/// async scheduling became vLLM's default (0.14, vLLM PR #27614): their measured TPOT sat
+/// 4.3–4.7 ms above the kernels' sum at every TP, growing with the batch. A grid over
+/// {0, 0.5, 1, 1.5} ms × {0, 20, 40, 50, 60, 70, 80} µs per sequence took their TPOT MAPE
+/// from 16.1% (bias −16.1%) to 3.9–4.3% for (1.5 ms, 40 µs), (1 ms, 50 µs), (1.5 ms, 50 µs)
+/// and (1 ms, 60 µs); 1 ms and 50 µs is the middle of that ridge (4.1%, bias −1.6%), and
+/// near the 55–65 µs a sequence the rows' slope over concurrency shows. Only vLLM was
+/// measured in this mode; SGLang and TensorRT-LLM with their overlap schedulers disabled use
+/// the same figures for want of data.
+pub const SYNC_HOST_S_PER_STEP: f64 = 1.0e-3;
+
+/// Host time per scheduled sequence of a synchronously scheduling engine, seconds (see
+/// [`SYNC_HOST_S_PER_STEP`]).
+pub const SYNC_HOST_S_PER_SEQUENCE: f64 = 50.0e-6;
+
 impl Default for OpConstants {
     fn default() -> Self {
         OpConstants {
@@ -113,6 +136,7 @@ impl Default for OpConstants {
             step_overhead_s: 0.0,
             prefill_scale: 1.0,
             frontend_s: 0.0,
+            host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,
         }
     }
