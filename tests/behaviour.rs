@@ -380,3 +380,40 @@ fn fp8_on_a_block_scaled_checkpoint_keeps_its_block_kernels() {
     assert_eq!(run("{moe: fp8}"), native);
     assert_ne!(run("{gemm: fp8_block, moe: bf16}"), native, "another expert format is another run");
 }
+
+/// An engine version the data does not hold is an error naming the field, not a silent
+/// roofline run, when the GPU has measured tables for another version; a GPU without any
+/// tables still runs on the roofline.
+#[test]
+fn an_engine_version_without_tables_is_an_error_where_other_versions_exist() {
+    let err = predict_file_with("data/scenarios/default.yaml", &["engine.backend_version=0.12.0"])
+        .expect_err("an error");
+    assert_eq!(err.exit_code(), 2, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("engine.backend_version"), "{text}");
+    assert!(
+        text.contains("no kernel tables for vllm 0.12.0 on h200_sxm") && text.contains("0.24.0"),
+        "{text}"
+    );
+    let roofline = predict_file_with(
+        "data/scenarios/default.yaml",
+        &["engine.backend_version=0.12.0", "engine.hardware=a100_sxm"],
+    );
+    assert!(roofline.is_ok(), "{:?}", roofline.err());
+}
+
+/// A synchronously scheduling engine waits for host work every step: TPOT grows by about
+/// the per-step and per-sequence host cost, and nothing else changes about the requests.
+#[test]
+fn synchronous_scheduling_adds_host_time_to_every_step() {
+    let path = "tests/scenarios/vllm_sync_scheduling.yaml";
+    let sync = predict_file_with(path, &[]).unwrap().summary;
+    let overlapped = predict_file_with(path, &["engine.workers.aggregated.scheduler.async_scheduling=true"])
+        .unwrap()
+        .summary;
+    assert_eq!(sync.completed_requests, overlapped.completed_requests);
+    let added = sync.tpot.mean - overlapped.tpot.mean;
+    // 64 clients: 1 ms + 64 × 50 µs = 4.2 ms a decode step, a little less on average as the
+    // batch drains at the end of the run.
+    assert!((3.5..=4.3).contains(&added), "TPOT {} vs {}", sync.tpot.mean, overlapped.tpot.mean);
+}

@@ -44,6 +44,15 @@ pub fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
+/// Where the GEMM table of `system` × `backend` × `version` lives (every op-level data set has one).
+#[must_use]
+pub fn gemm_path(system: &str, backend: &str, version: &str) -> String {
+    table_paths(system, backend, version)
+        .into_iter()
+        .find_map(|(f, p)| (f == Family::Gemm).then_some(p))
+        .unwrap_or_default()
+}
+
 /// Paths (relative to the data directory) of every table a role could use.
 #[must_use]
 pub fn table_paths(system: &str, backend: &str, version: &str) -> Vec<(Family, String)> {
@@ -154,6 +163,10 @@ pub fn paths_for_config(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for sys in systems {
         out.extend(table_paths(&sys, backend_name(b), &version).into_iter().map(|(_, p)| p));
+        if version != default_version(b) {
+            // To tell a version the data lacks from a GPU it has no tables for at all.
+            out.push(gemm_path(&sys, backend_name(b), default_version(b)));
+        }
     }
     out
 }
@@ -265,4 +278,22 @@ pub fn load_fpm(
         }
     };
     servesim_perf::fpm::FpmModel::new(&chosen.data).map_err(|e| e.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_asks_for_its_tables_and_for_the_default_gemm_when_it_names_another_version() {
+        let base = "engine:\n  model: m\n  hardware: H200_SXM\n  backend: sglang\n";
+        let paths = paths_for_config(base);
+        assert!(paths.contains(&"perf/h200_sxm/sglang/0.5.14/gemm.parquet".to_string()), "{paths:?}");
+        assert!(paths.contains(&"perf/h200_sxm/nccl.parquet".to_string()), "{paths:?}");
+        assert_eq!(paths.len(), Family::ALL.len());
+        let other = paths_for_config(&format!("{base}  backend_version: 0.5.6\n"));
+        assert!(other.contains(&"perf/h200_sxm/sglang/0.5.6/gemm.parquet".to_string()), "{other:?}");
+        assert!(other.contains(&gemm_path("h200_sxm", "sglang", "0.5.14")), "{other:?}");
+        assert_eq!(other.len(), Family::ALL.len() + 1);
+    }
 }

@@ -480,6 +480,26 @@ pub fn prepare(
                     .clone()
                     .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
                 let db = perfdata::load(files, &hw.id, backend, &version)?;
+                let default = perfdata::default_version(engine.backend);
+                if db.table(servesim_perf::tables::Family::Gemm).is_none()
+                    && version != default
+                    && files.data(&perfdata::gemm_path(&hw.id, backend, default)).ok().flatten().is_some()
+                {
+                    // A version the data does not hold would silently time every kernel on
+                    // the roofline while measured tables for this GPU exist.
+                    cx.report(
+                        DiagKind::Domain,
+                        "engine.backend_version",
+                        &at("engine.backend_version"),
+                        format!(
+                            "no kernel tables for {backend} {version} on {}; the data holds {default} \
+                             (omit backend_version to use it, or import other versions with `servesim data \
+                             import-aic` and pass --data-dir)",
+                            hw.id
+                        ),
+                    );
+                    continue;
+                }
                 RoleTiming::OpLevel {
                     setup: Box::new(OpLevelSetup {
                         model: model.clone(),
