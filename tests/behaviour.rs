@@ -417,3 +417,44 @@ fn synchronous_scheduling_adds_host_time_to_every_step() {
     // batch drains at the end of the run.
     assert!((3.5..=4.3).contains(&added), "TPOT {} vs {}", sync.tpot.mean, overlapped.tpot.mean);
 }
+
+/// A busy serving process holds new requests back: with 75 µs a streamed chunk, one
+/// trtllm-serve process at 128 clients caps the request rate and the wait lands in TTFT;
+/// four processes share the work and most of the wait goes.
+#[test]
+fn a_busy_serving_process_queues_requests_and_more_processes_relieve_it() {
+    let path = "tests/scenarios/trtllm_serve_frontend.yaml";
+    let one = predict_file_with(path, &[]).unwrap().summary;
+    let four = predict_file_with(path, &["engine.workers.aggregated.frontend.processes=4"]).unwrap().summary;
+    let none = predict_file_with(path, &["engine.workers.aggregated.frontend.chunk_us=0"]).unwrap().summary;
+    // 512 output tokens × 75 µs = 38.4 ms of one process per request: at most 26 requests/s.
+    assert!(one.request_throughput_rps <= 26.1, "{}", one.request_throughput_rps);
+    assert!(none.request_throughput_rps > 1.3 * one.request_throughput_rps);
+    assert!(four.request_throughput_rps > 1.3 * one.request_throughput_rps);
+    assert!(one.ttft.mean > 4.0 * four.ttft.mean, "TTFT {} vs {}", one.ttft.mean, four.ttft.mean);
+    assert!(one.ttft.mean > 4.0 * none.ttft.mean, "TTFT {} vs {}", one.ttft.mean, none.ttft.mean);
+    // Fewer requests reach the engine at once, so its steps are no slower.
+    assert!(one.tpot.mean <= none.tpot.mean, "TPOT {} vs {}", one.tpot.mean, none.tpot.mean);
+}
+
+/// The frontend queue is modelled for aggregated workers; on a disaggregated role, and with
+/// out-of-range values, it is a config error naming the field.
+#[test]
+fn frontend_settings_outside_the_model_are_config_errors() {
+    let pd = predict_file_with(
+        "tests/scenarios/pd_vllm.yaml",
+        &["engine.workers.prefill.frontend={chunk_us: 50}"],
+    )
+    .expect_err("an error");
+    assert_eq!(pd.exit_code(), 2, "{pd}");
+    assert!(pd.to_string().contains("engine.workers.prefill.frontend"), "{pd}");
+    let bad = predict_file_with(
+        "tests/scenarios/trtllm_serve_frontend.yaml",
+        &["engine.workers.aggregated.frontend.processes=0", "engine.workers.aggregated.frontend.speed=2"],
+    )
+    .expect_err("an error");
+    let text = bad.to_string();
+    assert_eq!(bad.exit_code(), 2, "{text}");
+    assert!(text.contains("engine.workers.aggregated.frontend.processes"), "{text}");
+    assert!(text.contains("engine.workers.aggregated.frontend.speed"), "{text}");
+}

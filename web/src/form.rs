@@ -65,6 +65,15 @@ pub const ROLE: [Field; 11] = [
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
 ];
 
+/// Serving-frontend fields of the aggregated role (below `engine.workers.aggregated.`): the
+/// frontend queue is not modelled for disaggregated roles.
+pub const FRONTEND: [Field; 4] = [
+    field("frontend.processes", "Serving processes", Kind::Int),
+    field("frontend.stream_interval", "Stream interval (tokens)", Kind::Int),
+    field("frontend.request_ms", "Frontend ms / request", Kind::Float),
+    field("frontend.chunk_us", "Frontend us / chunk", Kind::Float),
+];
+
 /// Traffic, router and SLA fields (full paths).
 pub const TRAFFIC: [Field; 12] = [
     field("traffic.source.type", "Source", Kind::Choice(&["synthetic", "synthetic-session", "trace"])),
@@ -188,6 +197,8 @@ pub fn covered(path: &str, roles: &[String]) -> bool {
     ENGINE.iter().any(|f| under(&format!("engine.{}", f.path)))
         || path == "engine.mode"
         || roles.iter().any(|r| ROLE.iter().any(|f| under(&format!("engine.workers.{r}.{}", f.path))))
+        || (roles.iter().any(|r| r == "aggregated")
+            && FRONTEND.iter().any(|f| under(&format!("engine.workers.aggregated.{}", f.path))))
         || TRAFFIC.iter().any(|f| under(f.path))
 }
 
@@ -332,6 +343,7 @@ pub fn ScenarioForm(
                     <legend>{format!("Workers: {role}")}</legend>
                     <div class="form-grid">
                         {ROLE.iter().map(|f| fi(format!("engine.workers.{role}.{}", f.path), *f, None)).collect_view()}
+                        {(role == "aggregated").then(|| FRONTEND.iter().map(|f| fi(format!("engine.workers.aggregated.{}", f.path), *f, None)).collect_view())}
                     </div>
                 </fieldset>
             }).collect_view()}
@@ -385,6 +397,7 @@ mod tests {
             .iter()
             .map(|f| (format!("engine.{}", f.path), f.kind))
             .chain(ROLE.iter().map(|f| (format!("engine.workers.aggregated.{}", f.path), f.kind)))
+            .chain(FRONTEND.iter().map(|f| (format!("engine.workers.aggregated.{}", f.path), f.kind)))
             .chain(TRAFFIC.iter().map(|f| (f.path.to_string(), f.kind)))
             .collect();
         for (path, kind) in &paths {

@@ -198,6 +198,12 @@ enum Command {
         /// Replay with this host time per sequence (µs) for engines that schedule synchronously.
         #[arg(long)]
         host_us_per_sequence: Option<f64>,
+        /// Replay aggregated rows with this serving-process time per request (ms).
+        #[arg(long)]
+        frontend_request_ms: Option<f64>,
+        /// Replay aggregated rows with this serving-process time per streamed chunk (µs).
+        #[arg(long)]
+        frontend_chunk_us: Option<f64>,
         /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
         #[arg(long, default_value_t = 0.8)]
@@ -348,6 +354,8 @@ fn main() -> ExitCode {
             step_overhead_ms,
             frontend_ms,
             host_us_per_sequence,
+            frontend_request_ms,
+            frontend_chunk_us,
             length_floor,
             mla_attention_dp,
             show_scenarios,
@@ -357,6 +365,8 @@ fn main() -> ExitCode {
                 step_overhead_ms,
                 frontend_ms,
                 host_us_per_sequence,
+                frontend_request_ms,
+                frontend_chunk_us,
                 length_floor: Some(length_floor),
                 mla_attention_dp,
             };

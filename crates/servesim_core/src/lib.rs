@@ -20,6 +20,7 @@ extern crate std;
 
 pub mod content;
 pub mod engine;
+pub mod frontend;
 pub mod kv;
 pub mod metrics;
 pub mod queue;

@@ -143,6 +143,8 @@ enum Event {
     StepDone { worker: u32, generation: u64 },
     /// A KV transfer completes; stale when its rate changed since.
     TransferDone { slot: u32, generation: u64 },
+    /// A request's serving process has handed it to its worker's engine.
+    Dispatch { worker: u32, id: ReqId },
 }
 
 /// Prefill/decode disaggregation of a run.
@@ -362,6 +364,7 @@ impl Simulation {
                     }
                 }
                 Event::TransferDone { slot, generation } => self.on_transfer_done(slot as usize, generation),
+                Event::Dispatch { worker, id } => self.on_dispatch(worker as usize, id),
             }
             if self.queue.peek_time() != Some(self.now) {
                 self.settle()?;
@@ -451,6 +454,21 @@ impl Simulation {
                 self.finished += 1;
                 continue;
             }
+            if let Some(fe) = &mut worker.frontend {
+                let at = fe.admit(self.now, id);
+                if at > self.now {
+                    // The serving process is busy: the engine sees the request later.
+                    #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                    self.queue.push_keyed(
+                        at,
+                        event_key(self.now, 0),
+                        Event::Dispatch { worker: w as u32, id },
+                    );
+                    req.worker = worker.id;
+                    self.requests.push(req);
+                    continue;
+                }
+            }
             worker.enqueue(id, &mut req);
             // A new request ends this worker's run after the step in flight.
             if let Some(end) = worker.truncate_run() {
@@ -466,6 +484,13 @@ impl Simulation {
             self.dirty[w] = true;
         }
         self.schedule_next_arrival();
+    }
+
+    /// A request leaves its serving process for the engine's queue.
+    fn on_dispatch(&mut self, w: usize, id: ReqId) {
+        self.interrupt(w);
+        self.workers[w].enqueue(id, &mut self.requests[id as usize]);
+        self.dirty[w] = true;
     }
 
     fn on_step_done(&mut self, w: u32) {

@@ -18,6 +18,7 @@
 use alloc::vec::Vec;
 
 use crate::engine::{self, kvops, KvStore, Rank, RankPlan, SchedulerConfig};
+use crate::frontend::Frontend;
 use crate::metrics::ItlSamples;
 use crate::queue::event_key;
 use crate::request::{Phase, ReqId, Request, Status, NEVER};
@@ -122,6 +123,8 @@ pub struct Worker {
     pub stats: WorkerStats,
     /// Generation of the pending completion event (stale events carry an older one).
     pub generation: u64,
+    /// The serving processes in front of the engine, when they do work worth simulating.
+    pub frontend: Option<Frontend>,
     plans: Vec<RankPlan>,
     loads: Vec<RankLoad>,
     run: Option<Run>,
@@ -132,8 +135,10 @@ impl Worker {
     #[must_use]
     pub fn new(id: u32, cfg: SchedulerConfig, ranks: Vec<Rank>, timer: usize) -> Self {
         let n = ranks.len();
+        let frontend = cfg.frontend.is_active().then(|| Frontend::new(cfg.frontend));
         Worker {
             id,
+            frontend,
             cfg,
             ranks,
             timer,
@@ -488,6 +493,17 @@ impl Worker {
             itl.add(e - prev_end, total);
             prev_end = e;
         }
+        if let Some(fe) = &mut self.frontend {
+            // The batch is the same in every step of a run: each step streams one token of
+            // every planned request at its end.
+            fe.clear_counts();
+            for p in self.plans.iter().flat_map(|plan| &plan.items) {
+                fe.count(p.req);
+            }
+            for &e in &run.ends[first - 1..m] {
+                fe.stream_counted(e);
+            }
+        }
         self.stats.steps += u64::from(steps);
         self.stats.busy_ns += (last_end - run.step_start(first)).as_ns();
         self.stats.decode_tokens += u64::from(steps) * total;
@@ -567,6 +583,13 @@ impl Worker {
             }
         }
         itl.add(now - self.last_step_end, common_gaps);
+        if let Some(fe) = &mut self.frontend {
+            fe.clear_counts();
+            for &id in &out.emitted {
+                fe.count(id);
+            }
+            fe.stream_counted(now);
+        }
         self.busy = false;
         self.last_step_end = now;
     }

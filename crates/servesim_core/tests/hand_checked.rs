@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use servesim_core::engine::{Backend, SchedulerConfig, SglangKnobs};
+use servesim_core::frontend::FrontendSpec;
 use servesim_core::metrics::{Fleet, Sla};
 use servesim_core::request::Status;
 use servesim_core::router::Router;
@@ -23,6 +24,9 @@ struct Case {
     budget: u32,
     dp: u32,
     backend: Backend,
+    frontend: FrontendSpec,
+    fast_forward: bool,
+    sample_interval: SimDur,
 }
 
 impl Default for Case {
@@ -37,6 +41,9 @@ impl Default for Case {
             budget: 8192,
             dp: 1,
             backend: Backend::Vllm,
+            frontend: FrontendSpec::default(),
+            fast_forward: true,
+            sample_interval: SimDur::from_ms(1),
         }
     }
 }
@@ -57,6 +64,7 @@ fn run(c: Case) -> RunResult {
         chunked_prefill: true,
         prefill_schedule_interval: 1,
         sglang: SglangKnobs::default(),
+        frontend: c.frontend,
     };
     let radix = c.backend == Backend::Sglang;
     // SGLang's radix cache counts tokens: the same memory as blocks x block size.
@@ -77,7 +85,7 @@ fn run(c: Case) -> RunResult {
         router: Router::round_robin(),
         block_size: bs,
         limits: Limits::default(),
-        sample_interval: SimDur::from_ms(1),
+        sample_interval: c.sample_interval,
         sla: Sla::default(),
         fleet: Fleet {
             prefill_workers: 0,
@@ -86,7 +94,7 @@ fn run(c: Case) -> RunResult {
             decode_gpus_per_worker: 1,
         },
         context_limit: None,
-        fast_forward: true,
+        fast_forward: c.fast_forward,
         frontend_delay: SimDur::ZERO,
         pd: None,
     };
@@ -107,6 +115,81 @@ fn one_request_alone() {
     assert_eq!(s.itl.count, 4);
     assert_eq!(s.ttst.mean, 1.1);
     assert_eq!(s.duration_ms, 6.4);
+}
+
+fn frontend(processes: u32, request_ms: u64, token_us: u64) -> FrontendSpec {
+    FrontendSpec {
+        processes,
+        per_request: SimDur::from_ms(request_ms),
+        per_token: SimDur::from_ns(token_us * 1000),
+    }
+}
+
+#[test]
+fn the_serving_process_adds_its_request_work_to_ttft() {
+    let r = run(Case { frontend: frontend(1, 3, 0), ..Case::default() });
+    // 3 ms in the serving process, then the 2 ms prefill step; decode is untouched.
+    assert_eq!(r.summary.ttft.mean, 5.0);
+    assert_eq!(r.summary.tpot.mean, 1.1);
+}
+
+#[test]
+fn streamed_tokens_delay_the_next_request() {
+    let r = run(Case { requests: 2, frontend: frontend(1, 0, 1000), ..Case::default() });
+    // Request 1's five tokens leave the engine at 2.0, 3.1, 4.2, 5.3 and 6.4 ms; each costs
+    // the process 1 ms, so it is busy until 7.4 ms. Request 2 arrives at 6.4 ms (closed loop)
+    // and waits 1 ms before its 2 ms prefill.
+    assert_eq!(r.summary.ttft.min, 2.0);
+    assert_eq!(r.summary.ttft.max, 3.0);
+}
+
+#[test]
+fn a_saturated_serving_process_caps_the_request_rate() {
+    let case = |processes, fast_forward| Case {
+        requests: 200,
+        load: Load::Concurrency(64),
+        frontend: frontend(processes, 10, 0),
+        fast_forward,
+        ..Case::default()
+    };
+    let one = run(case(1, true));
+    // 10 ms a request: at most 100 requests/s whatever the engine could do.
+    assert!(one.summary.request_throughput_rps <= 100.0, "{}", one.summary.request_throughput_rps);
+    assert!(one.summary.request_throughput_rps > 95.0, "{}", one.summary.request_throughput_rps);
+    // The wait is in TTFT; the engine's own decode steps stay short.
+    assert!(one.summary.ttft.mean > 500.0, "{}", one.summary.ttft.mean);
+    assert!(one.summary.tpot.mean < 2.0, "{}", one.summary.tpot.mean);
+    // Four processes share the work: four times the rate.
+    let four = run(case(4, true));
+    assert!(four.summary.request_throughput_rps > 3.5 * one.summary.request_throughput_rps);
+    // Decode runs give the same answer as stepping one step at a time.
+    let stepped = run(case(1, false));
+    assert_eq!(format!("{:?}", stepped.summary), format!("{:?}", one.summary));
+}
+
+#[test]
+fn decode_runs_charge_streamed_tokens_as_stepping_does() {
+    let case = |fast_forward| Case {
+        requests: 24,
+        output: 400,
+        load: Load::Concurrency(8),
+        frontend: frontend(2, 1, 600),
+        fast_forward,
+        // Sparse samples, so that runs are applied many steps at a time.
+        sample_interval: SimDur::from_ms(1000),
+        ..Case::default()
+    };
+    let (runs, stepped) = (run(case(true)), run(case(false)));
+    assert!(runs.events < stepped.events, "runs formed: {} vs {} events", runs.events, stepped.events);
+    assert_eq!(format!("{:?}", runs.summary), format!("{:?}", stepped.summary));
+    // The token work matters here: without it the same load queues less.
+    let quiet = run(Case { frontend: frontend(2, 1, 0), ..case(true) });
+    assert!(
+        runs.summary.ttft.mean > quiet.summary.ttft.mean + 1.0,
+        "{} vs {}",
+        runs.summary.ttft.mean,
+        quiet.summary.ttft.mean
+    );
 }
 
 #[test]
@@ -261,6 +344,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         chunked_prefill: true,
         prefill_schedule_interval: 1,
         sglang: SglangKnobs::default(),
+        frontend: servesim_core::frontend::FrontendSpec::default(),
     };
     let radix = backend == Backend::Sglang;
     let (blocks, bs) = if radix { (160_000, 1) } else { (10_000, 16) };

@@ -335,6 +335,30 @@ pub struct RoleConfig {
     pub kv_cache: KvCacheConfig,
     /// `timing`.
     pub timing: TimingConfig,
+    /// `frontend` (servesim extension): the serving processes' host work.
+    pub frontend: FrontendConfig,
+}
+
+/// `engine.workers.<role>.frontend` (servesim extension): the API-server processes in front
+/// of each replica, which parse every request and write every streamed chunk
+/// (`servesim_core::frontend`). Costs left out take the engine's calibrated values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FrontendConfig {
+    /// `processes` (1): serving processes per replica (TensorRT-LLM `num_serve_frontends`,
+    /// vLLM `--api-server-count`).
+    pub processes: u32,
+    /// `stream_interval` (1): output tokens per streamed chunk.
+    pub stream_interval: u32,
+    /// `request_ms`: host time per request.
+    pub request_ms: Option<f64>,
+    /// `chunk_us`: host time per streamed chunk.
+    pub chunk_us: Option<f64>,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        FrontendConfig { processes: 1, stream_interval: 1, request_ms: None, chunk_us: None }
+    }
 }
 
 /// `engine.workers.<role>.timing`: how step times are computed.

@@ -7,10 +7,10 @@ use servesim_core::traffic::LengthDist;
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
-    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, FpmSource, KvCacheConfig,
-    KvTransferConfig, LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig, RouterConfig,
-    RouterPolicy, SchedulerKnobs, SourceConfig, StopConfig, TimingConfig, TimingKind, TraceFormatConfig,
-    TrafficConfig, TransferMode, Workers,
+    Capacity, Config, ContextLength, EngineConfig, EvaluationConfig, FpmSource, FrontendConfig,
+    KvCacheConfig, KvTransferConfig, LoadConfig, LoadKind, Mode, ParallelismConfig, Quantization, RoleConfig,
+    RouterConfig, RouterPolicy, SchedulerKnobs, SourceConfig, StopConfig, TimingConfig, TimingKind,
+    TraceFormatConfig, TrafficConfig, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -778,6 +778,14 @@ fn decode_role(
             );
         }
     }
+    let frontend = match f.take("frontend") {
+        Some((n, p)) if mode == Mode::Disaggregated => {
+            cx.unsupported(&p, n, "the serving frontend's queue is modelled for aggregated workers only");
+            FrontendConfig::default()
+        }
+        Some((n, p)) => decode_frontend(n, &p, cx),
+        None => FrontendConfig::default(),
+    };
     let hardware = match f.take("hardware") {
         Some((n, p)) if mode == Mode::Disaggregated => string(n, &p, cx),
         Some((n, p)) => {
@@ -797,14 +805,34 @@ fn decode_role(
             "'startup_seconds' applies to autoscaled pools, which servesim does not simulate yet",
         );
     }
-    f.finish(cx, &["parallelism", "scheduler", "kv_cache", "timing", "hardware", "startup_seconds"], "");
+    f.finish(
+        cx,
+        &["parallelism", "scheduler", "kv_cache", "timing", "frontend", "hardware", "startup_seconds"],
+        "",
+    );
     Some(RoleConfig {
         hardware,
         parallelism: parallelism?,
         scheduler: scheduler?,
         kv_cache: kv_cache?,
         timing,
+        frontend,
     })
+}
+
+fn decode_frontend(node: &Node, path: &str, cx: &mut Cx) -> FrontendConfig {
+    let mut out = FrontendConfig::default();
+    let Some(mut f) = Fields::of(node, path, cx) else { return out };
+    if let Some((n, p)) = f.take("processes") {
+        out.processes = u32_in(n, &p, cx, 1, 1024).unwrap_or(1);
+    }
+    if let Some((n, p)) = f.take("stream_interval") {
+        out.stream_interval = u32_in(n, &p, cx, 1, 1_000_000).unwrap_or(1);
+    }
+    out.request_ms = f.take("request_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
+    out.chunk_us = f.take("chunk_us").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    f.finish(cx, &["processes", "stream_interval", "request_ms", "chunk_us"], "");
+    out
 }
 
 fn decode_kv_transfer(node: &Node, path: &str, cx: &mut Cx) -> Option<KvTransferConfig> {

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use servesim_core::engine::SchedulerConfig;
+use servesim_core::frontend::FrontendSpec;
 use servesim_core::metrics::Fleet;
 use servesim_core::router::Router;
 use servesim_core::sim::{make_ranks, Limits, PdSetup, SimSetup, Simulation};
@@ -814,6 +815,27 @@ impl Prepared {
         }
     }
 
+    /// The serving processes' work in front of each replica of `role`: its `frontend` block,
+    /// with the engine's calibrated costs where it leaves them out. Disaggregated roles have
+    /// none (their frontend is the P/D router's, which is not simulated as a queue).
+    #[must_use]
+    pub fn frontend_spec(&self, role: &PreparedRole) -> FrontendSpec {
+        if self.disaggregated() {
+            return FrontendSpec::default();
+        }
+        let f = role.config.frontend;
+        let c = OpConstants::for_backend(perfdata::backend_name(self.config.engine.backend));
+        let request_s = f.request_ms.map_or(c.frontend_request_s, |ms| ms / 1e3);
+        let chunk_s = f.chunk_us.map_or(c.frontend_chunk_s, |us| us / 1e6);
+        FrontendSpec {
+            processes: f.processes,
+            per_request: SimDur::from_secs_f64(request_s),
+            // A chunk carries `stream_interval` tokens of one request: its work is spread
+            // over them.
+            per_token: SimDur::from_secs_f64(chunk_s / f64::from(f.stream_interval.max(1))),
+        }
+    }
+
     /// A fresh step timer for `role` (one of `self.roles`).
     #[must_use]
     pub fn timer(&self, role: &PreparedRole) -> Box<dyn StepTimer> {
@@ -845,6 +867,7 @@ impl Prepared {
                 chunked_prefill: self.config.engine.enable_chunked_prefill,
                 prefill_schedule_interval: rc.scheduler.prefill_schedule_interval,
                 sglang: rc.scheduler.sglang,
+                frontend: self.frontend_spec(role),
             };
             for _ in 0..rc.parallelism.replicas {
                 let ranks = make_ranks(

@@ -33,6 +33,10 @@ pub struct Knobs {
     pub frontend_ms: Option<f64>,
     /// `timing.host_us_per_sequence`.
     pub host_us_per_sequence: Option<f64>,
+    /// `frontend.request_ms` (aggregated rows).
+    pub frontend_request_ms: Option<f64>,
+    /// `frontend.chunk_us` (aggregated rows).
+    pub frontend_chunk_us: Option<f64>,
     /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
     /// `None`: fixed lengths.
     pub length_floor: Option<f64>,
@@ -57,6 +61,17 @@ impl Knobs {
         }
         if let Some(x) = self.host_us_per_sequence {
             v.push(format!("host_us_per_sequence: {x}"));
+        }
+        v.join(", ")
+    }
+
+    fn frontend_yaml(&self) -> String {
+        let mut v = Vec::new();
+        if let Some(x) = self.frontend_request_ms {
+            v.push(format!("request_ms: {x}"));
+        }
+        if let Some(x) = self.frontend_chunk_us {
+            v.push(format!("chunk_us: {x}"));
         }
         v.join(", ")
     }
@@ -148,6 +163,10 @@ fn role_yaml(
     let k = knobs.yaml();
     if !k.is_empty() {
         let _ = writeln!(out, "      timing: {{{k}}}");
+    }
+    let f = knobs.frontend_yaml();
+    if !f.is_empty() && name == "aggregated" {
+        let _ = writeln!(out, "      frontend: {{{f}}}");
     }
 }
 

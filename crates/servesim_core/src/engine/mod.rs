@@ -91,6 +91,8 @@ pub struct SchedulerConfig {
     pub prefill_schedule_interval: u32,
     /// SGLang-only knobs.
     pub sglang: SglangKnobs,
+    /// The serving processes' host work in front of this replica.
+    pub frontend: crate::frontend::FrontendSpec,
 }
 
 /// One request's share of a step.

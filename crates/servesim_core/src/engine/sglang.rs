@@ -277,6 +277,7 @@ mod tests {
             chunked_prefill: true,
             prefill_schedule_interval: 1,
             sglang: SglangKnobs::default(),
+            frontend: crate::frontend::FrontendSpec::default(),
         };
         let mut plan = RankPlan::default();
         let mut fifo_rank = rank.clone();

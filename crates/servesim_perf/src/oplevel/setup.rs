@@ -29,6 +29,12 @@ pub struct OpConstants {
     /// Serving-frontend time from a request's arrival to its dispatch (HTTP, tokenisation),
     /// seconds; calibrated per engine.
     pub frontend_s: f64,
+    /// A serving process's own work per request (parse, validate, tokenise), seconds: a queue
+    /// (`servesim_core::frontend`), unlike the pure latency `frontend_s`.
+    pub frontend_request_s: f64,
+    /// A serving process's work per streamed chunk (detokenise, build and write the event),
+    /// seconds.
+    pub frontend_chunk_s: f64,
     /// Host time per scheduled sequence that a step waits for when the engine schedules
     /// synchronously (scheduling, input preparation, sampling and output processing run
     /// between GPU steps instead of under them), seconds. 0 when the engine overlaps host and
@@ -57,6 +63,8 @@ impl OpConstants {
             step_overhead_s: c.step_overhead_s,
             prefill_scale: c.prefill_scale,
             frontend_s: c.frontend_s,
+            frontend_request_s: c.frontend_request_s,
+            frontend_chunk_s: c.frontend_chunk_s,
             quantized_gemm_floor: c.quantized_gemm_floor,
             ..OpConstants::default()
         }
@@ -73,6 +81,10 @@ pub struct EngineCalibration {
     pub prefill_scale: f64,
     /// Frontend delay (s).
     pub frontend_s: f64,
+    /// Serving-process work per request (s).
+    pub frontend_request_s: f64,
+    /// Serving-process work per streamed chunk (s).
+    pub frontend_chunk_s: f64,
     /// Quantized GEMMs' least efficiency relative to bf16 ([`OpConstants::quantized_gemm_floor`]).
     pub quantized_gemm_floor: Option<f64>,
 }
@@ -83,6 +95,8 @@ pub const VLLM: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.0,
     prefill_scale: 1.0,
     frontend_s: 0.050,
+    frontend_request_s: 0.0,
+    frontend_chunk_s: 0.0,
     quantized_gemm_floor: None,
 };
 /// SGLang: 23 dense aggregated rows, same grid (frontend {0, 30, 60, 100} ms).
@@ -90,6 +104,8 @@ pub const SGLANG: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.0,
     prefill_scale: 1.5,
     frontend_s: 0.030,
+    frontend_request_s: 0.0,
+    frontend_chunk_s: 0.0,
     quantized_gemm_floor: None,
 };
 /// TensorRT-LLM: 315 dense aggregated rows, same grid (frontend {0, 30, 50, 80, 120} ms).
@@ -106,6 +122,8 @@ pub const TRTLLM: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.0,
     prefill_scale: 1.25,
     frontend_s: 0.050,
+    frontend_request_s: 0.0,
+    frontend_chunk_s: 0.0,
     quantized_gemm_floor: Some(0.8),
 };
 
@@ -136,6 +154,8 @@ impl Default for OpConstants {
             step_overhead_s: 0.0,
             prefill_scale: 1.0,
             frontend_s: 0.0,
+            frontend_request_s: 0.0,
+            frontend_chunk_s: 0.0,
             host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,
         }
