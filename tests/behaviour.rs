@@ -418,11 +418,12 @@ fn synchronous_scheduling_adds_host_time_to_every_step() {
     assert!((3.5..=4.3).contains(&added), "TPOT {} vs {}", sync.tpot.mean, overlapped.tpot.mean);
 }
 
-/// A busy serving process holds new requests back: with 75 µs a streamed chunk, one
-/// trtllm-serve process at 128 clients caps the request rate and the wait lands in TTFT;
-/// four processes share the work and most of the wait goes.
+/// A busy serving process paces its clients: with 75 µs a streamed chunk, one trtllm-serve
+/// process at 128 clients cannot write tokens as fast as the engine makes them, so clients see
+/// a longer TPOT and send their next requests later; four processes share the work and the
+/// engine's own pace returns.
 #[test]
-fn a_busy_serving_process_queues_requests_and_more_processes_relieve_it() {
+fn a_busy_serving_process_paces_clients_and_more_processes_relieve_it() {
     let path = "tests/scenarios/trtllm_serve_frontend.yaml";
     let one = predict_file_with(path, &[]).unwrap().summary;
     let four = predict_file_with(path, &["engine.workers.aggregated.frontend.processes=4"]).unwrap().summary;
@@ -431,10 +432,8 @@ fn a_busy_serving_process_queues_requests_and_more_processes_relieve_it() {
     assert!(one.request_throughput_rps <= 26.1, "{}", one.request_throughput_rps);
     assert!(none.request_throughput_rps > 1.3 * one.request_throughput_rps);
     assert!(four.request_throughput_rps > 1.3 * one.request_throughput_rps);
-    assert!(one.ttft.mean > 4.0 * four.ttft.mean, "TTFT {} vs {}", one.ttft.mean, four.ttft.mean);
-    assert!(one.ttft.mean > 4.0 * none.ttft.mean, "TTFT {} vs {}", one.ttft.mean, none.ttft.mean);
-    // Fewer requests reach the engine at once, so its steps are no slower.
-    assert!(one.tpot.mean <= none.tpot.mean, "TPOT {} vs {}", one.tpot.mean, none.tpot.mean);
+    assert!(one.tpot.mean > 1.5 * none.tpot.mean, "TPOT {} vs {}", one.tpot.mean, none.tpot.mean);
+    assert!(four.tpot.mean < 1.05 * none.tpot.mean, "TPOT {} vs {}", four.tpot.mean, none.tpot.mean);
 }
 
 /// The frontend queue is modelled for aggregated workers; on a disaggregated role, and with

@@ -258,3 +258,16 @@ fn identical_requests_in_a_closed_loop_stay_in_lock_step() {
         f(&j, "mean_ttft_ms")
     );
 }
+
+/// A serving-frontend queue is outside the steady-state balance: the estimate says so instead
+/// of answering as if it were not there; zero costs (the default) estimate as usual.
+#[test]
+fn a_frontend_queue_is_refused_by_the_estimate() {
+    let with =
+        AGG.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4}\n      frontend: {chunk_us: 50}");
+    let Err(err) = estimate(&prepared(&with)) else { panic!("the estimate should refuse a frontend queue") };
+    assert!(err.to_string().contains("engine.workers.aggregated.frontend"), "{err}");
+    let zero =
+        AGG.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4}\n      frontend: {processes: 2}");
+    assert!(estimate(&prepared(&zero)).is_ok());
+}

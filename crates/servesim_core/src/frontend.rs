@@ -9,11 +9,12 @@
 //! The model: each process is one first-come-first-served server. A request costs it
 //! `per_request` when it arrives (it reaches the engine's queue when that work is done), and
 //! every output token costs it `per_token` when the engine emits it (a chunk of
-//! `stream_interval` tokens costs one chunk's work, spread over its tokens). Token work never
-//! delays the tokens themselves (the client-side TPOT stays the engine's); it delays the
-//! requests that arrive after it, which is where measured deployments show it. Requests are
-//! spread over the processes by their index, as the kernel spreads connections over
-//! processes sharing a port.
+//! `stream_interval` tokens costs one chunk's work, spread over its tokens). The tokens of one
+//! engine step reach their clients when the process has written them all, so a busy process
+//! delays the tokens (client-side TTFT, TPOT and ITL) and the requests that arrive after them
+//! (a closed-loop client sends its next request when it has its last token). Requests are
+//! spread over the processes by their index, as the kernel spreads connections over processes
+//! sharing a port.
 
 use alloc::vec::Vec;
 
@@ -45,6 +46,11 @@ pub struct Frontend {
     spec: FrontendSpec,
     free_at: Vec<SimTime>,
     counts: Vec<u64>,
+    /// Per process: when the first and the last of the accounted steps' tokens were written.
+    first_written: Vec<SimTime>,
+    /// Tokens emitted in the step being accounted and the time each request's previous token
+    /// reached its client (the worker fills it, then settles the tokens' stamps).
+    pub pending: Vec<(ReqId, SimTime)>,
 }
 
 impl Frontend {
@@ -52,7 +58,13 @@ impl Frontend {
     #[must_use]
     pub fn new(spec: FrontendSpec) -> Self {
         let n = spec.processes.max(1) as usize;
-        Frontend { spec, free_at: alloc::vec![SimTime::ZERO; n], counts: alloc::vec![0; n] }
+        Frontend {
+            spec,
+            free_at: alloc::vec![SimTime::ZERO; n],
+            counts: alloc::vec![0; n],
+            first_written: alloc::vec![SimTime::ZERO; n],
+            pending: Vec::new(),
+        }
     }
 
     /// The process that serves request `id`.
@@ -82,13 +94,42 @@ impl Frontend {
 
     /// Queues the counted tokens' work at `at` (the end of the step that emitted them).
     pub fn stream_counted(&mut self, at: SimTime) {
-        for (free, &n) in self.free_at.iter_mut().zip(&self.counts) {
-            if n > 0 {
-                *free = (*free)
-                    .max(at)
-                    .saturating_add(SimDur::from_ns(self.spec.per_token.as_ns().saturating_mul(n)));
+        self.stream_steps(&[at], |_, _| {});
+    }
+
+    /// Queues the counted tokens once per step ending at each of `ends` (a stable batch emits
+    /// the same tokens every step), and reports the gap between consecutive steps' writes with
+    /// the number of tokens that saw it. Afterwards [`Frontend::first_written`] and
+    /// [`Frontend::last_written`] say when each process finished the first and last step.
+    pub fn stream_steps(&mut self, ends: &[SimTime], mut gap: impl FnMut(SimDur, u64)) {
+        for (p, &n) in self.counts.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let work = SimDur::from_ns(self.spec.per_token.as_ns().saturating_mul(n));
+            let mut prev: Option<SimTime> = None;
+            for &at in ends {
+                let written = self.free_at[p].max(at).saturating_add(work);
+                self.free_at[p] = written;
+                match prev {
+                    None => self.first_written[p] = written,
+                    Some(w) => gap(written.since(w), n),
+                }
+                prev = Some(written);
             }
         }
+    }
+
+    /// When process `p` finished writing the first accounted step's tokens.
+    #[must_use]
+    pub fn first_written(&self, p: usize) -> SimTime {
+        self.first_written[p]
+    }
+
+    /// When process `p` finished writing the last accounted step's tokens.
+    #[must_use]
+    pub fn last_written(&self, p: usize) -> SimTime {
+        self.free_at[p]
     }
 
     /// When each process is next free (for reports and tests).
@@ -132,6 +173,52 @@ mod tests {
         f.stream_counted(t);
         // 50 tokens × 100 µs = 5 ms of writes, then 2 ms for the new request.
         assert_eq!(f.admit(t, 7), t + SimDur::from_ms(7));
+    }
+
+    #[test]
+    fn a_run_of_steps_writes_like_single_steps() {
+        let ends: Vec<SimTime> = (1..=6).map(|k| SimTime::ZERO + SimDur::from_ms(k)).collect();
+        let mut run = Frontend::new(spec(2, 0, 300));
+        run.clear_counts();
+        for id in 0..5 {
+            run.count(id);
+        }
+        let mut gaps = Vec::new();
+        run.stream_steps(&ends, |g, n| gaps.push((g, n)));
+        let mut single = Frontend::new(spec(2, 0, 300));
+        let mut firsts = Vec::new();
+        for &e in &ends {
+            single.clear_counts();
+            for id in 0..5 {
+                single.count(id);
+            }
+            single.stream_counted(e);
+            firsts.push((single.last_written(0), single.last_written(1)));
+        }
+        assert_eq!(run.free_at(), single.free_at());
+        // Process 0 writes three tokens a step (0.9 ms, under the 1 ms step), process 1 two.
+        assert_eq!(run.first_written(0), SimTime::ZERO + SimDur::from_ns(1_900_000));
+        assert_eq!(run.first_written(1), firsts[0].1);
+        assert_eq!(run.last_written(0), firsts[5].0);
+        assert_eq!(gaps.len(), 10);
+        assert!(gaps.iter().all(|&(g, _)| g == SimDur::from_ms(1)));
+        assert_eq!(gaps.iter().map(|g| g.1).sum::<u64>(), 5 * 5);
+    }
+
+    #[test]
+    fn a_saturated_process_falls_behind_the_steps() {
+        let ends: Vec<SimTime> = (1..=4).map(|k| SimTime::ZERO + SimDur::from_ms(k)).collect();
+        let mut f = Frontend::new(spec(1, 0, 500));
+        f.clear_counts();
+        for id in 0..4 {
+            f.count(id);
+        }
+        let mut gaps = Vec::new();
+        f.stream_steps(&ends, |g, n| gaps.push((g, n)));
+        // 2 ms of writes a 1 ms step: the backlog grows by 1 ms a step.
+        assert_eq!(f.first_written(0), SimTime::ZERO + SimDur::from_ms(3));
+        assert_eq!(f.last_written(0), SimTime::ZERO + SimDur::from_ms(9));
+        assert!(gaps.iter().all(|&(g, n)| g == SimDur::from_ms(2) && n == 4));
     }
 
     #[test]

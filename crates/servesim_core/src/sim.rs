@@ -523,7 +523,10 @@ impl Simulation {
     fn complete(&mut self, id: ReqId) {
         let r = &mut self.requests[id as usize];
         let session = r.spec.session;
-        self.traffic.on_request_done(self.now, session, r.content());
+        // The client is done when it has the last token, which a busy serving process may
+        // write after the engine emitted it.
+        let seen = if r.stamps.last_token == crate::request::NEVER { self.now } else { r.stamps.last_token };
+        self.traffic.on_request_done(seen.max(self.now), session, r.content());
         r.release_content();
         self.finished += 1;
     }

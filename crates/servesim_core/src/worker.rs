@@ -463,45 +463,58 @@ impl Worker {
         let steps = u32::try_from(m - run.applied).unwrap_or(u32::MAX);
         let first_end = run.ends[first - 1];
         let last_end = run.ends[m - 1];
+        if let Some(fe) = &mut self.frontend {
+            // The batch is the same in every step of a run: each step streams one token of
+            // every planned request at its end, and clients see them as they are written.
+            fe.clear_counts();
+            for p in self.plans.iter().flat_map(|plan| &plan.items) {
+                fe.count(p.req);
+            }
+            fe.stream_steps(&run.ends[first - 1..m], |gap, n| itl.add(gap, n));
+        }
         let mut total = 0u64;
         let mut common = 0u64;
         for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
             for p in &plan.items {
                 let r = &mut reqs[p.req as usize];
                 let prev = r.stamps.last_token;
-                if prev == self.last_step_end {
-                    common += 1;
-                } else if prev != NEVER {
-                    itl.add(first_end - prev, 1);
-                }
+                let (first_seen, last_seen) = match &self.frontend {
+                    Some(fe) => {
+                        let q = fe.process_of(p.req);
+                        let first_seen = fe.first_written(q);
+                        if prev != NEVER {
+                            itl.add(first_seen.since(prev), 1);
+                        }
+                        (first_seen, fe.last_written(q))
+                    }
+                    None => {
+                        if prev == self.last_step_end {
+                            common += 1;
+                        } else if prev != NEVER {
+                            itl.add(first_end - prev, 1);
+                        }
+                        (first_end, last_end)
+                    }
+                };
                 if r.emitted == 1 {
-                    r.stamps.second_token = first_end;
+                    r.stamps.second_token = first_seen;
                 }
                 r.computed += steps;
                 r.emitted += steps;
-                r.stamps.last_token = last_end;
+                r.stamps.last_token = last_seen;
                 if let KvStore::Paged(pool) = &mut rank.kv {
                     kvops::register_full_blocks(pool, r);
                 }
                 total += 1;
             }
         }
-        itl.add(first_end - self.last_step_end, common);
-        let mut prev_end = first_end;
-        for j in first..m {
-            let e = run.ends[j];
-            itl.add(e - prev_end, total);
-            prev_end = e;
-        }
-        if let Some(fe) = &mut self.frontend {
-            // The batch is the same in every step of a run: each step streams one token of
-            // every planned request at its end.
-            fe.clear_counts();
-            for p in self.plans.iter().flat_map(|plan| &plan.items) {
-                fe.count(p.req);
-            }
-            for &e in &run.ends[first - 1..m] {
-                fe.stream_counted(e);
+        if self.frontend.is_none() {
+            itl.add(first_end - self.last_step_end, common);
+            let mut prev_end = first_end;
+            for j in first..m {
+                let e = run.ends[j];
+                itl.add(e - prev_end, total);
+                prev_end = e;
             }
         }
         self.stats.steps += u64::from(steps);
@@ -565,7 +578,11 @@ impl Worker {
                     out.handoffs.push(p.req);
                 } else if r.pending_tokens() == 0 {
                     let prev = r.stamps.last_token;
-                    if prev == self.last_step_end {
+                    if let Some(fe) = &mut self.frontend {
+                        // Its client sees it once the serving process has written it: the
+                        // gap and the stamps are settled after the loop.
+                        fe.pending.push((p.req, prev));
+                    } else if prev == self.last_step_end {
                         common_gaps += 1;
                     } else if prev != NEVER {
                         itl.add(now - prev, 1);
@@ -589,8 +606,28 @@ impl Worker {
                 fe.count(id);
             }
             fe.stream_counted(now);
+            for &(id, prev) in &fe.pending {
+                let written = fe.last_written(fe.process_of(id));
+                let r = &mut reqs[id as usize];
+                if prev != NEVER {
+                    itl.add(written.since(prev), 1);
+                }
+                delivered_at(r, now, written);
+            }
+            fe.pending.clear();
         }
         self.busy = false;
         self.last_step_end = now;
     }
+}
+
+/// Moves the stamps of the token `r` emitted at `emitted` to when its client got it.
+fn delivered_at(r: &mut Request, emitted: SimTime, written: SimTime) {
+    if r.stamps.first_token == emitted && r.emitted == 1 {
+        r.stamps.first_token = written;
+    }
+    if r.stamps.second_token == emitted && r.emitted == 2 {
+        r.stamps.second_token = written;
+    }
+    r.stamps.last_token = written;
 }

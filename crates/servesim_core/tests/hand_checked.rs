@@ -134,13 +134,30 @@ fn the_serving_process_adds_its_request_work_to_ttft() {
 }
 
 #[test]
-fn streamed_tokens_delay_the_next_request() {
+fn streamed_tokens_reach_the_client_when_written() {
     let r = run(Case { requests: 2, frontend: frontend(1, 0, 1000), ..Case::default() });
-    // Request 1's five tokens leave the engine at 2.0, 3.1, 4.2, 5.3 and 6.4 ms; each costs
-    // the process 1 ms, so it is busy until 7.4 ms. Request 2 arrives at 6.4 ms (closed loop)
-    // and waits 1 ms before its 2 ms prefill.
-    assert_eq!(r.summary.ttft.min, 2.0);
+    // Request 1's five tokens leave the engine at 2.0, 3.1, 4.2, 5.3 and 6.4 ms; writing each
+    // takes the process 1 ms, so its client sees them at 3.0, 4.1, 5.2, 6.3 and 7.4 ms.
+    // The closed loop sends request 2 at 7.4 ms, and it goes the same way.
+    assert_eq!(r.summary.ttft.min, 3.0);
     assert_eq!(r.summary.ttft.max, 3.0);
+    assert_eq!(r.summary.tpot.mean, 1.1);
+    assert_eq!(r.summary.duration_ms, 2.0 * 7.4);
+}
+
+#[test]
+fn a_busy_serving_process_delays_tokens_and_the_next_request() {
+    // Four clients: each step's four tokens take the process 2 ms to write against a 1.4 ms
+    // decode step, so the writes fall behind and the clients see a 2 ms TPOT.
+    let r = run(Case {
+        requests: 4,
+        load: Load::Concurrency(4),
+        frontend: frontend(1, 0, 500),
+        ..Case::default()
+    });
+    assert_eq!(r.summary.tpot.mean, 2.0);
+    // Prefill (5 ms) emits all four first tokens at once; the last of them is written at 7 ms.
+    assert_eq!(r.summary.ttft.max, 7.0);
 }
 
 #[test]

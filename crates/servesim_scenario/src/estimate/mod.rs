@@ -343,6 +343,14 @@ pub fn estimate_at(p: &Prepared, w: Workload, op: Operating) -> Result<Estimate,
         }
         _ => {}
     }
+    if p.roles.iter().any(|r| p.frontend_spec(r).is_active()) {
+        // A steady-state balance has no place for the serving processes' queue: say so rather
+        // than estimate a deployment without it.
+        return Err(run_error(
+            "the static estimate does not model the serving frontend's queue \
+             (engine.workers.aggregated.frontend costs); use predict for this deployment",
+        ));
+    }
     match &p.roles[..] {
         [a] => Aggregated::new(p, a, w)?.solve(op),
         [pre, dec] => {
