@@ -425,9 +425,19 @@ fn synchronous_scheduling_adds_host_time_to_every_step() {
 #[test]
 fn a_busy_serving_process_paces_clients_and_more_processes_relieve_it() {
     let path = "tests/scenarios/trtllm_serve_frontend.yaml";
-    let one = predict_file_with(path, &[]).unwrap().summary;
+    let run = predict_file_with(path, &[]).unwrap();
+    // The report says how busy the process was and how late tokens came.
+    let fe = &run.json["servesim"]["frontend"];
+    assert_eq!(fe["requests"], 512);
+    assert_eq!(fe["tokens"], 512 * 512);
+    let busy = fe["busy_fraction"].as_f64().unwrap();
+    assert!(busy > 0.5 && busy <= 1.0, "{busy}");
+    assert!(fe["mean_token_delay_ms"].as_f64().unwrap() > 1.0, "{fe}");
+    let one = run.summary;
     let four = predict_file_with(path, &["engine.workers.aggregated.frontend.processes=4"]).unwrap().summary;
-    let none = predict_file_with(path, &["engine.workers.aggregated.frontend.chunk_us=0"]).unwrap().summary;
+    let none = predict_file_with(path, &["engine.workers.aggregated.frontend.chunk_us=0"]).unwrap();
+    assert!(none.json["servesim"].get("frontend").is_none(), "no costs, no frontend section");
+    let none = none.summary;
     // 512 output tokens × 75 µs = 38.4 ms of one process per request: at most 26 requests/s.
     assert!(one.request_throughput_rps <= 26.1, "{}", one.request_throughput_rps);
     assert!(none.request_throughput_rps > 1.3 * one.request_throughput_rps);

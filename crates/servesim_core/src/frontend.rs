@@ -40,6 +40,23 @@ impl FrontendSpec {
     }
 }
 
+/// What a replica's serving processes did over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrontendStats {
+    /// Serving processes.
+    pub processes: u32,
+    /// Work done, all processes together.
+    pub busy_ns: u64,
+    /// Requests admitted.
+    pub requests: u64,
+    /// Time requests waited for their process before its work on them began.
+    pub request_wait_ns: u64,
+    /// Tokens written.
+    pub tokens: u64,
+    /// Time from the engine emitting each token to its client getting it, summed.
+    pub token_delay_ns: u64,
+}
+
 /// The serving processes of one replica: when each is next free.
 #[derive(Clone, Debug)]
 pub struct Frontend {
@@ -51,6 +68,7 @@ pub struct Frontend {
     /// Tokens emitted in the step being accounted and the time each request's previous token
     /// reached its client (the worker fills it, then settles the tokens' stamps).
     pub pending: Vec<(ReqId, SimTime)>,
+    stats: FrontendStats,
 }
 
 impl Frontend {
@@ -64,6 +82,7 @@ impl Frontend {
             counts: alloc::vec![0; n],
             first_written: alloc::vec![SimTime::ZERO; n],
             pending: Vec::new(),
+            stats: FrontendStats { processes: spec.processes.max(1), ..FrontendStats::default() },
         }
     }
 
@@ -76,8 +95,12 @@ impl Frontend {
     /// Queues request `id`'s own work at `now`; returns when it reaches the engine.
     pub fn admit(&mut self, now: SimTime, id: ReqId) -> SimTime {
         let p = self.process_of(id);
-        let done = self.free_at[p].max(now).saturating_add(self.spec.per_request);
+        let start = self.free_at[p].max(now);
+        let done = start.saturating_add(self.spec.per_request);
         self.free_at[p] = done;
+        self.stats.requests += 1;
+        self.stats.request_wait_ns += start.since(now).as_ns();
+        self.stats.busy_ns += self.spec.per_request.as_ns();
         done
     }
 
@@ -111,6 +134,9 @@ impl Frontend {
             for &at in ends {
                 let written = self.free_at[p].max(at).saturating_add(work);
                 self.free_at[p] = written;
+                self.stats.busy_ns += work.as_ns();
+                self.stats.tokens += n;
+                self.stats.token_delay_ns += written.since(at).as_ns().saturating_mul(n);
                 match prev {
                     None => self.first_written[p] = written,
                     Some(w) => gap(written.since(w), n),
@@ -130,6 +156,12 @@ impl Frontend {
     #[must_use]
     pub fn last_written(&self, p: usize) -> SimTime {
         self.free_at[p]
+    }
+
+    /// What the processes did so far.
+    #[must_use]
+    pub fn stats(&self) -> FrontendStats {
+        self.stats
     }
 
     /// When each process is next free (for reports and tests).
@@ -173,6 +205,11 @@ mod tests {
         f.stream_counted(t);
         // 50 tokens × 100 µs = 5 ms of writes, then 2 ms for the new request.
         assert_eq!(f.admit(t, 7), t + SimDur::from_ms(7));
+        let s = f.stats();
+        assert_eq!((s.tokens, s.requests), (50, 1));
+        assert_eq!(s.busy_ns, 7_000_000);
+        assert_eq!(s.request_wait_ns, 5_000_000);
+        assert_eq!(s.token_delay_ns, 50 * 5_000_000);
     }
 
     #[test]

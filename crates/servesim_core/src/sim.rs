@@ -11,6 +11,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::engine::{Backend, KvStore, Rank};
+use crate::frontend::Frontend;
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
 use crate::queue::{event_key, EventQueue};
 use crate::request::{ReqId, Request, Status};
@@ -392,7 +393,11 @@ impl Simulation {
         let summary = metrics::summarize(&self.requests, &mut self.itl, self.sla, self.fleet);
         RunResult {
             summary,
-            worker_stats: self.workers.iter().map(|w| w.stats).collect(),
+            worker_stats: self
+                .workers
+                .iter()
+                .map(|w| WorkerStats { frontend: w.frontend.as_ref().map(Frontend::stats), ..w.stats })
+                .collect(),
             requests: self.requests,
             series: self.series,
             stop: self.stopped.unwrap_or(StopReason::EventLimit),

@@ -38,6 +38,8 @@ pub struct WorkerStats {
     pub decode_tokens: u64,
     /// Requests preempted.
     pub preemptions: u64,
+    /// The serving processes' work, when the worker simulates them.
+    pub frontend: Option<crate::frontend::FrontendStats>,
 }
 
 /// What a completed step produced, for the simulation to account.

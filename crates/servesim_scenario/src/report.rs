@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use servesim_core::frontend::FrontendStats;
 use servesim_core::metrics::{Dist, Summary};
 use servesim_core::request::{Request, Status, NEVER};
 use servesim_core::sim::{RunResult, StopReason};
@@ -359,7 +360,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             }),
         })
         .collect();
-    json!({
+    let mut section = json!({
         "schema_version": SERVESIM_SECTION_VERSION,
         "version": env!("CARGO_PKG_VERSION"),
         "seed": p.seed,
@@ -401,7 +402,54 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             "time_ms": series.times.iter().map(|t| t.as_ms_f64()).collect::<Vec<_>>(),
             "workers": workers,
         },
-    })
+    });
+    if let Some(f) = frontend_section(r) {
+        section["frontend"] = f;
+    }
+    section
+}
+
+/// The serving processes' work over the run, when they were simulated: how busy they were,
+/// how long requests waited for them and how late they delivered tokens.
+#[allow(clippy::cast_precision_loss)]
+fn frontend_section(r: &RunResult) -> Option<Value> {
+    let per_worker: Vec<(usize, FrontendStats)> =
+        r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.frontend.map(|f| (w, f))).collect();
+    if per_worker.is_empty() {
+        return None;
+    }
+    let duration_ns = r.summary.duration_ms * 1e6;
+    let ratio = |a: u64, b: f64| if b > 0.0 { a as f64 / b } else { 0.0 };
+    let describe = |f: &FrontendStats| {
+        json!({
+            "processes": f.processes,
+            "busy_fraction": ratio(f.busy_ns, duration_ns * f64::from(f.processes)),
+            "requests": f.requests,
+            "mean_request_wait_ms": ratio(f.request_wait_ns, f.requests as f64) / 1e6,
+            "tokens": f.tokens,
+            "mean_token_delay_ms": ratio(f.token_delay_ns, f.tokens as f64) / 1e6,
+        })
+    };
+    let mut all = FrontendStats::default();
+    for (_, f) in &per_worker {
+        all.processes += f.processes;
+        all.busy_ns += f.busy_ns;
+        all.requests += f.requests;
+        all.request_wait_ns += f.request_wait_ns;
+        all.tokens += f.tokens;
+        all.token_delay_ns += f.token_delay_ns;
+    }
+    let mut total = describe(&all);
+    total["workers"] = per_worker
+        .iter()
+        .map(|(w, f)| {
+            let mut v = describe(f);
+            v["worker"] = json!(w);
+            v
+        })
+        .collect::<Vec<_>>()
+        .into();
+    Some(total)
 }
 
 /// Extra sections of prediction.json asked for with `--detail` (AISimulate's `details`).
@@ -559,5 +607,18 @@ pub fn summary_table(p: &Prediction) -> String {
         s.prefix_cache_reused_ratio * 100.0,
         s.num_preemptions
     ));
+    let fe = &p.json["servesim"]["frontend"];
+    if fe.is_object() {
+        out.push_str(&format!(
+            "serving frontend: {} {:.0}% busy, requests wait {:.2} ms for them, tokens reach clients {:.2} ms after the engine\n",
+            match fe["processes"].as_u64() {
+                Some(1) => "1 process".to_string(),
+                n => format!("{} processes", n.unwrap_or(0)),
+            },
+            fe["busy_fraction"].as_f64().unwrap_or(0.0) * 100.0,
+            fe["mean_request_wait_ms"].as_f64().unwrap_or(0.0),
+            fe["mean_token_delay_ms"].as_f64().unwrap_or(0.0),
+        ));
+    }
     out
 }
