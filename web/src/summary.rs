@@ -94,6 +94,23 @@ pub fn provenance(p: &Value) -> Vec<(String, String, String, String)> {
     })
 }
 
+/// The serving processes' work, as text (`not simulated` when the run has no frontend queue).
+#[must_use]
+pub fn frontend(p: &Value) -> String {
+    let f = &p["servesim"]["frontend"];
+    if !f.is_object() {
+        return "not simulated".into();
+    }
+    let pct = |v: &Value| v.as_f64().map_or_else(|| "–".into(), |x| format!("{:.0}%", 100.0 * x));
+    format!(
+        "{} busy ({} processes) · requests wait {} ms · tokens {} ms late",
+        pct(&f["busy_fraction"]),
+        fmt_num(&f["processes"], 0),
+        fmt_num(&f["mean_request_wait_ms"], 2),
+        fmt_num(&f["mean_token_delay_ms"], 2)
+    )
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -111,6 +128,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     })}</dd>
                     <dt>"Prefix cache reuse"</dt><dd id="prefix-reuse">{with(|p| p["prefix_cache_reused_ratio"].as_f64().map_or_else(|| "–".into(), |r| format!("{:.1}%", 100.0 * r)))}</dd>
                     <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
+                    <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
                 </dl>
                 <div class="table-wrap">
                     <table id="latency-table" class="compact">
@@ -180,5 +198,13 @@ mod tests {
         let lookups = &p["servesim"]["timing"][0]["lookups"];
         let want = format!("{} measured · {} interpolated", lookups["measured"], lookups["interpolated"]);
         assert!(prov[0].3.starts_with(&want), "{} vs {want}", prov[0].3);
+        assert_eq!(frontend(&p), "not simulated");
+        let queued = serde_json::json!({"servesim": {"frontend": {
+            "processes": 2, "busy_fraction": 0.853, "mean_request_wait_ms": 1.5, "mean_token_delay_ms": 12.25
+        }}});
+        assert_eq!(
+            frontend(&queued),
+            "85% busy (2 processes) · requests wait 1.50 ms · tokens 12.25 ms late"
+        );
     }
 }
