@@ -518,7 +518,7 @@ pub fn prepare(
                         constants: {
                             let mut c = OpConstants::for_backend(backend);
                             if !role.scheduler.async_scheduling {
-                                c.step_overhead_s += servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
+                                c.host_s_per_step = servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
                                 c.host_s_per_sequence = servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE;
                             }
                             if let Some(x) = role.timing.prefill_scale {

@@ -535,12 +535,12 @@ impl OpLevelTimer {
     /// rank's engine process handles its own sequences, so the busiest rank sets it.
     #[allow(clippy::cast_precision_loss)] // Sequence counts are far below 2^52.
     fn host_seconds(&self, ranks: &[RankLoad]) -> f64 {
-        let per = self.s.constants.host_s_per_sequence;
-        if per <= 0.0 {
+        let (step, per) = (self.s.constants.host_s_per_step, self.s.constants.host_s_per_sequence);
+        if step <= 0.0 && per <= 0.0 {
             return 0.0;
         }
         let seqs = ranks.iter().map(|r| u64::from(r.decode_requests) + r.prefill.len() as u64).max();
-        per * seqs.unwrap_or(0) as f64
+        step + per * seqs.unwrap_or(0) as f64
     }
 
     /// Seconds one pipeline stage (the whole model without PP) spends on a step's loads.
@@ -782,7 +782,7 @@ mod tests {
         let mut dp = setup(2);
         dp.parallelism.attention_data = 2;
         let mut sync = dp.clone();
-        sync.constants.step_overhead_s += SYNC_HOST_S_PER_STEP;
+        sync.constants.host_s_per_step = SYNC_HOST_S_PER_STEP;
         sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
         let loads = [
             RankLoad {
@@ -811,6 +811,7 @@ mod tests {
         dp.parallelism.attention_data = 2;
         dp.constants.step_overhead_s = 0.000_7;
         let mut sync = dp.clone();
+        sync.constants.host_s_per_step = SYNC_HOST_S_PER_STEP;
         sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
         let cases: Vec<(OpLevelSetup, Vec<RankLoad>)> = vec![
             (setup(1), vec![decode(37, 37 * 900)]),

@@ -35,6 +35,9 @@ pub struct OpConstants {
     /// A serving process's work per streamed chunk (detokenise, build and write the event),
     /// seconds.
     pub frontend_chunk_s: f64,
+    /// Host time per step that a step waits for when the engine schedules synchronously,
+    /// seconds; 0 for an overlapping scheduler (see [`SYNC_HOST_S_PER_STEP`]).
+    pub host_s_per_step: f64,
     /// Host time per scheduled sequence that a step waits for when the engine schedules
     /// synchronously (scheduling, input preparation, sampling and output processing run
     /// between GPU steps instead of under them), seconds. 0 when the engine overlaps host and
@@ -156,6 +159,7 @@ impl Default for OpConstants {
             frontend_s: 0.0,
             frontend_request_s: 0.0,
             frontend_chunk_s: 0.0,
+            host_s_per_step: 0.0,
             host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,
         }
