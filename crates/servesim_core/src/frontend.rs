@@ -33,6 +33,12 @@ pub struct FrontendSpec {
 }
 
 impl FrontendSpec {
+    /// `processes` serving processes with these costs.
+    #[must_use]
+    pub const fn new(processes: u32, per_request: SimDur, per_token: SimDur) -> Self {
+        FrontendSpec { processes, per_request, per_token }
+    }
+
     /// Whether the frontend does any work worth simulating.
     #[must_use]
     pub fn is_active(&self) -> bool {
@@ -176,11 +182,7 @@ mod tests {
     use super::*;
 
     fn spec(processes: u32, request_ms: u64, token_us: u64) -> FrontendSpec {
-        FrontendSpec {
-            processes,
-            per_request: SimDur::from_ms(request_ms),
-            per_token: SimDur::from_ns(token_us * 1000),
-        }
+        FrontendSpec::new(processes, SimDur::from_ms(request_ms), SimDur::from_ns(token_us * 1000))
     }
 
     #[test]

@@ -118,11 +118,7 @@ fn one_request_alone() {
 }
 
 fn frontend(processes: u32, request_ms: u64, token_us: u64) -> FrontendSpec {
-    FrontendSpec {
-        processes,
-        per_request: SimDur::from_ms(request_ms),
-        per_token: SimDur::from_ns(token_us * 1000),
-    }
+    FrontendSpec::new(processes, SimDur::from_ms(request_ms), SimDur::from_ns(token_us * 1000))
 }
 
 #[test]

@@ -827,13 +827,12 @@ impl Prepared {
         let c = OpConstants::for_backend(perfdata::backend_name(self.config.engine.backend));
         let request_s = f.request_ms.map_or(c.frontend_request_s, |ms| ms / 1e3);
         let chunk_s = f.chunk_us.map_or(c.frontend_chunk_s, |us| us / 1e6);
-        FrontendSpec {
-            processes: f.processes,
-            per_request: SimDur::from_secs_f64(request_s),
-            // A chunk carries `stream_interval` tokens of one request: its work is spread
-            // over them.
-            per_token: SimDur::from_secs_f64(chunk_s / f64::from(f.stream_interval.max(1))),
-        }
+        // A chunk carries `stream_interval` tokens of one request: its work is spread over them.
+        FrontendSpec::new(
+            f.processes,
+            SimDur::from_secs_f64(request_s),
+            SimDur::from_secs_f64(chunk_s / f64::from(f.stream_interval.max(1))),
+        )
     }
 
     /// A fresh step timer for `role` (one of `self.roles`).
