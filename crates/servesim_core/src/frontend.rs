@@ -69,11 +69,8 @@ pub struct Frontend {
     spec: FrontendSpec,
     free_at: Vec<SimTime>,
     counts: Vec<u64>,
-    /// Per process: when the first and the last of the accounted steps' tokens were written.
+    /// Per process: when the first of the accounted steps' tokens were written.
     first_written: Vec<SimTime>,
-    /// Tokens emitted in the step being accounted and the time each request's previous token
-    /// reached its client (the worker fills it, then settles the tokens' stamps).
-    pub pending: Vec<(ReqId, SimTime)>,
     stats: FrontendStats,
 }
 
@@ -87,7 +84,6 @@ impl Frontend {
             free_at: alloc::vec![SimTime::ZERO; n],
             counts: alloc::vec![0; n],
             first_written: alloc::vec![SimTime::ZERO; n],
-            pending: Vec::new(),
             stats: FrontendStats { processes: spec.processes.max(1), ..FrontendStats::default() },
         }
     }
@@ -110,27 +106,22 @@ impl Frontend {
         done
     }
 
-    /// Starts counting the tokens of one step (or of each step of a stable run).
-    pub fn clear_counts(&mut self) {
+    /// Queues the work of one token of each request in `ids` per step ending at each of
+    /// `ends` (a step, or the steps of a stable run, which emit the same tokens every step),
+    /// and reports the gap between consecutive steps' writes with the number of tokens that
+    /// saw it. Afterwards [`Frontend::first_written`] and [`Frontend::last_written`] say when
+    /// each process finished the first and last step.
+    pub fn stream(
+        &mut self,
+        ids: impl IntoIterator<Item = ReqId>,
+        ends: &[SimTime],
+        mut gap: impl FnMut(SimDur, u64),
+    ) {
         self.counts.fill(0);
-    }
-
-    /// Counts one token of request `id` in the step being accounted.
-    pub fn count(&mut self, id: ReqId) {
-        let p = self.process_of(id);
-        self.counts[p] += 1;
-    }
-
-    /// Queues the counted tokens' work at `at` (the end of the step that emitted them).
-    pub fn stream_counted(&mut self, at: SimTime) {
-        self.stream_steps(&[at], |_, _| {});
-    }
-
-    /// Queues the counted tokens once per step ending at each of `ends` (a stable batch emits
-    /// the same tokens every step), and reports the gap between consecutive steps' writes with
-    /// the number of tokens that saw it. Afterwards [`Frontend::first_written`] and
-    /// [`Frontend::last_written`] say when each process finished the first and last step.
-    pub fn stream_steps(&mut self, ends: &[SimTime], mut gap: impl FnMut(SimDur, u64)) {
+        for id in ids {
+            let p = self.process_of(id);
+            self.counts[p] += 1;
+        }
         for (p, &n) in self.counts.iter().enumerate() {
             if n == 0 {
                 continue;
@@ -200,11 +191,7 @@ mod tests {
     fn streamed_tokens_delay_later_requests_only() {
         let mut f = Frontend::new(spec(1, 2, 100));
         let t = SimTime::ZERO + SimDur::from_ms(1);
-        f.clear_counts();
-        for id in 0..50 {
-            f.count(id);
-        }
-        f.stream_counted(t);
+        f.stream(0..50, &[t], |_, _| {});
         // 50 tokens × 100 µs = 5 ms of writes, then 2 ms for the new request.
         assert_eq!(f.admit(t, 7), t + SimDur::from_ms(7));
         let s = f.stats();
@@ -218,20 +205,12 @@ mod tests {
     fn a_run_of_steps_writes_like_single_steps() {
         let ends: Vec<SimTime> = (1..=6).map(|k| SimTime::ZERO + SimDur::from_ms(k)).collect();
         let mut run = Frontend::new(spec(2, 0, 300));
-        run.clear_counts();
-        for id in 0..5 {
-            run.count(id);
-        }
         let mut gaps = Vec::new();
-        run.stream_steps(&ends, |g, n| gaps.push((g, n)));
+        run.stream(0..5, &ends, |g, n| gaps.push((g, n)));
         let mut single = Frontend::new(spec(2, 0, 300));
         let mut firsts = Vec::new();
         for &e in &ends {
-            single.clear_counts();
-            for id in 0..5 {
-                single.count(id);
-            }
-            single.stream_counted(e);
+            single.stream(0..5, &[e], |_, _| {});
             firsts.push((single.last_written(0), single.last_written(1)));
         }
         assert_eq!(run.free_at(), single.free_at());
@@ -248,12 +227,8 @@ mod tests {
     fn a_saturated_process_falls_behind_the_steps() {
         let ends: Vec<SimTime> = (1..=4).map(|k| SimTime::ZERO + SimDur::from_ms(k)).collect();
         let mut f = Frontend::new(spec(1, 0, 500));
-        f.clear_counts();
-        for id in 0..4 {
-            f.count(id);
-        }
         let mut gaps = Vec::new();
-        f.stream_steps(&ends, |g, n| gaps.push((g, n)));
+        f.stream(0..4, &ends, |g, n| gaps.push((g, n)));
         // 2 ms of writes a 1 ms step: the backlog grows by 1 ms a step.
         assert_eq!(f.first_written(0), SimTime::ZERO + SimDur::from_ms(3));
         assert_eq!(f.last_written(0), SimTime::ZERO + SimDur::from_ms(9));

@@ -127,6 +127,9 @@ pub struct Worker {
     pub generation: u64,
     /// The serving processes in front of the engine, when they do work worth simulating.
     pub frontend: Option<Frontend>,
+    /// Tokens of the step being finished that the serving processes still have to write,
+    /// with when each request's previous token reached its client.
+    delivering: Vec<(ReqId, SimTime)>,
     plans: Vec<RankPlan>,
     loads: Vec<RankLoad>,
     run: Option<Run>,
@@ -141,6 +144,7 @@ impl Worker {
         Worker {
             id,
             frontend,
+            delivering: Vec::new(),
             cfg,
             ranks,
             timer,
@@ -468,11 +472,8 @@ impl Worker {
         if let Some(fe) = &mut self.frontend {
             // The batch is the same in every step of a run: each step streams one token of
             // every planned request at its end, and clients see them as they are written.
-            fe.clear_counts();
-            for p in self.plans.iter().flat_map(|plan| &plan.items) {
-                fe.count(p.req);
-            }
-            fe.stream_steps(&run.ends[first - 1..m], |gap, n| itl.add(gap, n));
+            let ids = self.plans.iter().flat_map(|plan| &plan.items).map(|p| p.req);
+            fe.stream(ids, &run.ends[first - 1..m], |gap, n| itl.add(gap, n));
         }
         let mut total = 0u64;
         let mut common = 0u64;
@@ -580,10 +581,10 @@ impl Worker {
                     out.handoffs.push(p.req);
                 } else if r.pending_tokens() == 0 {
                     let prev = r.stamps.last_token;
-                    if let Some(fe) = &mut self.frontend {
+                    if self.frontend.is_some() {
                         // Its client sees it once the serving process has written it: the
                         // gap and the stamps are settled after the loop.
-                        fe.pending.push((p.req, prev));
+                        self.delivering.push((p.req, prev));
                     } else if prev == self.last_step_end {
                         common_gaps += 1;
                     } else if prev != NEVER {
@@ -603,20 +604,15 @@ impl Worker {
         }
         itl.add(now - self.last_step_end, common_gaps);
         if let Some(fe) = &mut self.frontend {
-            fe.clear_counts();
-            for &id in &out.emitted {
-                fe.count(id);
-            }
-            fe.stream_counted(now);
-            for &(id, prev) in &fe.pending {
+            fe.stream(self.delivering.iter().map(|d| d.0), &[now], |_, _| {});
+            for &(id, prev) in &self.delivering {
                 let written = fe.last_written(fe.process_of(id));
-                let r = &mut reqs[id as usize];
                 if prev != NEVER {
                     itl.add(written.since(prev), 1);
                 }
-                delivered_at(r, now, written);
+                delivered_at(&mut reqs[id as usize], now, written);
             }
-            fe.pending.clear();
+            self.delivering.clear();
         }
         self.busy = false;
         self.last_step_end = now;
