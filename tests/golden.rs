@@ -122,9 +122,10 @@ fn full_predictions_are_byte_identical() {
 
 /// Fast-forwarding stable decode batches changes nothing but the number of events: every
 /// scenario gives the same report (all figures, time series, per-request records) with and
-/// without it.
+/// without it. Likewise leaving blocks only their own request can contain out of the prefix
+/// index changes nothing at all.
 #[test]
-fn fast_forward_is_exact() {
+fn fast_forward_and_private_blocks_are_exact() {
     use servesim_scenario::catalog::Catalog;
     use servesim_scenario::report::to_jsonl;
     use servesim_scenario::scenario::{parse_with_overrides, prepare};
@@ -142,6 +143,18 @@ fn fast_forward_is_exact() {
             let files = servesim_tests::DirFiles(path.parent().unwrap().to_path_buf());
             let mut prepared = prepare(&node, &name, &catalog, None, &files).unwrap();
             let fast = prepared.run().unwrap();
+            prepared.traffic.all_content_shared = true;
+            let indexed = prepared.run().unwrap();
+            assert!(
+                to_pretty_json(&fast.json) == to_pretty_json(&indexed.json),
+                "{name}: indexing every block changed the report"
+            );
+            assert_eq!(
+                to_jsonl(&fast.requests),
+                to_jsonl(&indexed.requests),
+                "{name}: per-request records differ"
+            );
+            prepared.traffic.all_content_shared = false;
             prepared.fast_forward = false;
             let slow = prepared.run().unwrap();
             let strip = |p: &Prediction| {

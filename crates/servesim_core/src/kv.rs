@@ -6,10 +6,19 @@
 //! through the prefix index until the queue's head is reused for a new allocation, which
 //! evicts it. This mirrors vLLM's `BlockPool` (free-block queue + hash map of cached blocks).
 //!
+//! **Private content.** A block whose content no other request can contain (it lies past the
+//! request's shareable prefix, see [`RequestSpec::public_tokens`](crate::request::RequestSpec))
+//! is only *marked* as holding cached content instead of being hashed into the index: nobody
+//! could look it up, so the index entry would be pure cost (a hash, an insert, and a remove at
+//! eviction). Evicting it still counts as an eviction. If its request is preempted it may look
+//! its own blocks up again, so they are indexed then ([`BlockPool::index_private`]). The
+//! results are those of indexing every block; a property test runs both side by side.
+//!
 //! Invariants (checked by the property tests against a naive model):
 //! - blocks in use never exceed capacity;
 //! - every block is either referenced or in the free queue, never both;
-//! - the prefix index only names blocks whose content is still resident.
+//! - the prefix index only names blocks whose content is still resident;
+//! - a block is indexed or marked private, never both.
 
 use alloc::vec::Vec;
 
@@ -52,6 +61,8 @@ struct Block {
     ref_count: u32,
     /// Hash of the content this block holds, when it is registered in the prefix index.
     hash: Option<u64>,
+    /// Holds cached content nobody else can look up (not in the index).
+    private: bool,
     prev: u32,
     next: u32,
     in_free_queue: bool,
@@ -90,6 +101,7 @@ impl BlockPool {
             .map(|i| Block {
                 ref_count: 0,
                 hash: None,
+                private: false,
                 prev: if i == 0 { NIL } else { i - 1 },
                 next: if i + 1 == capacity { NIL } else { i + 1 },
                 in_free_queue: true,
@@ -204,6 +216,9 @@ impl BlockPool {
         if let Some(h) = blk.hash.take() {
             self.index.remove(&h);
             self.stats.evictions += 1;
+        } else if blk.private {
+            blk.private = false;
+            self.stats.evictions += 1;
         }
         blk.ref_count = 1;
         Some(b)
@@ -218,6 +233,7 @@ impl BlockPool {
         if blk.ref_count == 0 {
             if !self.prefix_caching {
                 blk.hash = None;
+                blk.private = false;
             }
             self.push_tail(b);
         }
@@ -232,6 +248,33 @@ impl BlockPool {
         if let hashbrown::hash_map::Entry::Vacant(e) = self.index.entry(hash) {
             e.insert(b);
             self.blocks[b as usize].hash = Some(hash);
+        }
+    }
+
+    /// Records that block `b` now holds a complete block of content no other request can
+    /// contain: it is kept (and counted when evicted) like indexed content, but not indexed.
+    pub fn mark_private(&mut self, b: BlockId) {
+        let blk = &mut self.blocks[b as usize];
+        if self.prefix_caching && blk.hash.is_none() {
+            blk.private = true;
+        }
+    }
+
+    /// Indexes a block marked private under its content hash `hash` (its request was
+    /// preempted and may look it up when it is admitted again).
+    pub fn index_private(&mut self, b: BlockId, hash: u64) {
+        let blk = &mut self.blocks[b as usize];
+        if blk.private {
+            blk.private = false;
+            self.register(b, hash);
+        }
+    }
+
+    /// Counts blocks a lookup covered without hashing them (private content, which cannot
+    /// be resident for the request looking), so hit rates are those of looking every block up.
+    pub fn count_unhashed_lookups(&mut self, blocks: u64) {
+        if self.prefix_caching {
+            self.stats.lookup_blocks += blocks;
         }
     }
 
@@ -306,6 +349,7 @@ impl BlockPool {
         assert_eq!(seen, self.free_len);
         for (i, blk) in self.blocks.iter().enumerate() {
             assert_eq!(blk.in_free_queue, blk.ref_count == 0, "block {i} free-queue membership");
+            assert!(!(blk.private && blk.hash.is_some()), "block {i} both indexed and private");
         }
         for (h, b) in &self.index {
             assert_eq!(self.blocks[*b as usize].hash, Some(*h), "index names a block that lost its content");
@@ -419,6 +463,134 @@ mod tests {
             if self.slots[i].1 == 0 {
                 self.slots[i].2 = self.clock;
                 self.clock += 1;
+            }
+        }
+    }
+
+    /// Operations on a pool that indexes every block and one that marks private blocks.
+    #[derive(Clone, Debug)]
+    enum LazyOp {
+        /// A new request: `blocks` shareable blocks of family `family`, then `own` blocks only
+        /// it can contain.
+        Admit { family: u8, blocks: u8, own: u8 },
+        /// Finish the live request at this position.
+        Finish(u8),
+        /// Preempt the live request at this position (it keeps its content and comes back).
+        Preempt(u8),
+        /// Admit again the preempted request at this position.
+        Readmit(u8),
+    }
+
+    fn lazy_op() -> impl Strategy<Value = LazyOp> {
+        prop_oneof![
+            (0u8..3, 0u8..5, 0u8..5).prop_map(|(family, blocks, own)| LazyOp::Admit { family, blocks, own }),
+            any::<u8>().prop_map(LazyOp::Finish),
+            any::<u8>().prop_map(LazyOp::Preempt),
+            any::<u8>().prop_map(LazyOp::Readmit),
+        ]
+    }
+
+    /// A request in the side-by-side test: its hashes, how many are shareable, whether it was
+    /// published, and the blocks it holds (equal in both pools).
+    struct Held {
+        hashes: Vec<u64>,
+        public: usize,
+        published: bool,
+        blocks: Vec<BlockId>,
+    }
+
+    /// Admits `r` into both pools; false (and no change) when it does not fit.
+    fn admit_both(eager: &mut BlockPool, lazy: &mut BlockPool, r: &mut Held) -> Result<bool, TestCaseError> {
+        let lookup = if r.published { r.hashes.len() } else { r.public };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let free_a = eager.find_prefix(&r.hashes, &mut a);
+        let free_b = lazy.find_prefix(&r.hashes[..lookup], &mut b);
+        lazy.count_unhashed_lookups((r.hashes.len() - lookup) as u64);
+        prop_assert_eq!(&a, &b, "prefix hits");
+        prop_assert_eq!(free_a, free_b);
+        let new_blocks = r.hashes.len() - a.len();
+        if new_blocks > (eager.num_free() - free_a) as usize {
+            return Ok(false);
+        }
+        for &x in &a {
+            eager.touch(x);
+            lazy.touch(x);
+        }
+        r.blocks = a;
+        for (j, &h) in r.hashes.iter().enumerate().skip(r.blocks.len()) {
+            let x = eager.allocate().expect("capacity was checked");
+            prop_assert_eq!(Some(x), lazy.allocate(), "allocation order");
+            eager.register(x, h);
+            if r.published || j < r.public {
+                lazy.register(x, h);
+            } else {
+                lazy.mark_private(x);
+            }
+            r.blocks.push(x);
+        }
+        Ok(true)
+    }
+
+    proptest! {
+        /// Marking private blocks instead of indexing them changes nothing anyone can observe:
+        /// allocation order, hits, counters, and the residency of any content another request
+        /// (or a preempted request itself) can look up.
+        #[test]
+        fn marking_private_blocks_is_indistinguishable_from_indexing_them(
+            ops in proptest::collection::vec(lazy_op(), 1..150),
+            capacity in 1u32..24,
+        ) {
+            let mut eager = BlockPool::new(capacity, 16, true);
+            let mut lazy = BlockPool::new(capacity, 16, true);
+            let (mut live, mut preempted): (Vec<Held>, Vec<Held>) = (Vec::new(), Vec::new());
+            let mut next_own = 1_000_000u64;
+            let mut lookable: Vec<u64> = (0..3u64).flat_map(|f| (0..5u64).map(move |i| f * 1000 + i)).collect();
+            for op in ops {
+                match op {
+                    LazyOp::Admit { family, blocks, own } => {
+                        let mut hashes: Vec<u64> = (0..u64::from(blocks)).map(|i| u64::from(family) * 1000 + i).collect();
+                        for _ in 0..own {
+                            hashes.push(next_own);
+                            next_own += 1;
+                        }
+                        let mut r = Held { hashes, public: usize::from(blocks), published: false, blocks: Vec::new() };
+                        if admit_both(&mut eager, &mut lazy, &mut r)? {
+                            live.push(r);
+                        }
+                    }
+                    LazyOp::Finish(k) | LazyOp::Preempt(k) => {
+                        if live.is_empty() { continue; }
+                        let mut r = live.remove(k as usize % live.len());
+                        if matches!(op, LazyOp::Preempt(_)) && !r.published {
+                            for j in r.public..r.blocks.len() {
+                                lazy.index_private(r.blocks[j], r.hashes[j]);
+                            }
+                            r.published = true;
+                            lookable.extend_from_slice(&r.hashes);
+                        }
+                        for b in r.blocks.drain(..).rev() {
+                            eager.release(b);
+                            lazy.release(b);
+                        }
+                        if matches!(op, LazyOp::Preempt(_)) {
+                            preempted.push(r);
+                        }
+                    }
+                    LazyOp::Readmit(k) => {
+                        if preempted.is_empty() { continue; }
+                        let i = k as usize % preempted.len();
+                        if admit_both(&mut eager, &mut lazy, &mut preempted[i])? {
+                            live.push(preempted.remove(i));
+                        }
+                    }
+                }
+                eager.check_invariants();
+                lazy.check_invariants();
+                prop_assert_eq!(eager.num_free(), lazy.num_free());
+                prop_assert_eq!(eager.stats(), lazy.stats());
+                for h in &lookable {
+                    prop_assert_eq!(eager.contains(*h), lazy.contains(*h), "residency of {}", h);
+                }
             }
         }
     }

@@ -22,7 +22,15 @@ pub struct RequestSpec {
     pub output_stream: u64,
     /// Session this request belongs to, if any, and its turn index within the session.
     pub session: Option<(u32, u32)>,
+    /// Leading tokens of this request's content (prompt, then output) that some other request
+    /// may also contain; [`ALL_SHARED`] when the source cannot tell. A full KV block past it
+    /// can only ever be looked up by this request itself, so the prefix cache need not index
+    /// it. The source may overstate it (that only costs time), never understate it.
+    pub public_tokens: u32,
 }
+
+/// [`RequestSpec::public_tokens`] when any of a request's content may be shared.
+pub const ALL_SHARED: u32 = u32::MAX;
 
 impl RequestSpec {
     /// Prompt length in tokens.
@@ -166,8 +174,12 @@ pub struct Request {
     pub private_tokens: u32,
     /// Milestones.
     pub stamps: Stamps,
-    /// Hashes of the full blocks of `content` computed so far.
+    /// Hashes of the full blocks of `content` computed so far (at most `public_blocks`).
     pub hashes: Vec<u64>,
+    /// Leading full blocks of content another request may share: later blocks are not
+    /// hashed. Lifted for good once the request is preempted (it may look its own content up
+    /// when it is admitted again).
+    pub public_blocks: u32,
     /// Prompt plus generated tokens, for prefix hashing. The output segment's length lags
     /// behind `emitted` (a step need not touch this heap block for every request); read it
     /// through [`Request::content`] or [`Request::pieces`], which bring it up to date.
@@ -211,6 +223,7 @@ impl Request {
     pub fn new(spec: RequestSpec, block_size: u32) -> Self {
         let input_tokens = spec.input_tokens();
         let content = spec.prompt.clone();
+        let public_blocks = spec.public_tokens / block_size.max(1);
         Request {
             output_tokens: spec.output_tokens,
             spec,
@@ -223,6 +236,7 @@ impl Request {
             blocks: Vec::new(),
             content,
             hashes: Vec::new(),
+            public_blocks,
             hasher: BlockHasher::new(block_size),
             registered_blocks: 0,
             stamps: Stamps::default(),
@@ -333,12 +347,22 @@ impl Request {
         crate::radix::pieces_with_last(&self.content, limit, (self.emitted > 0).then_some(self.emitted))
     }
 
-    /// Extends `hashes` to cover every full block of known content.
+    /// Extends `hashes` to cover every full block of known content another request may
+    /// share (every full block once the request is [published](Request::publish_all)).
     pub fn hash_known_blocks(&mut self) {
         self.sync_content();
-        while let Some(h) = self.hasher.next_block(&self.content) {
-            self.hashes.push(h);
+        while self.hashes.len() < self.public_blocks as usize {
+            match self.hasher.next_block(&self.content) {
+                Some(h) => self.hashes.push(h),
+                None => break,
+            }
         }
+    }
+
+    /// From now on every block of this request is hashed and indexed (it was preempted).
+    pub fn publish_all(&mut self) {
+        self.public_blocks = u32::MAX;
+        self.hash_known_blocks();
     }
 
     /// Records one generated token. Returns true when it was the last one.
@@ -385,6 +409,7 @@ mod tests {
                 output_tokens: 1,
                 output_stream: 0,
                 session: None,
+                public_tokens: ALL_SHARED,
             },
             16,
         );
@@ -404,6 +429,7 @@ mod tests {
             output_tokens: 5,
             output_stream: 9,
             session: None,
+            public_tokens: ALL_SHARED,
         };
         let mut r = Request::new(spec, 4);
         for t in 0..3 {
@@ -415,5 +441,26 @@ mod tests {
         assert_eq!(r.content(), &[Segment { id: 1, len: 10 }, Segment { id: 9, len: 3 }]);
         r.hash_known_blocks();
         assert_eq!(r.hashes.len(), 3, "13 known tokens fill three 4-token blocks");
+    }
+
+    #[test]
+    fn only_shareable_blocks_are_hashed_until_the_request_is_published() {
+        let spec = |public_tokens| RequestSpec {
+            arrival: SimTime::ZERO,
+            prompt: vec![Segment { id: 1, len: 10 }, Segment { id: 2, len: 10 }],
+            output_tokens: 5,
+            output_stream: 9,
+            session: None,
+            public_tokens,
+        };
+        let mut all = Request::new(spec(ALL_SHARED), 4);
+        all.hash_known_blocks();
+        assert_eq!(all.hashes.len(), 5);
+        // 11 shareable tokens: blocks 0 and 1 lie inside them, block 2 straddles the end.
+        let mut part = Request::new(spec(11), 4);
+        part.hash_known_blocks();
+        assert_eq!(part.hashes, all.hashes[..2]);
+        part.publish_all();
+        assert_eq!(part.hashes, all.hashes, "published: the same chain, every block");
     }
 }

@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 
 use crate::content::Segment;
 use crate::queue::EventQueue;
-use crate::request::RequestSpec;
+use crate::request::{RequestSpec, ALL_SHARED};
 use crate::rng::{mix2, Rng, Stream};
 use crate::units::{SimDur, SimTime};
 
@@ -141,6 +141,57 @@ pub struct Trace {
     pub rows: Vec<TraceRow>,
     /// Tokens per `hash_ids` entry (Mooncake: 512).
     pub block_size: u32,
+    /// Per row: leading prompt tokens some other row's prompt also starts with (at `hash_ids`
+    /// granularity, so possibly more than are really shared, never fewer). The rest of a row's
+    /// content (its uncovered tail and its output) is its own.
+    pub public_tokens: Vec<u32>,
+}
+
+impl Trace {
+    /// A trace of `rows` whose `hash_ids` name `block_size`-token blocks.
+    #[must_use]
+    pub fn new(rows: Vec<TraceRow>, block_size: u32) -> Self {
+        let public_tokens = shared_prefixes(&rows, block_size);
+        Trace { rows, block_size, public_tokens }
+    }
+}
+
+/// The `hash_ids` a row's prompt uses (ids past its input length are ignored), with the
+/// tokens each covers.
+fn used_ids(row: &TraceRow, block_size: u32) -> impl Iterator<Item = (u64, u32)> + '_ {
+    let mut left = row.input_tokens;
+    row.hash_ids.iter().map_while(move |h| {
+        let len = left.min(block_size);
+        left -= len;
+        (len > 0).then_some((*h, len))
+    })
+}
+
+/// For each row, the prompt tokens covered by its longest run of leading `hash_ids` that
+/// another row's prompt also starts with. Runs are keyed by a chained hash of their ids; a
+/// collision could only make a run look shared, which errs on the safe side.
+fn shared_prefixes(rows: &[TraceRow], block_size: u32) -> Vec<u32> {
+    let mut runs: crate::kv::PremixedMap<u32> = crate::kv::PremixedMap::default();
+    for row in rows {
+        let mut key = TRACE_NAMESPACE;
+        for (h, _) in used_ids(row, block_size) {
+            key = mix2(key, h);
+            *runs.entry(key).or_insert(0) += 1;
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let (mut key, mut covered, mut shared) = (TRACE_NAMESPACE, 0u32, 0u32);
+            for (h, len) in used_ids(row, block_size) {
+                key = mix2(key, h);
+                covered += len;
+                if runs.get(&key).is_some_and(|n| *n > 1) {
+                    shared = covered;
+                }
+            }
+            shared
+        })
+        .collect()
 }
 
 /// Where request contents come from.
@@ -205,6 +256,10 @@ pub struct TrafficSpec {
     pub load: Load,
     /// Stop rules.
     pub stop: Stop,
+    /// Treat all content as shareable, so the prefix cache indexes every full block as the
+    /// engines do. The results are identical either way (a test checks); off, blocks only
+    /// their own request can contain are not indexed, which is faster.
+    pub all_content_shared: bool,
 }
 
 impl TrafficSpec {
@@ -410,7 +465,8 @@ impl Traffic {
                 } else {
                     vec![own]
                 };
-                self.request(at, prompt, output, None)
+                // Only the common prefix is anyone else's; the rest and the output are its own.
+                self.request(at, prompt, output, None, shared)
             }
             Source::Sessions(s) => {
                 let input = s.new_input_tokens.sample(&mut self.lengths);
@@ -435,18 +491,29 @@ impl Traffic {
                     job,
                     SessionState { id: job, turn: 0, content: prompt.clone(), rows: Vec::new() },
                 );
-                self.request(at, prompt, output, Some((job, 0)))
+                // A later turn embeds all of this turn's content; a lone turn shares only the
+                // group prefix (the whole prompt when it has no input of its own).
+                let public = if s.turns > 1 {
+                    ALL_SHARED
+                } else if input > shared {
+                    shared
+                } else {
+                    input
+                };
+                self.request(at, prompt, output, Some((job, 0)), public)
             }
             Source::Trace(t) => {
                 let Some(rows) = self.trace_jobs.get(job as usize).cloned() else { return false };
                 let Some(row) = rows.first().and_then(|r| t.rows.get(*r)) else { return false };
+                let public =
+                    rows.first().and_then(|r| t.public_tokens.get(*r)).copied().unwrap_or(ALL_SHARED);
                 let prompt =
                     trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
                 let session = (rows.len() > 1 || row.session.is_some()).then_some((job, 0));
                 if session.is_some() {
                     self.sessions.insert(job, SessionState { id: job, turn: 0, content: Vec::new(), rows });
                 }
-                self.request(at, prompt, row.output_tokens, session)
+                self.request(at, prompt, row.output_tokens, session, public)
             }
         };
         self.jobs_started += 1;
@@ -465,7 +532,7 @@ impl Traffic {
         let source = self.spec.source.clone();
         let Some(state) = self.sessions.get_mut(&sid) else { return false };
         let turn = state.turn + 1;
-        let (spec_at, prompt, output) = match &source {
+        let (spec_at, prompt, output, public) = match &source {
             Source::Sessions(s) => {
                 if turn >= s.turns {
                     return false;
@@ -476,18 +543,25 @@ impl Traffic {
                 let output = s.output_tokens.sample(&mut self.lengths);
                 let id = mix2(self.content_seed, 2 * u64::from(self.requests_sent));
                 prompt.push(Segment { id, len: input });
-                (now + s.think_time, prompt, output)
+                // The last turn's new input and output are its own; earlier turns' are embedded
+                // by the next turn.
+                let public = if turn + 1 < s.turns {
+                    ALL_SHARED
+                } else {
+                    u32::try_from(crate::content::total_len(done_content)).unwrap_or(ALL_SHARED)
+                };
+                (now + s.think_time, prompt, output, public)
             }
             Source::Trace(t) => {
-                let Some(row) = state.rows.get(turn as usize).and_then(|r| t.rows.get(*r)) else {
-                    return false;
-                };
+                let Some(&index) = state.rows.get(turn as usize) else { return false };
+                let Some(row) = t.rows.get(index) else { return false };
+                let public = t.public_tokens.get(index).copied().unwrap_or(ALL_SHARED);
                 let id = mix2(self.content_seed, 2 * u64::from(self.requests_sent));
                 let prompt = trace_prompt(row, t.block_size, id);
                 let delay = row.delay.unwrap_or(SimDur::ZERO);
                 let out = row.output_tokens;
                 let at = now + self.scaled(delay);
-                (at, prompt, out)
+                (at, prompt, out, public)
             }
             Source::Synthetic { .. } => return false,
         };
@@ -495,7 +569,7 @@ impl Traffic {
         state.turn = turn;
         state.content.clone_from(&prompt);
         let id = state.id;
-        let spec = self.request(spec_at, prompt, output, Some((id, turn)));
+        let spec = self.request(spec_at, prompt, output, Some((id, turn)), public);
         self.pending.push(spec_at, spec);
         true
     }
@@ -510,6 +584,7 @@ impl Traffic {
         prompt: Vec<Segment>,
         output: u32,
         session: Option<(u32, u32)>,
+        public_tokens: u32,
     ) -> RequestSpec {
         let n = u64::from(self.requests_sent);
         self.requests_sent += 1;
@@ -519,6 +594,7 @@ impl Traffic {
             output_tokens: output.max(1),
             output_stream: mix2(self.content_seed, 2 * n + 1),
             session,
+            public_tokens: if self.spec.all_content_shared { ALL_SHARED } else { public_tokens },
         }
     }
 }
@@ -589,6 +665,7 @@ mod tests {
             },
             load,
             stop: Stop { max_requests: n, max_sessions: u32::MAX },
+            all_content_shared: false,
         }
     }
 
@@ -645,6 +722,7 @@ mod tests {
             }),
             load: Load::Concurrency(2),
             stop: Stop { max_requests: u32::MAX, max_sessions: 3 },
+            all_content_shared: false,
         }
     }
 
@@ -691,15 +769,34 @@ mod tests {
             hash_ids: ids,
             delay: delay.map(SimDur::from_ms),
         };
-        Arc::new(Trace {
-            rows: vec![
+        Arc::new(Trace::new(
+            vec![
                 row(0, None, vec![1, 2], 1000, None),
                 row(100, Some(7), vec![1, 3], 600, None),
                 row(0, Some(7), vec![1, 3, 4], 1200, Some(50)),
                 row(300, None, vec![], 64, None),
             ],
-            block_size: 512,
-        })
+            512,
+        ))
+    }
+
+    #[test]
+    fn a_trace_row_shares_the_ids_another_row_starts_with() {
+        let t = trace();
+        // Rows 0-2 all start with id 1; rows 1 and 2 also share id 3, of which row 1 uses 88
+        // tokens and row 2 a whole block (overstated for row 2, which is safe). Row 3 has no ids.
+        assert_eq!(t.public_tokens, vec![512, 600, 1024, 0]);
+        let mut traffic = Traffic::new(
+            TrafficSpec {
+                source: Source::Trace(t),
+                load: Load::TraceTimestamps { speedup: 1.0 },
+                stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+                all_content_shared: false,
+            },
+            1,
+        );
+        let first = traffic.pop_due(SimTime::ZERO).unwrap();
+        assert_eq!((first.input_tokens(), first.public_tokens), (1000, 512));
     }
 
     #[test]
@@ -708,6 +805,7 @@ mod tests {
             source: Source::Trace(trace()),
             load: Load::TraceTimestamps { speedup: 2.0 },
             stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+            all_content_shared: false,
         };
         let mut t = Traffic::new(spec, 1);
         assert_eq!(t.total(), 4);

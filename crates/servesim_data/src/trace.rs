@@ -238,7 +238,7 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
     for (row, ts) in rows.iter_mut().zip(&stamps) {
         row.timestamp = SimDur::from_ms_f64(ts.unwrap_or(first) - first);
     }
-    Ok(ParsedTrace { trace: Trace { rows, block_size }, untimed_line })
+    Ok(ParsedTrace { trace: Trace::new(rows, block_size), untimed_line })
 }
 
 /// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
@@ -343,7 +343,7 @@ pub fn parse_azure(bytes: &[u8], file: &str) -> Result<ParsedTrace, TraceError> 
     for (row, ts) in rows.iter_mut().zip(&stamps) {
         row.timestamp = SimDur::from_ns(u64::try_from(ts - first).unwrap_or(u64::MAX));
     }
-    Ok(ParsedTrace { trace: Trace { rows, block_size: 512 }, untimed_line: None })
+    Ok(ParsedTrace { trace: Trace::new(rows, 512), untimed_line: None })
 }
 
 #[cfg(test)]

@@ -667,7 +667,7 @@ fn load_traces(
     if !diags.is_empty() {
         return Err(config_error(source, diags));
     }
-    Ok(Trace { rows, block_size })
+    Ok(Trace::new(rows, block_size))
 }
 
 /// The arrival process of a config. `kv_tokens` is one rank's KV capacity in tokens and
@@ -781,7 +781,12 @@ fn build_traffic(
         (None, Some(k)) => per_unit(k),
         (None, None) => u32::MAX,
     };
-    Ok(TrafficSpec { source: src, load, stop: Stop { max_requests, max_sessions } })
+    Ok(TrafficSpec {
+        source: src,
+        load,
+        stop: Stop { max_requests, max_sessions },
+        all_content_shared: false,
+    })
 }
 
 impl Prepared {

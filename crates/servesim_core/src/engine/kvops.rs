@@ -62,6 +62,9 @@ pub fn probe(pool: &mut BlockPool, req: &mut Request, scratch: &mut alloc::vec::
     let max_blocks = ((req.known_tokens().saturating_sub(1)) / bs) as usize;
     let n = req.hashes.len().min(max_blocks);
     let free_hits = pool.find_prefix(&req.hashes[..n], scratch);
+    // Blocks past the shareable prefix are not hashed: none of them can be resident yet.
+    let looked_up = (req.known_tokens() / bs) as usize;
+    pool.count_unhashed_lookups(looked_up.min(max_blocks).saturating_sub(n) as u64);
     #[allow(clippy::cast_possible_truncation)] // At most known_tokens / block_size blocks.
     let hit_tokens = scratch.len() as u32 * bs;
     Probe { hit_tokens, free_hits }
@@ -109,12 +112,36 @@ pub fn register_full_blocks(pool: &mut BlockPool, req: &mut Request) {
         return;
     }
     req.hash_known_blocks();
-    let upto = (full as usize).min(req.hashes.len()).min(req.blocks.len());
-    for j in req.registered_blocks as usize..upto {
+    let upto = (full as usize).min(req.blocks.len());
+    let hashed = upto.min(req.hashes.len());
+    let from = req.registered_blocks as usize;
+    for j in from..hashed {
         pool.register(req.blocks[j], req.hashes[j]);
+    }
+    let mut done = hashed.max(from);
+    if req.hashes.len() >= req.public_blocks as usize {
+        // Past the shareable prefix: content only this request can look up.
+        for &b in &req.blocks[done..upto] {
+            pool.mark_private(b);
+        }
+        done = upto;
     }
     #[allow(clippy::cast_possible_truncation)] // Bounded by `full`, a u32.
     {
-        req.registered_blocks = upto as u32;
+        req.registered_blocks = done as u32;
+    }
+}
+
+/// Indexes a request's private blocks before it is preempted: when it is admitted again it
+/// looks its own content up like any other. It is hashed in full from then on.
+pub fn publish_private(pool: &mut BlockPool, req: &mut Request) {
+    if !pool.prefix_caching() || req.public_blocks == u32::MAX {
+        return;
+    }
+    let first_private = req.public_blocks as usize;
+    req.publish_all();
+    let upto = (req.registered_blocks as usize).min(req.hashes.len()).min(req.blocks.len());
+    for j in first_private.min(upto)..upto {
+        pool.index_private(req.blocks[j], req.hashes[j]);
     }
 }

@@ -256,6 +256,7 @@ mod tests {
                 output_tokens: 10,
                 output_stream: own + 1000,
                 session: None,
+                public_tokens: crate::request::ALL_SHARED,
             },
             1,
         )

@@ -37,6 +37,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             // Out of KV: preempt the lowest-priority running request and retry.
             let Some(victim) = running.pop() else { break };
             let v = &mut reqs[victim as usize];
+            kvops::publish_private(pool, v);
             kvops::free_all(pool, v);
             v.status = Status::Waiting;
             v.preemptions += 1;
