@@ -81,7 +81,43 @@ struct Run {
     start_computed: Vec<Vec<u32>>,
     /// For paged ranks: requests (plan indices) by the step phase at which they need a new
     /// block: request `i` crosses a block boundary at step `s` iff `s % bs == phase[i]`.
-    phases: Vec<Vec<Vec<u32>>>,
+    phases: Vec<Phases>,
+}
+
+/// Plan indices grouped by phase: those of phase `p` are `order[starts[p]..starts[p + 1]]`,
+/// in plan order (one allocation per rank instead of one per phase).
+#[derive(Clone, Debug, Default)]
+struct Phases {
+    order: Vec<u32>,
+    starts: Vec<u32>,
+}
+
+impl Phases {
+    /// Groups plan indices by `phase_of(i)`, which lies in `0..phases`.
+    fn group(n: usize, phases: usize, phase_of: impl Fn(usize) -> usize) -> Self {
+        let mut starts = alloc::vec![0u32; phases + 1];
+        for i in 0..n {
+            starts[phase_of(i) + 1] += 1;
+        }
+        for p in 0..phases {
+            starts[p + 1] += starts[p];
+        }
+        let mut next = starts.clone();
+        let mut order = alloc::vec![0u32; n];
+        for i in 0..n {
+            let p = phase_of(i);
+            #[allow(clippy::cast_possible_truncation)] // Plan sizes are far below u32::MAX.
+            {
+                order[next[p] as usize] = i as u32;
+            }
+            next[p] += 1;
+        }
+        Phases { order, starts }
+    }
+
+    fn of(&self, p: usize) -> &[u32] {
+        &self.order[self.starts[p] as usize..self.starts[p + 1] as usize]
+    }
 }
 
 impl Run {
@@ -356,16 +392,10 @@ impl Worker {
             .map(|(rank, cs)| match &rank.kv {
                 KvStore::Paged(pool) => {
                     let bs = pool.block_size();
-                    let mut buckets: Vec<Vec<u32>> = (0..bs).map(|_| Vec::new()).collect();
-                    for (i, c) in cs.iter().enumerate() {
-                        // Step s computes token c + s - 1, which starts a block iff (c + s - 1) % bs == 0.
-                        let phase = (1 + bs - c % bs) % bs;
-                        #[allow(clippy::cast_possible_truncation)]
-                        buckets[phase as usize].push(i as u32);
-                    }
-                    buckets
+                    // Step s computes token c + s - 1, which starts a block iff (c + s - 1) % bs == 0.
+                    Phases::group(cs.len(), bs as usize, |i| ((1 + bs - cs[i] % bs) % bs) as usize)
                 }
-                KvStore::Radix(_) => Vec::new(),
+                KvStore::Radix(_) => Phases::default(),
             })
             .collect();
         Ok(Some(Run { start, ends, applied: 0, allocated: 1, start_computed, phases }))
@@ -427,7 +457,7 @@ impl Worker {
                 KvStore::Paged(pool) => {
                     let bs = pool.block_size() as usize;
                     for s in from..=upto {
-                        for &i in &phases[s % bs] {
+                        for &i in phases.of(s % bs) {
                             let p = &plan.items[i as usize];
                             let c = run.start_computed[r][i as usize];
                             let req = &mut reqs[p.req as usize];
