@@ -95,10 +95,32 @@ pub fn dist(values: &[f64]) -> Dist {
     dist_weighted(&mut pairs)
 }
 
-/// Inter-token gaps as a multiset: `(gap, count)` runs, merged at the end.
+/// Inter-token gaps as a multiset of `(gap, count)` runs.
+///
+/// A long replay records about one run per engine step (a million for the Mooncake
+/// benchmark), so the statistics avoid sorting them: sums give the mean and deviation, and
+/// each percentile is selected by narrowing histograms (three passes over the runs, then
+/// small sorts of the few runs near each rank).
 #[derive(Clone, Debug, Default)]
 pub struct ItlSamples {
     runs: Vec<(u64, u64)>,
+}
+
+/// Buckets of one selection histogram (32 KiB of counters: they stay in the L1 cache).
+const SELECT_BUCKETS: usize = 1 << 12;
+
+/// Runs at or below this many are sorted instead of narrowed further.
+const SELECT_SORT_MAX: usize = 4 * SELECT_BUCKETS;
+
+/// Milliseconds of a gap, as every ITL figure is reported.
+#[allow(clippy::cast_precision_loss)]
+fn gap_ms(g: u64) -> f64 {
+    g as f64 / NS_PER_MS as f64
+}
+
+/// Output tokens per second a client sees across a positive gap.
+fn per_user(g: u64) -> f64 {
+    1000.0 / gap_ms(g)
 }
 
 impl ItlSamples {
@@ -109,67 +131,227 @@ impl ItlSamples {
         }
     }
 
-    /// Sorts and merges equal gaps; call before reading.
-    pub fn compact(&mut self) {
-        radix_sort_by_gap(&mut self.runs);
-        let mut kept = 0usize;
-        for i in 0..self.runs.len() {
-            let (g, c) = self.runs[i];
-            if kept > 0 && self.runs[kept - 1].0 == g {
-                self.runs[kept - 1].1 += c;
-            } else {
-                self.runs[kept] = (g, c);
-                kept += 1;
-            }
-        }
-        self.runs.truncate(kept);
+    /// Gaps recorded (counts summed).
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum()
     }
 
-    /// The merged runs (after [`ItlSamples::compact`]).
+    /// Statistics of the gaps in milliseconds, and of the per-user token rate `1000 / gap`
+    /// over the positive gaps. Percentiles, extremes and counts are those of [`dist_weighted`]
+    /// bit for bit. Means and deviations come from exact integer sums, so they do not depend
+    /// on how the gaps were grouped into runs (a fast-forwarded decode run records one run per
+    /// step where stepping records several): gaps in whole nanoseconds, rates in whole
+    /// billionths of a token per second.
     #[must_use]
-    pub fn runs(&self) -> &[(u64, u64)] {
-        &self.runs
+    #[allow(clippy::cast_precision_loss)]
+    pub fn dists(&self) -> (Dist, Dist) {
+        let (mut gap_sums, mut rate_sums) = (Moments::default(), Moments::default());
+        let (mut min, mut max, mut min_pos) = (u64::MAX, 0u64, u64::MAX);
+        for &(g, c) in &self.runs {
+            gap_sums.add(g, c);
+            min = min.min(g);
+            max = max.max(g);
+            if g > 0 {
+                min_pos = min_pos.min(g);
+                rate_sums.add((RATE_UNITS_NS + g / 2) / g, c);
+            }
+        }
+        let n = gap_sums.n;
+        if n == 0 {
+            return (Dist::default(), Dist::default());
+        }
+        let positive = rate_sums.n;
+        let zeros = n - positive;
+        let (mean_ns, var_ns) = gap_sums.mean_var();
+        let (mean, var) = (mean_ns / NS_PER_MS as f64, var_ns / (NS_PER_MS as f64 * NS_PER_MS as f64));
+        let (mean_u, var_u) = rate_sums.mean_var();
+        let (mean_rate, var_rate) =
+            (mean_u / RATE_UNIT_PER_TOKEN_S, var_u / (RATE_UNIT_PER_TOKEN_S * RATE_UNIT_PER_TOKEN_S));
+        // Ranks into the gaps in ascending order: the gap percentiles, then the per-user
+        // ones (ascending rate is descending positive gap, after the zero gaps).
+        let pcts = [50.0, 75.0, 90.0, 95.0, 99.0];
+        let mut ranks = [0u64; 10];
+        for (i, p) in pcts.iter().enumerate() {
+            ranks[i] = nearest_rank(n, *p);
+            let top = positive.saturating_sub(1);
+            ranks[5 + i] = (zeros + top - nearest_rank(positive, *p).min(top)).min(n - 1);
+        }
+        let picked = select_ranks(&self.runs, min, max, &ranks);
+        let gaps = Dist {
+            mean,
+            min: gap_ms(min),
+            max: gap_ms(max),
+            median: gap_ms(picked[0]),
+            p75: gap_ms(picked[1]),
+            p90: gap_ms(picked[2]),
+            p95: gap_ms(picked[3]),
+            p99: gap_ms(picked[4]),
+            std: libm::sqrt(var),
+            count: n,
+        };
+        if positive == 0 {
+            return (gaps, Dist::default());
+        }
+        let rates = Dist {
+            mean: mean_rate,
+            min: per_user(max),
+            max: per_user(min_pos),
+            median: per_user(picked[5]),
+            p75: per_user(picked[6]),
+            p90: per_user(picked[7]),
+            p95: per_user(picked[8]),
+            p99: per_user(picked[9]),
+            std: libm::sqrt(var_rate),
+            count: positive,
+        };
+        (gaps, rates)
     }
 }
 
-/// Sorts `(gap, count)` pairs by gap: least-significant-digit radix sort of `gap - min` over
-/// 16-bit digits, as many as the spread of gaps needs (two when it is under 4.3 s). A long
-/// replay records about one pair per engine step (a million for the Mooncake benchmark),
-/// where this is several times faster than a comparison sort. Pairs with equal gaps keep no
-/// particular order (they are merged next).
-fn radix_sort_by_gap(v: &mut Vec<(u64, u64)>) {
-    const BITS: u32 = 16;
-    const BUCKETS: usize = 1 << BITS;
-    if v.len() < BUCKETS {
-        v.sort_unstable_by_key(|r| r.0);
-        return;
+/// Per-user rates are summed in billionths of a token per second: `RATE_UNITS_NS / gap_ns`,
+/// rounded (0.5e-9 tokens/s at most off per gap).
+const RATE_UNITS_NS: u64 = 1_000_000_000 * 1_000_000_000;
+
+/// Rate units in one token per second.
+const RATE_UNIT_PER_TOKEN_S: f64 = 1e9;
+
+/// Exact weighted sums of integer samples: count, `Σ c·x` and `Σ c·x²`.
+#[derive(Clone, Copy, Debug)]
+struct Moments {
+    n: u64,
+    s1: Option<u128>,
+    s2: Option<u128>,
+    /// The same sums in floating point, used only when an exact one overflows (gaps of hours
+    /// over billions of tokens).
+    f1: f64,
+    f2: f64,
+}
+
+impl Default for Moments {
+    fn default() -> Self {
+        Moments { n: 0, s1: Some(0), s2: Some(0), f1: 0.0, f2: 0.0 }
     }
-    let min = v.iter().map(|r| r.0).min().unwrap_or(0);
-    let spread = v.iter().map(|r| r.0 - min).max().unwrap_or(0);
-    let mut tmp: Vec<(u64, u64)> = alloc::vec![(0, 0); v.len()];
-    let mut counts: Vec<usize> = alloc::vec![0; BUCKETS];
-    let mut shift = 0u32;
-    while shift < 64 && (spread >> shift) > 0 {
-        counts.fill(0);
-        #[allow(clippy::cast_possible_truncation)] // Masked to 16 bits.
-        let digit = |g: u64| (((g - min) >> shift) as usize) & (BUCKETS - 1);
-        for r in v.iter() {
-            counts[digit(r.0)] += 1;
-        }
-        let mut start = 0usize;
-        for c in &mut counts {
-            let n = *c;
-            *c = start;
-            start += n;
-        }
-        for r in v.iter() {
-            let d = digit(r.0);
-            tmp[counts[d]] = *r;
-            counts[d] += 1;
-        }
-        core::mem::swap(v, &mut tmp);
-        shift += BITS;
+}
+
+impl Moments {
+    #[allow(clippy::cast_precision_loss)]
+    fn add(&mut self, x: u64, c: u64) {
+        self.n += c;
+        let cx = u128::from(x) * u128::from(c);
+        self.s1 = self.s1.and_then(|s| s.checked_add(cx));
+        self.s2 = self.s2.and_then(|s| cx.checked_mul(u128::from(x)).and_then(|v| s.checked_add(v)));
+        self.f1 += x as f64 * c as f64;
+        self.f2 += x as f64 * x as f64 * c as f64;
     }
+
+    /// Mean and population variance (0 for no samples).
+    #[allow(clippy::cast_precision_loss)]
+    fn mean_var(&self) -> (f64, f64) {
+        if self.n == 0 {
+            return (0.0, 0.0);
+        }
+        let nf = self.n as f64;
+        let (Some(s1), Some(s2)) = (self.s1, self.s2) else {
+            let mean = self.f1 / nf;
+            return (mean, (self.f2 / nf - mean * mean).max(0.0));
+        };
+        let mean = s1 as f64 / nf;
+        let n = u128::from(self.n);
+        // n·Σc·x² − (Σc·x)² is n² times the variance, and never negative.
+        let var = match (n.checked_mul(s2), s1.checked_mul(s1)) {
+            (Some(a), Some(b)) => a.saturating_sub(b) as f64 / (nf * nf),
+            _ => (s2 as f64 / nf - mean * mean).max(0.0),
+        };
+        (mean, var)
+    }
+}
+
+/// The gap at each 0-based rank (`ranks[i] < total count`) of the multiset `runs`, whose
+/// gaps lie in `min..=max`: one histogram pass over all runs, one pass gathering the runs of
+/// the buckets the ranks fall in, then the same within each gathered set until it is small
+/// enough to sort.
+fn select_ranks(runs: &[(u64, u64)], min: u64, max: u64, ranks: &[u64; 10]) -> [u64; 10] {
+    let mut out = [min; 10];
+    if min == max {
+        return out;
+    }
+    let (counts, shift) = histogram(runs, min, max);
+    // The bucket each rank falls in and its rank within the bucket.
+    let wanted: Vec<(usize, u64)> = ranks
+        .iter()
+        .map(|&r| {
+            let (k, before) = bucket_of(&counts, r);
+            (k, r - before)
+        })
+        .collect();
+    let mut buckets: Vec<usize> = wanted.iter().map(|w| w.0).collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    let mut gathered: Vec<Vec<(u64, u64)>> = buckets.iter().map(|_| Vec::new()).collect();
+    for &(g, c) in runs {
+        #[allow(clippy::cast_possible_truncation)] // Below SELECT_BUCKETS after the shift.
+        let k = ((g - min) >> shift) as usize;
+        if let Ok(i) = buckets.binary_search(&k) {
+            gathered[i].push((g, c));
+        }
+    }
+    for (slot, (k, r)) in out.iter_mut().zip(wanted) {
+        let i = buckets.binary_search(&k).unwrap_or(0);
+        *slot = select_in(&gathered[i], r);
+    }
+    out
+}
+
+/// Per-bucket counts of `runs` over `min..=max`, and the shift that maps `gap - min` to a bucket.
+fn histogram(runs: &[(u64, u64)], min: u64, max: u64) -> (Vec<u64>, u32) {
+    let spread = max - min;
+    let bits = 64 - spread.leading_zeros();
+    let shift = bits.saturating_sub(SELECT_BUCKETS.trailing_zeros());
+    let mut counts = alloc::vec![0u64; SELECT_BUCKETS];
+    for &(g, c) in runs {
+        #[allow(clippy::cast_possible_truncation)] // Below SELECT_BUCKETS after the shift.
+        let k = ((g - min) >> shift) as usize;
+        counts[k] += c;
+    }
+    (counts, shift)
+}
+
+/// The gap at 0-based rank `r` of the multiset `runs`.
+fn select_in(runs: &[(u64, u64)], r: u64) -> u64 {
+    if runs.len() <= SELECT_SORT_MAX {
+        let mut sorted = runs.to_vec();
+        sorted.sort_unstable_by_key(|x| x.0);
+        let mut seen = 0u64;
+        for &(g, c) in &sorted {
+            seen += c;
+            if seen > r {
+                return g;
+            }
+        }
+        return sorted.last().map_or(0, |x| x.0);
+    }
+    let min = runs.iter().map(|x| x.0).min().unwrap_or(0);
+    let max = runs.iter().map(|x| x.0).max().unwrap_or(0);
+    if min == max {
+        return min;
+    }
+    let (counts, shift) = histogram(runs, min, max);
+    let (k, before) = bucket_of(&counts, r);
+    #[allow(clippy::cast_possible_truncation)] // Below SELECT_BUCKETS after the shift.
+    let inside: Vec<(u64, u64)> =
+        runs.iter().filter(|x| ((x.0 - min) >> shift) as usize == k).copied().collect();
+    select_in(&inside, r - before)
+}
+
+/// The bucket holding 0-based rank `r`, and the count of all earlier buckets.
+fn bucket_of(counts: &[u64], r: u64) -> (usize, u64) {
+    let (mut k, mut before) = (0usize, 0u64);
+    while k + 1 < counts.len() && before + counts[k] <= r {
+        before += counts[k];
+        k += 1;
+    }
+    (k, before)
 }
 
 /// Service-level bounds in milliseconds (inclusive); unset bounds are not checked.
@@ -349,13 +531,7 @@ pub fn summarize(requests: &[Request], itl: &mut ItlSamples, sla: Sla, fleet: Fl
     s.ttst = dist(&ttst);
     s.tpot = dist(&tpot);
     s.e2e_latency = dist(&e2e);
-    itl.compact();
-    let mut gaps: Vec<(f64, u64)> =
-        itl.runs().iter().map(|(g, c)| (*g as f64 / NS_PER_MS as f64, *c)).collect();
-    let mut per_user: Vec<(f64, u64)> =
-        gaps.iter().filter(|(g, _)| *g > 0.0).map(|(g, c)| (1000.0 / g, *c)).collect();
-    s.itl = dist_weighted(&mut gaps);
-    s.output_token_throughput_per_user = dist_weighted(&mut per_user);
+    (s.itl, s.output_token_throughput_per_user) = itl.dists();
     s
 }
 
@@ -436,26 +612,91 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The sorted definition: [`dist_weighted`] over the gaps in milliseconds and over the
+    /// per-user rates of the positive gaps.
+    fn sorted_dists(runs: &[(u64, u64)]) -> (Dist, Dist) {
+        let mut gaps: Vec<(f64, u64)> = runs.iter().map(|(g, c)| (gap_ms(*g), *c)).collect();
+        let mut rates: Vec<(f64, u64)> =
+            runs.iter().filter(|(g, _)| *g > 0).map(|(g, c)| (per_user(*g), *c)).collect();
+        (dist_weighted(&mut gaps), dist_weighted(&mut rates))
+    }
+
+    fn assert_same(got: &Dist, want: &Dist) -> Result<(), TestCaseError> {
+        let exact = |d: &Dist| (d.min, d.max, d.median, d.p75, d.p90, d.p95, d.p99, d.count);
+        prop_assert_eq!(exact(got), exact(want));
+        // Means: relative 1e-9, or 1e-9 absolute (rates are summed in 1e-9 tokens/s units).
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) + 1e-9;
+        prop_assert!(close(got.mean, want.mean), "mean {} vs {}", got.mean, want.mean);
+        prop_assert!(
+            close(got.std, want.std) || (got.std - want.std).abs() < 1e-6,
+            "std {} vs {}",
+            got.std,
+            want.std
+        );
+        Ok(())
+    }
+
     proptest! {
-        /// Compaction gives each distinct gap once, in order, with its total count: checked
-        /// against a BTreeMap, on vectors long enough to take the radix path and on short ones.
+        /// Selection gives exactly the sorted definition's percentiles, extremes and counts,
+        /// on sets large enough to be narrowed by histograms (with clusters, repeats, zero
+        /// gaps and outliers, as step gaps have) and on small ones.
         #[test]
-        fn compact_matches_a_sorted_map(
-            gaps in proptest::collection::vec((0u64..1 << 40, 1u64..5), 0..70_000),
+        fn selected_statistics_match_the_sorted_definition(
+            gaps in proptest::collection::vec((0u64..1 << 40, 1u64..5), 0..40_000),
             few in 1u64..50,
+            cluster in 1u64..20_000_000,
         ) {
             let mut itl = ItlSamples::default();
-            let mut naive = alloc::collections::BTreeMap::new();
             for (i, (g, c)) in gaps.iter().enumerate() {
-                // Many repeats too, as step gaps have.
-                let g = if i % 3 == 0 { g % few } else { *g };
+                let g = match i % 4 {
+                    0 => g % few,
+                    1 | 2 => cluster + g % 100_000,
+                    _ => *g,
+                };
                 itl.add(SimDur::from_ns(g), *c);
-                *naive.entry(g).or_insert(0u64) += c;
             }
-            itl.compact();
-            let want: Vec<(u64, u64)> = naive.into_iter().collect();
-            prop_assert_eq!(itl.runs(), &want[..]);
+            let (gaps, rates) = itl.dists();
+            let (want_gaps, want_rates) = sorted_dists(&itl.runs);
+            assert_same(&gaps, &want_gaps)?;
+            assert_same(&rates, &want_rates)?;
         }
+    }
+
+    proptest! {
+        /// However the same gaps are grouped into runs (one run of 30 or 30 runs of one, in
+        /// any order), every statistic is bit for bit the same.
+        #[test]
+        fn statistics_do_not_depend_on_grouping(
+            gaps in proptest::collection::vec((0u64..1 << 36, 1u64..40), 1..300),
+        ) {
+            let mut grouped = ItlSamples::default();
+            let mut single = ItlSamples::default();
+            for (g, c) in &gaps {
+                grouped.add(SimDur::from_ns(*g), *c);
+            }
+            for (g, c) in gaps.iter().rev() {
+                for _ in 0..*c {
+                    single.add(SimDur::from_ns(*g), 1);
+                }
+            }
+            prop_assert_eq!(grouped.dists(), single.dists());
+        }
+    }
+
+    #[test]
+    fn one_dominant_bucket_is_narrowed_again() {
+        // 100,000 gaps within 100 us and one of an hour: the first histogram puts them all in
+        // one bucket, so the selection must narrow that bucket to find the percentiles.
+        let mut itl = ItlSamples::default();
+        for i in 0..100_000u64 {
+            itl.add(SimDur::from_ns(10_000_000 + (i * 7919) % 100_000), 1 + i % 3);
+        }
+        itl.add(SimDur::from_ns(3_600_000_000_000), 1);
+        let (gaps, rates) = itl.dists();
+        let (want_gaps, want_rates) = sorted_dists(&itl.runs);
+        assert_same(&gaps, &want_gaps).unwrap();
+        assert_same(&rates, &want_rates).unwrap();
+        assert_eq!(itl.count(), gaps.count);
     }
 
     #[test]
