@@ -6,6 +6,13 @@
 //! through the prefix index until the queue's head is reused for a new allocation, which
 //! evicts it. This mirrors vLLM's `BlockPool` (free-block queue + hash map of cached blocks).
 //!
+//! **The queue** is a ring of `(block, epoch)` entries rather than a linked list through the
+//! blocks: allocation pops the front and release pushes the back without touching any other
+//! block (a linked list's neighbour updates were cache misses on every block handed out). A
+//! block taken from the middle (a prefix hit on a free cached block) bumps its epoch, which
+//! leaves its entry dead; dead entries are skipped at the front and dropped in one pass when
+//! they outnumber the live ones.
+//!
 //! **Private content.** A block whose content no other request can contain (it lies past the
 //! request's shareable prefix, see [`RequestSpec::public_tokens`](crate::request::RequestSpec))
 //! is only *marked* as holding cached content instead of being hashed into the index: nobody
@@ -20,6 +27,7 @@
 //! - the prefix index only names blocks whose content is still resident;
 //! - a block is indexed or marked private, never both.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use core::hash::{BuildHasherDefault, Hasher};
@@ -54,7 +62,9 @@ pub type PremixedMap<V> = HashMap<u64, V, BuildHasherDefault<PremixedHasher>>;
 /// Index of a block within one pool.
 pub type BlockId = u32;
 
-const NIL: u32 = u32::MAX;
+/// Dead queue entries tolerated beyond the live ones before the queue is compacted (so a
+/// small pool does not compact on every hit).
+const DEAD_ENTRY_SLACK: usize = 64;
 
 #[derive(Clone, Debug)]
 struct Block {
@@ -63,8 +73,8 @@ struct Block {
     hash: Option<u64>,
     /// Holds cached content nobody else can look up (not in the index).
     private: bool,
-    prev: u32,
-    next: u32,
+    /// Bumped whenever the block leaves the free queue: a queue entry with an older epoch is dead.
+    epoch: u32,
     in_free_queue: bool,
 }
 
@@ -84,8 +94,8 @@ pub struct PoolStats {
 pub struct BlockPool {
     block_size: u32,
     blocks: Vec<Block>,
-    free_head: u32,
-    free_tail: u32,
+    /// Free blocks in LRU order (front: evicted first), with dead entries among them.
+    queue: VecDeque<(BlockId, u32)>,
     free_len: u32,
     index: PremixedMap<BlockId>,
     prefix_caching: bool,
@@ -96,22 +106,14 @@ impl BlockPool {
     /// A pool of `capacity` blocks of `block_size` tokens.
     #[must_use]
     pub fn new(capacity: u32, block_size: u32, prefix_caching: bool) -> Self {
-        let capacity = capacity.min(NIL - 1);
+        let capacity = capacity.min(u32::MAX - 1);
         let blocks = (0..capacity)
-            .map(|i| Block {
-                ref_count: 0,
-                hash: None,
-                private: false,
-                prev: if i == 0 { NIL } else { i - 1 },
-                next: if i + 1 == capacity { NIL } else { i + 1 },
-                in_free_queue: true,
-            })
+            .map(|_| Block { ref_count: 0, hash: None, private: false, epoch: 0, in_free_queue: true })
             .collect();
         BlockPool {
             block_size: block_size.max(1),
             blocks,
-            free_head: if capacity == 0 { NIL } else { 0 },
-            free_tail: if capacity == 0 { NIL } else { capacity - 1 },
+            queue: (0..capacity).map(|i| (i, 0)).collect(),
             free_len: capacity,
             index: PremixedMap::default(),
             prefix_caching,
@@ -207,10 +209,13 @@ impl BlockPool {
 
     /// Hands out a block, evicting the least recently freed cached block if needed.
     pub fn allocate(&mut self) -> Option<BlockId> {
-        let b = self.free_head;
-        if b == NIL {
-            return None;
-        }
+        let b = loop {
+            let (b, epoch) = self.queue.pop_front()?;
+            let blk = &self.blocks[b as usize];
+            if blk.in_free_queue && blk.epoch == epoch {
+                break b;
+            }
+        };
         self.unlink(b);
         let blk = &mut self.blocks[b as usize];
         if let Some(h) = blk.hash.take() {
@@ -290,42 +295,26 @@ impl BlockPool {
         self.blocks[b as usize].ref_count
     }
 
+    /// Takes a free block out of the queue (its entry, wherever it is, becomes dead).
     fn unlink(&mut self, b: BlockId) {
-        let (prev, next) = {
-            let blk = &self.blocks[b as usize];
-            (blk.prev, blk.next)
-        };
-        if prev == NIL {
-            self.free_head = next;
-        } else {
-            self.blocks[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.free_tail = prev;
-        } else {
-            self.blocks[next as usize].prev = prev;
-        }
         let blk = &mut self.blocks[b as usize];
-        blk.prev = NIL;
-        blk.next = NIL;
         blk.in_free_queue = false;
+        blk.epoch = blk.epoch.wrapping_add(1);
         self.free_len -= 1;
+        // Dead entries cost a skip each at the front; drop them once they are most of the ring.
+        if self.queue.len() > 2 * self.free_len as usize + DEAD_ENTRY_SLACK {
+            let blocks = &self.blocks;
+            self.queue.retain(|&(b, e)| {
+                let blk = &blocks[b as usize];
+                blk.in_free_queue && blk.epoch == e
+            });
+        }
     }
 
     fn push_tail(&mut self, b: BlockId) {
-        let tail = self.free_tail;
-        {
-            let blk = &mut self.blocks[b as usize];
-            blk.prev = tail;
-            blk.next = NIL;
-            blk.in_free_queue = true;
-        }
-        if tail == NIL {
-            self.free_head = b;
-        } else {
-            self.blocks[tail as usize].next = b;
-        }
-        self.free_tail = b;
+        let blk = &mut self.blocks[b as usize];
+        blk.in_free_queue = true;
+        self.queue.push_back((b, blk.epoch));
         self.free_len += 1;
     }
 
@@ -335,17 +324,17 @@ impl BlockPool {
     /// When an invariant is broken.
     pub fn check_invariants(&self) {
         let mut seen = 0u32;
-        let mut cur = self.free_head;
-        let mut prev = NIL;
-        while cur != NIL {
-            let blk = &self.blocks[cur as usize];
-            assert!(blk.in_free_queue && blk.ref_count == 0, "block {cur} in free queue but referenced");
-            assert_eq!(blk.prev, prev, "broken back link at block {cur}");
-            prev = cur;
-            cur = blk.next;
+        let mut queued = alloc::vec![false; self.blocks.len()];
+        for &(b, e) in &self.queue {
+            let blk = &self.blocks[b as usize];
+            if blk.epoch != e {
+                continue; // Dead: the block left the queue after this entry was pushed.
+            }
+            assert!(blk.in_free_queue && blk.ref_count == 0, "block {b} in free queue but referenced");
+            assert!(!queued[b as usize], "block {b} queued twice");
+            queued[b as usize] = true;
             seen += 1;
         }
-        assert_eq!(prev, self.free_tail);
         assert_eq!(seen, self.free_len);
         for (i, blk) in self.blocks.iter().enumerate() {
             assert_eq!(blk.in_free_queue, blk.ref_count == 0, "block {i} free-queue membership");
