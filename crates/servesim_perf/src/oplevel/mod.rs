@@ -94,6 +94,22 @@ impl PerfDb {
 /// The kinds of op a step is made of, for provenance reports.
 pub const OP_KINDS: [&str; 7] = ["gemm", "attention", "allreduce", "moe", "nccl", "elementwise", "p2p"];
 
+/// Byte-wise string equality usable in constants.
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Lookups by op kind and source, as counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Tally([[u32; 4]; 7]);
@@ -105,6 +121,7 @@ impl Tally {
 }
 
 /// A pipeline stage's attention layers (see `OpLevelTimer::attention_layers`).
+#[derive(Clone, Copy)]
 struct AttentionLayers {
     full_layers: f64,
     sliding_layers: f64,
@@ -224,8 +241,17 @@ impl OpLevelTimer {
 
     // ---- memoised parts of a step ----
 
-    fn kind(name: &str) -> usize {
-        OP_KINDS.iter().position(|k| *k == name).unwrap_or(0)
+    /// Index of an op kind in [`OP_KINDS`] (0 for an unknown name). A `const fn`, so the hot
+    /// paths name their kind in a `const` block instead of searching strings every step.
+    const fn kind(name: &str) -> usize {
+        let mut i = 0;
+        while i < OP_KINDS.len() {
+            if const_str_eq(OP_KINDS[i], name) {
+                return i;
+            }
+            i += 1;
+        }
+        0
     }
 
     /// Per-rank cost that depends only on the rank's new tokens: linear layers, norms,
@@ -355,7 +381,7 @@ impl OpLevelTimer {
         let n = m.vocab_size.div_ceil(u64::from(self.tp()));
         let g = self.gemm(seqs, n, m.hidden_size, GemmQuant::Bf16);
         if g.0 > 0.0 {
-            prov.count(Self::kind("gemm"), g.1);
+            prov.count(const { Self::kind("gemm") }, g.1);
         }
         (g.0, prov)
     }
@@ -369,7 +395,7 @@ impl OpLevelTimer {
         let layers = f64::from(self.s.model.moe_layers()) / f64::from(p.pipeline.max(1));
         let e = self.moe_experts(tokens);
         if e.0 > 0.0 {
-            prov.count(Self::kind("moe"), e.1);
+            prov.count(const { Self::kind("moe") }, e.1);
         }
         let mut secs = e.0 * layers;
         if p.attention_data > 1 {
@@ -379,7 +405,7 @@ impl OpLevelTimer {
             let bytes = per_rank * u64::from(moe.experts_per_token) * self.s.model.hidden_size * 2;
             let a = self.alltoall(bytes, p.attention_data * p.tensor.max(1));
             if a.0 > 0.0 {
-                prov.count(Self::kind("nccl"), a.1);
+                prov.count(const { Self::kind("nccl") }, a.1);
             }
             secs += 2.0 * a.0 * layers;
         }
@@ -483,19 +509,29 @@ impl OpLevelTimer {
                 ctx_secs += s * sliding_layers;
             }
         }
-        self.used[Self::kind("attention")].add(&prov);
+        self.used[const { Self::kind("attention") }].add(&prov);
         (ctx_secs, self.generation_part(r))
     }
 
     /// Generation attention of one rank for one step (all attention layers of this stage).
     #[allow(clippy::cast_precision_loss)]
     fn generation_part(&mut self, r: &RankLoad) -> f64 {
+        let layers = self.attention_layers();
+        let mut prov = Provenance::default();
+        let secs = self.generation_part_in(r, &layers, &mut prov);
+        self.used[const { Self::kind("attention") }].add(&prov);
+        secs
+    }
+
+    /// [`OpLevelTimer::generation_part`] with the layer split given and the lookups counted
+    /// into `prov` (a decode run works both out once for all its steps).
+    #[allow(clippy::cast_precision_loss)]
+    fn generation_part_in(&mut self, r: &RankLoad, layers: &AttentionLayers, prov: &mut Provenance) -> f64 {
         let mut secs = 0.0;
         if r.decode_requests == 0 {
             return secs;
         }
-        let AttentionLayers { full_layers, sliding_layers, window, cap } = self.attention_layers();
-        let mut prov = Provenance::default();
+        let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
         let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
         let (setup, grid, caches) = (&self.s, self.gen_grid.as_deref(), &mut self.gen_caches);
         if full_layers > 0.0 {
@@ -515,7 +551,6 @@ impl OpLevelTimer {
             prov.count(src);
             secs += s * sliding_layers;
         }
-        self.used[Self::kind("attention")].add(&prov);
         secs
     }
 
@@ -630,16 +665,19 @@ impl StepTimer for OpLevelTimer {
         let overhead = self.s.constants.step_overhead_s;
         let host = self.host_seconds(loads);
         let mut steps = 0u64;
+        let layers = self.attention_layers();
+        let mut prov = Provenance::default();
         let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
             for (a, r) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
-                let gen = self.generation_part(r);
+                let gen = self.generation_part_in(r, &layers, &mut prov);
                 worst = worst.max(*a + gen);
             }
             steps += 1;
             checked_step(worst + shared + overhead + host, loads)
         });
+        self.used[const { Self::kind("attention") }].add(&prov);
         for tally in &tallies {
             self.use_tally_times(tally, steps);
         }
@@ -672,6 +710,14 @@ impl StepTimer for OpLevelTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn op_kinds_resolve_to_themselves() {
+        for (i, k) in OP_KINDS.iter().enumerate() {
+            assert_eq!(OpLevelTimer::kind(k), i, "{k}");
+        }
+        assert_eq!(OpLevelTimer::kind("no such kind"), 0);
+    }
     use crate::memory::{Parallelism, GIB};
     use crate::spec::{Dtype, Hardware, ModelArch, Moe, MoeQuant};
     use crate::tables::Row;
