@@ -114,6 +114,8 @@ pub struct Grid {
     axes: Vec<Vec<u64>>,
     /// Row-major over `axes`; NaN where nothing was measured.
     values: Vec<f64>,
+    /// Index distance between neighbours along each axis in `values`.
+    strides: [usize; MAX_DIMS],
     measured_points: usize,
 }
 
@@ -253,7 +255,13 @@ impl Grid {
                 });
             }
         };
-        let mut g = Grid { axes, values: vec![f64::NAN; cells], measured_points: 0 };
+        let mut strides = [0usize; MAX_DIMS];
+        let mut stride = 1usize;
+        for d in (0..axes.len().min(MAX_DIMS)).rev() {
+            strides[d] = stride;
+            stride *= axes[d].len();
+        }
+        let mut g = Grid { axes, values: vec![f64::NAN; cells], strides, measured_points: 0 };
         let mut duplicates = 0;
         for (c, lat) in coords.chunks_exact(dims).zip(lats) {
             let mut idx = 0;
@@ -387,12 +395,7 @@ impl Grid {
         // grid line have two sides; corners are visited in the order of a mask over all axes
         // (pinned axes never take their upper side), and each weight is the product of the
         // free axes' sides in axis order.
-        let mut stride = [0usize; MAX_DIMS];
-        let mut s = 1usize;
-        for d in (0..dims).rev() {
-            stride[d] = s;
-            s *= self.axes[d].len();
-        }
+        let stride = &self.strides;
         let mut base = 0usize;
         let (mut free, mut nfree) = ([0usize; MAX_DIMS], 0usize);
         for (d, b) in br.iter().enumerate() {
