@@ -38,6 +38,24 @@ pub struct Dist {
     pub count: u64,
 }
 
+impl Dist {
+    /// From its moments, extremes and the 50th, 75th, 90th, 95th and 99th percentiles.
+    fn of(mean: f64, var: f64, count: u64, (min, max): (f64, f64), p: [f64; 5]) -> Dist {
+        Dist {
+            mean,
+            min,
+            max,
+            median: p[0],
+            p75: p[1],
+            p90: p[2],
+            p95: p[3],
+            p99: p[4],
+            std: libm::sqrt(var),
+            count,
+        }
+    }
+}
+
 /// Nearest-rank index for percentile `p` of `n` sorted samples.
 #[must_use]
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
@@ -178,33 +196,15 @@ impl ItlSamples {
             ranks[5 + i] = (zeros + top - nearest_rank(positive, *p).min(top)).min(n - 1);
         }
         let picked = select_ranks(&self.runs, min, max, &ranks);
-        let gaps = Dist {
-            mean,
-            min: gap_ms(min),
-            max: gap_ms(max),
-            median: gap_ms(picked[0]),
-            p75: gap_ms(picked[1]),
-            p90: gap_ms(picked[2]),
-            p95: gap_ms(picked[3]),
-            p99: gap_ms(picked[4]),
-            std: libm::sqrt(var),
-            count: n,
+        let at = |i: usize, f: fn(u64) -> f64| {
+            [f(picked[i]), f(picked[i + 1]), f(picked[i + 2]), f(picked[i + 3]), f(picked[i + 4])]
         };
+        let gaps = Dist::of(mean, var, n, (gap_ms(min), gap_ms(max)), at(0, gap_ms));
         if positive == 0 {
             return (gaps, Dist::default());
         }
-        let rates = Dist {
-            mean: mean_rate,
-            min: per_user(max),
-            max: per_user(min_pos),
-            median: per_user(picked[5]),
-            p75: per_user(picked[6]),
-            p90: per_user(picked[7]),
-            p95: per_user(picked[8]),
-            p99: per_user(picked[9]),
-            std: libm::sqrt(var_rate),
-            count: positive,
-        };
+        let rates =
+            Dist::of(mean_rate, var_rate, positive, (per_user(max), per_user(min_pos)), at(5, per_user));
         (gaps, rates)
     }
 }
