@@ -749,6 +749,34 @@ mod tests {
     }
 
     #[test]
+    fn each_source_states_the_content_other_requests_may_share() {
+        // Multi-turn: every turn but the last is embedded by the next one; the last shares
+        // only the history it was given.
+        let mut t = Traffic::new(session_spec(2, 0.5), 1);
+        let a = t.pop_due(SimTime::ZERO).unwrap();
+        assert_eq!(a.public_tokens, ALL_SHARED);
+        let mut done = a.prompt.clone();
+        done.push(Segment { id: a.output_stream, len: 10 });
+        t.pop_due(SimTime::ZERO).unwrap();
+        t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+        let last = t.pop_due(SimTime::from_ms(1500)).unwrap();
+        assert_eq!(last.session, Some((0, 1)));
+        assert_eq!(last.public_tokens, 110, "the first turn's prompt and output");
+        // A lone turn shares its group prefix.
+        let mut t = Traffic::new(session_spec(1, 0.5), 1);
+        assert_eq!(t.pop_due(SimTime::ZERO).unwrap().public_tokens, 50);
+        // Independent requests share the common system prompt only.
+        let mut s = spec(Load::ConstantRate(1.0), 1);
+        if let Source::Synthetic { shared_prefix_tokens, .. } = &mut s.source {
+            *shared_prefix_tokens = 30;
+        }
+        assert_eq!(Traffic::new(s.clone(), 1).pop_due(SimTime::ZERO).unwrap().public_tokens, 30);
+        // Indexing everything is one switch away.
+        s.all_content_shared = true;
+        assert_eq!(Traffic::new(s, 1).pop_due(SimTime::ZERO).unwrap().public_tokens, ALL_SHARED);
+    }
+
+    #[test]
     fn a_finished_session_frees_its_slot() {
         let mut t = Traffic::new(session_spec(1, 0.0), 1);
         let a = t.pop_due(SimTime::ZERO).unwrap();
