@@ -25,7 +25,7 @@
 //! - blocks in use never exceed capacity;
 //! - every block is either referenced or in the free queue, never both;
 //! - the prefix index only names blocks whose content is still resident;
-//! - a block is indexed or marked private, never both.
+//! - a block is empty, indexed or marked private (one state, so never both).
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -66,16 +66,34 @@ pub type BlockId = u32;
 /// small pool does not compact on every hit).
 const DEAD_ENTRY_SLACK: usize = 64;
 
+/// What a block's tokens are, as far as the prefix cache is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Content {
+    /// Nothing cached (never filled, or filled without prefix caching).
+    Empty,
+    /// Registered in the prefix index under the block's `hash`.
+    Indexed,
+    /// Cached content nobody else can look up (not in the index).
+    Private,
+}
+
+/// One block's bookkeeping: 24 bytes, so the blocks a step touches share cache lines. A block
+/// is in the free queue exactly when nobody references it.
 #[derive(Clone, Debug)]
 struct Block {
+    /// Content hash, meaningful when `content` is [`Content::Indexed`].
+    hash: u64,
     ref_count: u32,
-    /// Hash of the content this block holds, when it is registered in the prefix index.
-    hash: Option<u64>,
-    /// Holds cached content nobody else can look up (not in the index).
-    private: bool,
     /// Bumped whenever the block leaves the free queue: a queue entry with an older epoch is dead.
     epoch: u32,
-    in_free_queue: bool,
+    content: Content,
+}
+
+impl Block {
+    /// The hash the block is indexed under, if it is.
+    fn indexed(&self) -> Option<u64> {
+        (self.content == Content::Indexed).then_some(self.hash)
+    }
 }
 
 /// Counters a pool keeps for reports.
@@ -108,7 +126,7 @@ impl BlockPool {
     pub fn new(capacity: u32, block_size: u32, prefix_caching: bool) -> Self {
         let capacity = capacity.min(u32::MAX - 1);
         let blocks = (0..capacity)
-            .map(|_| Block { ref_count: 0, hash: None, private: false, epoch: 0, in_free_queue: true })
+            .map(|_| Block { hash: 0, ref_count: 0, epoch: 0, content: Content::Empty })
             .collect();
         BlockPool {
             block_size: block_size.max(1),
@@ -177,7 +195,7 @@ impl BlockPool {
             match self.index.get(h) {
                 Some(&b) => {
                     out.push(b);
-                    if self.blocks[b as usize].in_free_queue {
+                    if self.blocks[b as usize].ref_count == 0 {
                         free_hits += 1;
                     }
                 }
@@ -200,8 +218,7 @@ impl BlockPool {
 
     /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].
     pub fn touch(&mut self, b: BlockId) {
-        let blk = &mut self.blocks[b as usize];
-        if blk.in_free_queue {
+        if self.blocks[b as usize].ref_count == 0 {
             self.unlink(b);
         }
         self.blocks[b as usize].ref_count += 1;
@@ -212,19 +229,21 @@ impl BlockPool {
         let b = loop {
             let (b, epoch) = self.queue.pop_front()?;
             let blk = &self.blocks[b as usize];
-            if blk.in_free_queue && blk.epoch == epoch {
+            if blk.ref_count == 0 && blk.epoch == epoch {
                 break b;
             }
         };
         self.unlink(b);
         let blk = &mut self.blocks[b as usize];
-        if let Some(h) = blk.hash.take() {
-            self.index.remove(&h);
-            self.stats.evictions += 1;
-        } else if blk.private {
-            blk.private = false;
-            self.stats.evictions += 1;
+        match blk.content {
+            Content::Indexed => {
+                self.index.remove(&blk.hash);
+                self.stats.evictions += 1;
+            }
+            Content::Private => self.stats.evictions += 1,
+            Content::Empty => {}
         }
+        blk.content = Content::Empty;
         blk.ref_count = 1;
         Some(b)
     }
@@ -237,8 +256,7 @@ impl BlockPool {
         blk.ref_count = blk.ref_count.saturating_sub(1);
         if blk.ref_count == 0 {
             if !self.prefix_caching {
-                blk.hash = None;
-                blk.private = false;
+                blk.content = Content::Empty;
             }
             self.push_tail(b);
         }
@@ -247,12 +265,14 @@ impl BlockPool {
     /// Records that block `b` now holds the complete block of tokens hashed `hash`.
     /// If the same content is already resident elsewhere, the index keeps the older copy.
     pub fn register(&mut self, b: BlockId, hash: u64) {
-        if !self.prefix_caching || self.blocks[b as usize].hash.is_some() {
+        if !self.prefix_caching || self.blocks[b as usize].content == Content::Indexed {
             return;
         }
         if let hashbrown::hash_map::Entry::Vacant(e) = self.index.entry(hash) {
             e.insert(b);
-            self.blocks[b as usize].hash = Some(hash);
+            let blk = &mut self.blocks[b as usize];
+            blk.hash = hash;
+            blk.content = Content::Indexed;
         }
     }
 
@@ -260,8 +280,8 @@ impl BlockPool {
     /// contain: it is kept (and counted when evicted) like indexed content, but not indexed.
     pub fn mark_private(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
-        if self.prefix_caching && blk.hash.is_none() {
-            blk.private = true;
+        if self.prefix_caching && blk.content == Content::Empty {
+            blk.content = Content::Private;
         }
     }
 
@@ -269,8 +289,8 @@ impl BlockPool {
     /// preempted and may look it up when it is admitted again).
     pub fn index_private(&mut self, b: BlockId, hash: u64) {
         let blk = &mut self.blocks[b as usize];
-        if blk.private {
-            blk.private = false;
+        if blk.content == Content::Private {
+            blk.content = Content::Empty;
             self.register(b, hash);
         }
     }
@@ -298,7 +318,6 @@ impl BlockPool {
     /// Takes a free block out of the queue (its entry, wherever it is, becomes dead).
     fn unlink(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
-        blk.in_free_queue = false;
         blk.epoch = blk.epoch.wrapping_add(1);
         self.free_len -= 1;
         // Dead entries cost a skip each at the front; drop them once they are most of the ring.
@@ -306,15 +325,13 @@ impl BlockPool {
             let blocks = &self.blocks;
             self.queue.retain(|&(b, e)| {
                 let blk = &blocks[b as usize];
-                blk.in_free_queue && blk.epoch == e
+                blk.ref_count == 0 && blk.epoch == e
             });
         }
     }
 
     fn push_tail(&mut self, b: BlockId) {
-        let blk = &mut self.blocks[b as usize];
-        blk.in_free_queue = true;
-        self.queue.push_back((b, blk.epoch));
+        self.queue.push_back((b, self.blocks[b as usize].epoch));
         self.free_len += 1;
     }
 
@@ -330,18 +347,21 @@ impl BlockPool {
             if blk.epoch != e {
                 continue; // Dead: the block left the queue after this entry was pushed.
             }
-            assert!(blk.in_free_queue && blk.ref_count == 0, "block {b} in free queue but referenced");
+            assert!(blk.ref_count == 0, "block {b} in free queue but referenced");
             assert!(!queued[b as usize], "block {b} queued twice");
             queued[b as usize] = true;
             seen += 1;
         }
         assert_eq!(seen, self.free_len);
         for (i, blk) in self.blocks.iter().enumerate() {
-            assert_eq!(blk.in_free_queue, blk.ref_count == 0, "block {i} free-queue membership");
-            assert!(!(blk.private && blk.hash.is_some()), "block {i} both indexed and private");
+            assert_eq!(queued[i], blk.ref_count == 0, "block {i} free-queue membership");
         }
         for (h, b) in &self.index {
-            assert_eq!(self.blocks[*b as usize].hash, Some(*h), "index names a block that lost its content");
+            assert_eq!(
+                self.blocks[*b as usize].indexed(),
+                Some(*h),
+                "index names a block that lost its content"
+            );
         }
     }
 }
@@ -351,6 +371,11 @@ mod tests {
     use super::*;
     use alloc::vec;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_block_record_is_24_bytes() {
+        assert_eq!(core::mem::size_of::<Block>(), 24);
+    }
 
     #[test]
     fn lru_eviction_order() {
