@@ -467,3 +467,24 @@ fn frontend_settings_outside_the_model_are_config_errors() {
     assert!(text.contains("engine.workers.aggregated.frontend.processes"), "{text}");
     assert!(text.contains("engine.workers.aggregated.frontend.speed"), "{text}");
 }
+
+#[test]
+fn a_full_cache_evicts_whole_blocks_and_without_prefix_caching_nothing_is_cached() {
+    // Evicted tokens per worker, and the pool's block size as reported.
+    let evicted = |overrides: &[&str]| -> (Vec<u64>, u64) {
+        let p = predict_file_with("tests/scenarios/vllm_preemption.yaml", overrides).unwrap();
+        let s = &p.json["servesim"];
+        let block = s["deployment"]["roles"][0]["block_size"].as_u64().unwrap();
+        let per_worker = s["time_series"]["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["kv_evicted_tokens"].as_u64().unwrap())
+            .collect();
+        (per_worker, block)
+    };
+    let (small, block) = evicted(&[]);
+    assert!(small.iter().all(|t| *t > 0 && t % block == 0), "{small:?} in blocks of {block}");
+    let (uncached, _) = evicted(&["engine.workers.aggregated.kv_cache.prefix_caching=false"]);
+    assert!(uncached.iter().all(|t| *t == 0), "{uncached:?}");
+}

@@ -396,7 +396,11 @@ impl Simulation {
             worker_stats: self
                 .workers
                 .iter()
-                .map(|w| WorkerStats { frontend: w.frontend.as_ref().map(Frontend::stats), ..w.stats })
+                .map(|w| WorkerStats {
+                    frontend: w.frontend.as_ref().map(Frontend::stats),
+                    kv_evicted_tokens: w.ranks.iter().map(|r| r.kv.evicted_tokens()).sum(),
+                    ..w.stats
+                })
                 .collect(),
             requests: self.requests,
             series: self.series,

@@ -38,6 +38,8 @@ pub struct WorkerStats {
     pub decode_tokens: u64,
     /// Requests preempted.
     pub preemptions: u64,
+    /// Cached KV tokens evicted to make room (filled in with the results).
+    pub kv_evicted_tokens: u64,
     /// The serving processes' work, when the worker simulates them.
     pub frontend: Option<crate::frontend::FrontendStats>,
 }

@@ -284,6 +284,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "prefill_tokens": st.prefill_tokens,
                 "decode_tokens": st.decode_tokens,
                 "preemptions": st.preemptions,
+                "kv_evicted_tokens": st.kv_evicted_tokens,
             })
         })
         .collect();

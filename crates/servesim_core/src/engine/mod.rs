@@ -164,6 +164,15 @@ impl KvStore {
         }
     }
 
+    /// Cached tokens dropped to make room so far (whole blocks for a paged pool).
+    #[must_use]
+    pub fn evicted_tokens(&self) -> u64 {
+        match self {
+            KvStore::Paged(p) => p.stats().evictions * u64::from(p.block_size()),
+            KvStore::Radix(r) => r.evicted_tokens(),
+        }
+    }
+
     /// Whether reuse across requests is on.
     #[must_use]
     pub fn prefix_caching(&self) -> bool {
