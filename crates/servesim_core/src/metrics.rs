@@ -149,12 +149,6 @@ impl ItlSamples {
         }
     }
 
-    /// Gaps recorded (counts summed).
-    #[must_use]
-    pub fn count(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum()
-    }
-
     /// Statistics of the gaps in milliseconds, and of the per-user token rate `1000 / gap`
     /// over the positive gaps. Percentiles, extremes and counts are those of [`dist_weighted`]
     /// bit for bit. Means and deviations come from exact integer sums, so they do not depend
@@ -217,21 +211,14 @@ const RATE_UNITS_NS: u64 = 1_000_000_000 * 1_000_000_000;
 const RATE_UNIT_PER_TOKEN_S: f64 = 1e9;
 
 /// Exact weighted sums of integer samples: count, `Σ c·x` and `Σ c·x²`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Moments {
     n: u64,
-    s1: Option<u128>,
-    s2: Option<u128>,
-    /// The same sums in floating point, used only when an exact one overflows (gaps of hours
-    /// over billions of tokens).
-    f1: f64,
-    f2: f64,
-}
-
-impl Default for Moments {
-    fn default() -> Self {
-        Moments { n: 0, s1: Some(0), s2: Some(0), f1: 0.0, f2: 0.0 }
-    }
+    s1: u128,
+    s2: u128,
+    /// Once an exact sum would overflow (gaps of hours over billions of tokens), the sums
+    /// carry on in floating point here.
+    approx: Option<(f64, f64)>,
 }
 
 impl Moments {
@@ -239,10 +226,20 @@ impl Moments {
     fn add(&mut self, x: u64, c: u64) {
         self.n += c;
         let cx = u128::from(x) * u128::from(c);
-        self.s1 = self.s1.and_then(|s| s.checked_add(cx));
-        self.s2 = self.s2.and_then(|s| cx.checked_mul(u128::from(x)).and_then(|v| s.checked_add(v)));
-        self.f1 += x as f64 * c as f64;
-        self.f2 += x as f64 * x as f64 * c as f64;
+        if self.approx.is_none() {
+            let exact = cx
+                .checked_mul(u128::from(x))
+                .and_then(|cxx| Some((self.s1.checked_add(cx)?, self.s2.checked_add(cxx)?)));
+            if let Some((s1, s2)) = exact {
+                (self.s1, self.s2) = (s1, s2);
+                return;
+            }
+            self.approx = Some((self.s1 as f64, self.s2 as f64));
+        }
+        if let Some((f1, f2)) = &mut self.approx {
+            *f1 += cx as f64;
+            *f2 += cx as f64 * x as f64;
+        }
     }
 
     /// Mean and population variance (0 for no samples).
@@ -252,10 +249,11 @@ impl Moments {
             return (0.0, 0.0);
         }
         let nf = self.n as f64;
-        let (Some(s1), Some(s2)) = (self.s1, self.s2) else {
-            let mean = self.f1 / nf;
-            return (mean, (self.f2 / nf - mean * mean).max(0.0));
-        };
+        if let Some((f1, f2)) = self.approx {
+            let mean = f1 / nf;
+            return (mean, (f2 / nf - mean * mean).max(0.0));
+        }
+        let (s1, s2) = (self.s1, self.s2);
         let mean = s1 as f64 / nf;
         let n = u128::from(self.n);
         // n·Σc·x² − (Σc·x)² is n² times the variance, and never negative.
@@ -696,7 +694,7 @@ mod tests {
         let (want_gaps, want_rates) = sorted_dists(&itl.runs);
         assert_same(&gaps, &want_gaps).unwrap();
         assert_same(&rates, &want_rates).unwrap();
-        assert_eq!(itl.count(), gaps.count);
+        assert_eq!(itl.runs.iter().map(|r| r.1).sum::<u64>(), gaps.count);
     }
 
     #[test]

@@ -492,21 +492,15 @@ impl Traffic {
                     SessionState { id: job, turn: 0, content: prompt.clone(), rows: Vec::new() },
                 );
                 // A later turn embeds all of this turn's content; a lone turn shares only the
-                // group prefix (the whole prompt when it has no input of its own).
-                let public = if s.turns > 1 {
-                    ALL_SHARED
-                } else if input > shared {
-                    shared
-                } else {
-                    input
-                };
+                // group prefix.
+                let public = if s.turns > 1 { ALL_SHARED } else { shared };
                 self.request(at, prompt, output, Some((job, 0)), public)
             }
             Source::Trace(t) => {
                 let Some(rows) = self.trace_jobs.get(job as usize).cloned() else { return false };
-                let Some(row) = rows.first().and_then(|r| t.rows.get(*r)) else { return false };
-                let public =
-                    rows.first().and_then(|r| t.public_tokens.get(*r)).copied().unwrap_or(ALL_SHARED);
+                let Some(&first) = rows.first() else { return false };
+                let Some(row) = t.rows.get(first) else { return false };
+                let public = t.public_tokens.get(first).copied().unwrap_or(ALL_SHARED);
                 let prompt =
                     trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
                 let session = (rows.len() > 1 || row.session.is_some()).then_some((job, 0));
