@@ -45,6 +45,17 @@ impl BlockHasher {
     /// of tokens remain. `segments` may grow between calls: the last segment may get longer
     /// and new segments may be appended (outputs are appended one token at a time).
     pub fn next_block(&mut self, segments: &[Segment]) -> Option<u64> {
+        // Most blocks lie inside the segment under the cursor: the general walk below would
+        // take exactly this one step.
+        if let Some(s) = segments.get(self.seg) {
+            if s.len.saturating_sub(self.offset) >= self.block_size {
+                let h =
+                    mix2(self.prev, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(self.block_size)));
+                self.offset += self.block_size;
+                self.prev = h;
+                return Some(h);
+            }
+        }
         // The cursor may rest at the end of a segment that has since grown, or that another
         // segment now follows; only step past a segment once a later one exists.
         while self.seg + 1 < segments.len() && self.offset >= segments[self.seg].len {

@@ -117,8 +117,9 @@ pub fn dist(values: &[f64]) -> Dist {
 ///
 /// A long replay records about one run per engine step (a million for the Mooncake
 /// benchmark), so the statistics avoid sorting them: sums give the mean and deviation, and
-/// each percentile is selected by narrowing histograms (three passes over the runs, then
-/// small sorts of the few runs near each rank).
+/// each percentile is selected through histograms (one pass summing and counting the runs by
+/// log-scale bucket, one gathering the runs of the buckets the ranks fall in, then small
+/// sorts, or narrower histograms for a crowded bucket).
 #[derive(Clone, Debug, Default)]
 pub struct ItlSamples {
     runs: Vec<(u64, u64)>,
@@ -160,10 +161,12 @@ impl ItlSamples {
     pub fn dists(&self) -> (Dist, Dist) {
         let (mut gap_sums, mut rate_sums) = (Moments::default(), Moments::default());
         let (mut min, mut max, mut min_pos) = (u64::MAX, 0u64, u64::MAX);
+        let mut counts = alloc::vec![0u64; LOG_BUCKETS];
         for &(g, c) in &self.runs {
             gap_sums.add(g, c);
             min = min.min(g);
             max = max.max(g);
+            counts[log_bucket(g)] += c;
             if g > 0 {
                 min_pos = min_pos.min(g);
                 rate_sums.add((RATE_UNITS_NS + g / 2) / g, c);
@@ -189,7 +192,7 @@ impl ItlSamples {
             let top = positive.saturating_sub(1);
             ranks[5 + i] = (zeros + top - nearest_rank(positive, *p).min(top)).min(n - 1);
         }
-        let picked = select_ranks(&self.runs, min, max, &ranks);
+        let picked = select_ranks(&self.runs, &counts, &ranks);
         let at = |i: usize, f: fn(u64) -> f64| {
             [f(picked[i]), f(picked[i + 1]), f(picked[i + 2]), f(picked[i + 3]), f(picked[i + 4])]
         };
@@ -227,9 +230,12 @@ impl Moments {
         self.n += c;
         let cx = u128::from(x) * u128::from(c);
         if self.approx.is_none() {
-            let exact = cx
-                .checked_mul(u128::from(x))
-                .and_then(|cxx| Some((self.s1.checked_add(cx)?, self.s2.checked_add(cxx)?)));
+            // Usually `c·x` fits 64 bits and `c·x²` is one 64×64-bit product that cannot overflow.
+            let cxx = match u64::try_from(cx) {
+                Ok(cx) => Some(u128::from(cx) * u128::from(x)),
+                Err(_) => cx.checked_mul(u128::from(x)),
+            };
+            let exact = cxx.and_then(|cxx| Some((self.s1.checked_add(cx)?, self.s2.checked_add(cxx)?)));
             if let Some((s1, s2)) = exact {
                 (self.s1, self.s2) = (s1, s2);
                 return;
@@ -265,40 +271,61 @@ impl Moments {
     }
 }
 
-/// The gap at each 0-based rank (`ranks[i] < total count`) of the multiset `runs`, whose
-/// gaps lie in `min..=max`: one histogram pass over all runs, one pass gathering the runs of
-/// the buckets the ranks fall in, then the same within each gathered set until it is small
-/// enough to sort.
-fn select_ranks(runs: &[(u64, u64)], min: u64, max: u64, ranks: &[u64; 10]) -> [u64; 10] {
-    let mut out = [min; 10];
-    if min == max {
-        return out;
-    }
-    let (counts, shift) = histogram(runs, min, max);
+/// The gap at each 0-based rank (`ranks[i] < total count`) of the multiset `runs`, given
+/// their counts by [`log_bucket`]: one pass gathering the runs of the buckets the ranks fall
+/// in, then a selection within each (a bucket spans under 1% of its gaps' values, so
+/// gathered sets are small unless the gaps are).
+fn select_ranks(runs: &[(u64, u64)], counts: &[u64], ranks: &[u64; 10]) -> [u64; 10] {
     // The bucket each rank falls in and its rank within the bucket.
     let wanted: Vec<(usize, u64)> = ranks
         .iter()
         .map(|&r| {
-            let (k, before) = bucket_of(&counts, r);
+            let (k, before) = bucket_of(counts, r);
             (k, r - before)
         })
         .collect();
-    let mut buckets: Vec<usize> = wanted.iter().map(|w| w.0).collect();
-    buckets.sort_unstable();
-    buckets.dedup();
-    let mut gathered: Vec<Vec<(u64, u64)>> = buckets.iter().map(|_| Vec::new()).collect();
-    for &(g, c) in runs {
-        #[allow(clippy::cast_possible_truncation)] // Below SELECT_BUCKETS after the shift.
-        let k = ((g - min) >> shift) as usize;
-        if let Ok(i) = buckets.binary_search(&k) {
-            gathered[i].push((g, c));
+    // Each wanted bucket's slot in `gathered` (u8::MAX: not wanted).
+    let mut slot = alloc::vec![u8::MAX; counts.len()];
+    let mut gathered: Vec<Vec<(u64, u64)>> = Vec::new();
+    for &(k, _) in &wanted {
+        if slot[k] == u8::MAX {
+            #[allow(clippy::cast_possible_truncation)] // At most ten ranks.
+            {
+                slot[k] = gathered.len() as u8;
+            }
+            #[allow(clippy::cast_possible_truncation)] // Counts of runs held in memory.
+            gathered.push(Vec::with_capacity(counts[k].min(runs.len() as u64) as usize));
         }
     }
-    for (slot, (k, r)) in out.iter_mut().zip(wanted) {
-        let i = buckets.binary_search(&k).unwrap_or(0);
-        *slot = select_in(&gathered[i], r);
+    for &(g, c) in runs {
+        let i = slot[log_bucket(g)];
+        if i != u8::MAX {
+            gathered[usize::from(i)].push((g, c));
+        }
+    }
+    let mut out = [0u64; 10];
+    for (o, (k, r)) in out.iter_mut().zip(wanted) {
+        *o = select_in(&gathered[usize::from(slot[k])], r);
     }
     out
+}
+
+/// Significant bits below the leading one that [`log_bucket`] keeps.
+const LOG_BUCKET_BITS: u32 = 7;
+
+/// Number of [`log_bucket`] values (58 KiB of counters).
+const LOG_BUCKETS: usize = (64 - LOG_BUCKET_BITS as usize + 1) << LOG_BUCKET_BITS;
+
+/// A bucket of gap `g`, monotone in `g`: small gaps are their own bucket, larger ones share
+/// their binary exponent and the next [`LOG_BUCKET_BITS`] bits (1/128 of their value wide).
+#[allow(clippy::cast_possible_truncation)] // Below LOG_BUCKETS.
+fn log_bucket(g: u64) -> usize {
+    if g < 1 << LOG_BUCKET_BITS {
+        return g as usize;
+    }
+    let e = 63 - g.leading_zeros();
+    let mantissa = (g >> (e - LOG_BUCKET_BITS)) & ((1 << LOG_BUCKET_BITS) - 1);
+    (((e - LOG_BUCKET_BITS + 1) << LOG_BUCKET_BITS) as usize) | mantissa as usize
 }
 
 /// Per-bucket counts of `runs` over `min..=max`, and the shift that maps `gap - min` to a bucket.
@@ -661,6 +688,19 @@ mod tests {
     }
 
     proptest! {
+        /// Buckets never reorder gaps, and each stays within 1/128 of its gaps' values.
+        #[test]
+        fn log_buckets_are_monotone_and_narrow(a in 0u64..u64::MAX, d in 0u64..1 << 20) {
+            let b = a.saturating_add(d);
+            prop_assert!(log_bucket(a) <= log_bucket(b));
+            prop_assert!(log_bucket(b) < LOG_BUCKETS);
+            if log_bucket(a) == log_bucket(b) && a >= 1 << LOG_BUCKET_BITS {
+                prop_assert!(b - a <= a >> LOG_BUCKET_BITS, "{a} and {b} share a bucket");
+            }
+        }
+    }
+
+    proptest! {
         /// However the same gaps are grouped into runs (one run of 30 or 30 runs of one, in
         /// any order), every statistic is bit for bit the same.
         #[test]
@@ -683,8 +723,8 @@ mod tests {
 
     #[test]
     fn one_dominant_bucket_is_narrowed_again() {
-        // 100,000 gaps within 100 us and one of an hour: the first histogram puts them all in
-        // one bucket, so the selection must narrow that bucket to find the percentiles.
+        // 100,000 gaps within 100 us and one of an hour: the log-scale buckets put them in two
+        // (each 65 us wide at 10 ms), so the selection must narrow those to find the percentiles.
         let mut itl = ItlSamples::default();
         for i in 0..100_000u64 {
             itl.add(SimDur::from_ns(10_000_000 + (i * 7919) % 100_000), 1 + i % 3);

@@ -63,6 +63,20 @@ impl SimTime {
     }
 }
 
+/// `libm::round` for `0 <= x < 2^64` as an integer, without its bit-level emulation (every
+/// simulated step is rounded): truncation is exact, and so is the fraction left below 2^53
+/// (above it every double is an integer and the fraction is 0).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+#[inline]
+fn round_half_away(x: f64) -> u64 {
+    let t = x as u64;
+    if x - t as f64 >= 0.5 {
+        t + 1
+    } else {
+        t
+    }
+}
+
 impl SimDur {
     /// No time at all.
     pub const ZERO: SimDur = SimDur(0);
@@ -92,7 +106,7 @@ impl SimDur {
         } else if ns >= 1.8e19 {
             SimDur(u64::MAX)
         } else {
-            SimDur(libm::round(ns) as u64)
+            SimDur(round_half_away(ns))
         }
     }
 
@@ -171,6 +185,39 @@ impl fmt::Debug for SimDur {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn libm_round(x: f64) -> u64 {
+        libm::round(x) as u64
+    }
+
+    #[test]
+    fn rounding_matches_libm_at_the_edges() {
+        let two52 = 4_503_599_627_370_496.0_f64;
+        for x in [
+            0.0,
+            0.49999999999999994,
+            0.5,
+            1.5,
+            2.5,
+            two52 - 0.5,
+            two52 - 1.5,
+            two52 + 1.0,
+            2.0 * two52 - 1.0,
+            1.79e19,
+        ] {
+            assert_eq!(round_half_away(x), libm_round(x), "{x}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rounding_matches_libm(bits in 0u64..0x43E0_0000_0000_0000, x in 0.0f64..1e12) {
+            let y = f64::from_bits(bits);
+            proptest::prop_assert_eq!(round_half_away(y), libm_round(y), "{}", y);
+            proptest::prop_assert_eq!(round_half_away(x), libm_round(x), "{}", x);
+        }
+    }
 
     #[test]
     fn rounding_is_explicit_and_never_negative() {

@@ -458,6 +458,222 @@ impl Grid {
     }
 }
 
+/// Lookups along one axis of a grid with every other coordinate fixed: decode attention over
+/// a run of steps, where the batch and head counts stay and the KV length grows. Each answer
+/// is bit for bit [`Grid::lookup`]'s: the fixed axes are bracketed once, and when at most
+/// one of them lies between grid lines (before the varying axis) and the rest sit on one,
+/// a step's blend visits the same corners in the same order with the same weights as
+/// [`Grid::blend`] (a pinned axis' weight is 1, and multiplying by 1 is exact). Anything
+/// else (exact hits, holes, other shapes) takes [`Grid::lookup_cached`]. One line serves
+/// one grid.
+#[derive(Clone, Copy, Debug)]
+pub struct GridLine {
+    x: [f64; MAX_DIMS],
+    scales: [Scale; MAX_DIMS],
+    dims: usize,
+    vary: usize,
+    /// The fixed axes' brackets (the varying axis' entry is the last lookup's).
+    br: [Bracket; MAX_DIMS],
+    /// Whether the fixed part fits the fast blend, and its pieces: the free fixed axis
+    /// (its stride and weight of the upper side; stride 0 when none is free), the flat
+    /// index of the fixed axes' lower corner, and whether a fixed axis was clamped.
+    fast: bool,
+    free_stride: usize,
+    free_t: f64,
+    base: usize,
+    fixed_clamped: bool,
+    fixed_hit: bool,
+    /// The varying axis' interval when the last query was strictly inside one.
+    cell: Option<LineCell>,
+    fallback: LookupCache,
+}
+
+/// An interval of a line's varying axis and what a blend inside it reads.
+#[derive(Clone, Copy, Debug)]
+struct LineCell {
+    lo: usize,
+    hi: usize,
+    /// Its edges as coordinates; the scaled lower edge and width, as [`Grid::bracket`]
+    /// computes a weight from them.
+    lo_x: f64,
+    hi_x: f64,
+    a: f64,
+    w: f64,
+    /// Latencies at the cell's corners in blend order, `2 × varying side + fixed side`
+    /// (NaN where nothing was measured; the upper fixed side unused when no fixed axis is free).
+    corners: [f64; 4],
+}
+
+impl Grid {
+    /// A line through `x` along axis `vary` (see [`GridLine`]); `None` when `x` is not a
+    /// point [`Grid::lookup`] can answer at (wrong length, a non-positive coordinate).
+    #[must_use]
+    #[allow(clippy::float_cmp)] // `at` is either the query itself or a grid value.
+    pub fn line(&self, x: &[f64], vary: usize, scales: &[Scale]) -> Option<GridLine> {
+        let dims = self.axes.len();
+        if x.len() != dims || scales.len() != dims || dims == 0 || dims > MAX_DIMS || vary >= dims {
+            return None;
+        }
+        let mut line = GridLine {
+            x: [0.0; MAX_DIMS],
+            scales: [Scale::Linear; MAX_DIMS],
+            dims,
+            vary,
+            br: [Bracket::default(); MAX_DIMS],
+            fast: true,
+            free_stride: 0,
+            free_t: 0.0,
+            base: 0,
+            fixed_clamped: false,
+            fixed_hit: true,
+            cell: None,
+            fallback: LookupCache::default(),
+        };
+        let mut free = 0;
+        for d in 0..dims {
+            let xv = x[d];
+            if !(xv.is_finite() && xv > 0.0) || self.axes[d].is_empty() {
+                return None;
+            }
+            line.x[d] = xv;
+            line.scales[d] = scales[d];
+            if d == vary {
+                continue;
+            }
+            let b = Self::bracket(&self.axes[d], xv, scales[d]);
+            line.base += b.lo * self.strides[d];
+            line.fixed_clamped |= b.at != xv;
+            line.fixed_hit &= b.hits(xv);
+            if b.lo != b.hi {
+                free += 1;
+                line.free_stride = (b.hi - b.lo) * self.strides[d];
+                line.free_t = b.t;
+                line.fast &= d < vary;
+            }
+            line.br[d] = b;
+        }
+        line.fast &= free <= 1;
+        Some(line)
+    }
+
+    /// [`Grid::lookup`] at the line's point with the varying coordinate set to `xv`.
+    #[allow(clippy::float_cmp, clippy::cast_precision_loss)]
+    pub fn lookup_on(
+        &self,
+        line: &mut GridLine,
+        xv: f64,
+        sol: impl Fn(&[f64]) -> f64,
+    ) -> Option<(f64, Source)> {
+        let (v, dims) = (line.vary, line.dims);
+        line.x[v] = xv;
+        if !(xv.is_finite() && xv > 0.0) {
+            line.cell = None;
+            return None;
+        }
+        if let Some(c) = line.cell.filter(|c| xv > c.lo_x && xv < c.hi_x) {
+            // Inside the last interval: `Grid::blend`'s corners, weights and sums in its order.
+            let t = (line.scales[v].apply(xv) - c.a) / c.w;
+            line.br[v] = Bracket { lo: c.lo, hi: c.hi, t, at: xv };
+            let (vw, (mut acc, mut wsum)) = ([1.0 - t, t], (0.0, 0.0));
+            let (fw, sides) = ([1.0 - line.free_t, line.free_t], if line.free_stride == 0 { 1 } else { 2 });
+            for (vside, wv) in vw.iter().enumerate() {
+                for (fside, fwv) in fw.iter().enumerate().take(sides) {
+                    let w = if sides == 1 { *wv } else { fwv * wv };
+                    let lat = c.corners[2 * vside + fside];
+                    if w > 0.0 && !lat.is_nan() {
+                        acc += w * lat;
+                        wsum += w;
+                    }
+                }
+            }
+            return self.finish_line(line, acc, wsum, sol);
+        }
+        let b = Self::bracket(&self.axes[v], xv, line.scales[v]);
+        line.br[v] = b;
+        line.cell = None;
+        if !line.fast || (line.fixed_hit && b.hits(xv)) {
+            return self.lookup_cached(&line.x[..dims], &line.scales[..dims], sol, &mut line.fallback);
+        }
+        let vs = (b.hi - b.lo) * self.strides[v];
+        let fs = line.free_stride;
+        let flat0 = line.base + b.lo * self.strides[v];
+        let at = |i: usize| self.values.get(i).copied().unwrap_or(f64::NAN);
+        let corners = [at(flat0), at(flat0 + fs), at(flat0 + vs), at(flat0 + vs + fs)];
+        if b.lo != b.hi {
+            let (lo_x, hi_x) = (self.axes[v][b.lo] as f64, self.axes[v][b.hi] as f64);
+            let a = line.scales[v].apply(lo_x);
+            line.cell = Some(LineCell {
+                lo: b.lo,
+                hi: b.hi,
+                lo_x,
+                hi_x,
+                a,
+                w: line.scales[v].apply(hi_x) - a,
+                corners,
+            });
+        }
+        // The general blend of these corners (the varying axis may sit on a grid line).
+        let (mut acc, mut wsum) = (0.0, 0.0);
+        for vside in 0..=usize::from(vs != 0) {
+            let wv = if vs == 0 {
+                1.0
+            } else if vside == 1 {
+                b.t
+            } else {
+                1.0 - b.t
+            };
+            for fside in 0..=usize::from(fs != 0) {
+                let w = if fs == 0 {
+                    wv
+                } else if fside == 1 {
+                    line.free_t * wv
+                } else {
+                    (1.0 - line.free_t) * wv
+                };
+                let lat = corners[2 * vside + fside];
+                if w > 0.0 && !lat.is_nan() {
+                    acc += w * lat;
+                    wsum += w;
+                }
+            }
+        }
+        self.finish_line(line, acc, wsum, sol)
+    }
+
+    /// The end of [`Grid::blend`] for a line: normalise, then scale a clamped query by the
+    /// speed-of-light ratio.
+    #[allow(clippy::float_cmp, clippy::unused_self)] // `at` is either the query itself or a grid value.
+    fn finish_line(
+        &self,
+        line: &GridLine,
+        acc: f64,
+        wsum: f64,
+        sol: impl Fn(&[f64]) -> f64,
+    ) -> Option<(f64, Source)> {
+        if wsum <= 0.0 {
+            return None;
+        }
+        let dims = line.dims;
+        let mut lat = acc / wsum;
+        let clamped = line.fixed_clamped || line.br[line.vary].at != line.x[line.vary];
+        if clamped {
+            let mut at = [0.0f64; MAX_DIMS];
+            for (a, b) in at.iter_mut().zip(line.br[..dims].iter()) {
+                *a = b.at;
+            }
+            let (s_query, s_at) = (sol(&line.x[..dims]), sol(&at[..dims]));
+            if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
+                return None;
+            }
+            lat *= s_query / s_at;
+        }
+        if !(lat.is_finite() && lat > 0.0) {
+            return None;
+        }
+        Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
+    }
+}
+
 /// The op families servesim reads, with their key and axis columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
@@ -667,6 +883,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     const LL: [Scale; 2] = [Scale::Linear, Scale::Linear];
 
@@ -781,6 +998,53 @@ mod tests {
                     fresh.map(|(v, s)| (v.to_bits(), s)),
                     cached.map(|(v, s)| (v.to_bits(), s)),
                     "at {:?}", x
+                );
+            }
+        }
+
+        /// A line's lookups are fresh lookups, bit for bit: along each axis of a 3-D grid with
+        /// holes, from fixed coordinates on, between and beyond grid lines, walking by whole
+        /// and fractional steps, jumping, landing on grid lines and leaving the range.
+        #[test]
+        fn line_lookups_equal_fresh_ones(
+            values in proptest::collection::vec(proptest::option::weighted(0.85, 0.01f64..5.0), 60),
+            vary in 0usize..3,
+            start in proptest::collection::vec(proptest::prop_oneof![
+                (0usize..5).prop_map(|i| [1.0, 2.0, 4.0, 16.0, 64.0][i]),
+                0.5f64..90.0,
+            ], 3),
+            walk in proptest::collection::vec((0u8..5, 0.5f64..90.0), 1..80),
+        ) {
+            let (ax, ay, az) = ([1u64, 2, 8, 16, 64], [1u64, 4, 16, 32], [1u64, 2, 4]);
+            let mut p = Vec::new();
+            for (i, a) in ax.iter().enumerate() {
+                for (j, b) in ay.iter().enumerate() {
+                    for (k, c) in az.iter().enumerate() {
+                        if let Some(v) = values[(i * ay.len() + j) * az.len() + k] {
+                            p.push((vec![*a, *b, *c], v));
+                        }
+                    }
+                }
+            }
+            proptest::prop_assume!(!p.is_empty());
+            let (g, _) = Grid::from_points(3, &p).unwrap();
+            let scales = [Scale::Linear, Scale::Square, Scale::Linear];
+            let sol = |c: &[f64]| c[0] * c[1] * c[1] + c[2];
+            let mut x = [start[0], start[1], start[2]];
+            let mut line = g.line(&x, vary, &scales).unwrap();
+            for (kind, a) in walk {
+                match kind {
+                    0 | 1 => x[vary] += 1.0,
+                    2 => x[vary] += a / 64.0,
+                    3 => x[vary] = a.round(),
+                    _ => x[vary] = a,
+                }
+                let fresh = g.lookup(&x, &scales, sol);
+                let on = g.lookup_on(&mut line, x[vary], sol);
+                proptest::prop_assert_eq!(
+                    fresh.map(|(v, s)| (v.to_bits(), s)),
+                    on.map(|(v, s)| (v.to_bits(), s)),
+                    "at {:?} along {}", x, vary
                 );
             }
         }

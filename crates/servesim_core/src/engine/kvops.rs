@@ -25,6 +25,9 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     if need - have > u64::from(pool.num_free()) {
         return false;
     }
+    // One allocation for a whole prefill chunk's blocks, not a doubling series.
+    #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
+    req.blocks.reserve((need - have) as usize);
     for _ in have..need {
         match pool.allocate() {
             Some(b) => req.blocks.push(b),

@@ -37,7 +37,7 @@ use servesim_core::timing::{RankLoad, StepTimer, TimerReport, TimingError};
 use servesim_core::units::{SimDur, SimTime};
 
 use crate::spec::GemmQuant;
-use crate::tables::{Family, Grid, LookupCache, Provenance, Source, Table};
+use crate::tables::{Family, Grid, GridLine, LookupCache, Provenance, Source, Table};
 
 mod ops;
 mod setup;
@@ -153,7 +153,15 @@ pub struct OpLevelTimer {
     /// full and sliding-window layers.
     gen_grid: Option<Rc<Grid>>,
     gen_caches: [LookupCache; 2],
+    /// Buffers of `extend_decode_run`, kept between runs (a replay forms runs by the
+    /// hundred thousand).
+    run_ranks: Vec<RunRank>,
+    run_tallies: Vec<Tally>,
 }
+
+/// A busy rank during a decode run: the seconds that stay the same every step, its load
+/// (whose KV grows by a token per request each step) and its attention grid lines.
+type RunRank = (f64, RankLoad, [Option<GridLine>; 2]);
 
 /// Memo tables grow to this many entries; larger counts are computed every time.
 const MEMO_LIMIT: usize = 1 << 17;
@@ -173,6 +181,8 @@ impl OpLevelTimer {
             used: [Provenance::default(); 7],
             gen_grid: None,
             gen_caches: [LookupCache::default(); 2],
+            run_ranks: Vec::new(),
+            run_tallies: Vec::new(),
         };
         t.gen_grid = t.generation_grid();
         t
@@ -518,15 +528,23 @@ impl OpLevelTimer {
     fn generation_part(&mut self, r: &RankLoad) -> f64 {
         let layers = self.attention_layers();
         let mut prov = Provenance::default();
-        let secs = self.generation_part_in(r, &layers, &mut prov);
+        let secs = self.generation_part_in(r, &layers, &mut prov, None);
         self.used[const { Self::kind("attention") }].add(&prov);
         secs
     }
 
     /// [`OpLevelTimer::generation_part`] with the layer split given and the lookups counted
-    /// into `prov` (a decode run works both out once for all its steps).
+    /// into `prov` (a decode run works both out once for all its steps). With `lines` the
+    /// grid is read along the KV length (full and sliding-window layers), for the steps of
+    /// one rank's decode run; without, through the timer's bracket caches.
     #[allow(clippy::cast_precision_loss)]
-    fn generation_part_in(&mut self, r: &RankLoad, layers: &AttentionLayers, prov: &mut Provenance) -> f64 {
+    fn generation_part_in(
+        &mut self,
+        r: &RankLoad,
+        layers: &AttentionLayers,
+        prov: &mut Provenance,
+        lines: Option<&mut [Option<GridLine>; 2]>,
+    ) -> f64 {
         let mut secs = 0.0;
         if r.decode_requests == 0 {
             return secs;
@@ -534,20 +552,18 @@ impl OpLevelTimer {
         let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
         let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
         let (setup, grid, caches) = (&self.s, self.gen_grid.as_deref(), &mut self.gen_caches);
+        let mut lines = lines;
+        let mut attention = |i: usize, kv: f64| match lines.as_deref_mut() {
+            Some(l) => Self::generation_attention_on(setup, grid, r.decode_requests, kv, &mut l[i]),
+            None => Self::generation_attention_in(setup, grid, r.decode_requests, kv, &mut caches[i]),
+        };
         if full_layers > 0.0 {
-            let (s, src) =
-                Self::generation_attention_in(setup, grid, r.decode_requests, mean.min(cap), &mut caches[0]);
+            let (s, src) = attention(0, mean.min(cap));
             prov.count(src);
             secs += s * full_layers;
         }
         if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
-            let (s, src) = Self::generation_attention_in(
-                setup,
-                grid,
-                r.decode_requests,
-                mean.min(w as f64),
-                &mut caches[1],
-            );
+            let (s, src) = attention(1, mean.min(w as f64));
             prov.count(src);
             secs += s * sliding_layers;
         }
@@ -647,8 +663,10 @@ impl StepTimer for OpLevelTimer {
             return servesim_core::timing::extend_decode_run_stepwise(self, loads, ends, max_steps, max_end);
         }
         // Per busy rank: linear layers + LM head (+ no context attention), as stage_seconds adds them.
-        let mut fixed: Vec<(f64, RankLoad)> = Vec::with_capacity(loads.len());
-        let mut tallies: Vec<Tally> = Vec::with_capacity(2 * loads.len() + 1);
+        let (mut fixed, mut tallies) =
+            (core::mem::take(&mut self.run_ranks), core::mem::take(&mut self.run_tallies));
+        fixed.clear();
+        tallies.clear();
         let mut all_tokens = 0u64;
         for r in loads.iter().filter(|r| !r.is_empty()) {
             let t = r.new_tokens();
@@ -658,7 +676,7 @@ impl StepTimer for OpLevelTimer {
             let (head, th) = self.memo_peek(1, u64::from(r.decode_requests));
             tallies.extend([td, th]);
             let ctx = 0.0;
-            fixed.push((dense + head + ctx, r.clone()));
+            fixed.push((dense + head + ctx, r.clone(), [None, None]));
         }
         let (shared, tm) = self.memo_peek(2, all_tokens);
         tallies.push(tm);
@@ -669,9 +687,9 @@ impl StepTimer for OpLevelTimer {
         let mut prov = Provenance::default();
         let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
-            for (a, r) in &mut fixed {
+            for (a, r, lines) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
-                let gen = self.generation_part_in(r, &layers, &mut prov);
+                let gen = self.generation_part_in(r, &layers, &mut prov, Some(lines));
                 worst = worst.max(*a + gen);
             }
             steps += 1;
@@ -681,6 +699,7 @@ impl StepTimer for OpLevelTimer {
         for tally in &tallies {
             self.use_tally_times(tally, steps);
         }
+        (self.run_ranks, self.run_tallies) = (fixed, tallies);
         out
     }
 

@@ -7,7 +7,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::spec::{Dtype, GemmQuant, MoeQuant};
-use crate::tables::{Family, Grid, LookupCache, Source, Table};
+use crate::tables::{Family, Grid, GridLine, LookupCache, Scale, Source, Table};
 
 use super::{OpLevelSetup, OpLevelTimer};
 
@@ -268,6 +268,39 @@ impl OpLevelTimer {
         kv_len: f64,
         cache: &mut LookupCache,
     ) -> (f64, Source) {
+        Self::generation_attention_by(setup, grid, batch, kv_len, |g, x, scales, sol| {
+            g.lookup_cached(x, scales, sol, cache)
+        })
+    }
+
+    /// [`Self::generation_attention_in`] on a line of the grid along the KV length, made on
+    /// first use: the same answer, for the steps of a decode run (batch and heads fixed).
+    #[inline]
+    pub(super) fn generation_attention_on(
+        setup: &OpLevelSetup,
+        grid: Option<&Grid>,
+        batch: u32,
+        kv_len: f64,
+        line: &mut Option<GridLine>,
+    ) -> (f64, Source) {
+        Self::generation_attention_by(setup, grid, batch, kv_len, |g, x, scales, sol| {
+            if line.is_none() {
+                *line = g.line(x, 1, scales);
+            }
+            g.lookup_on(line.as_mut()?, x[1], sol)
+        })
+    }
+
+    /// Generation attention with the grid consulted through `look` (axis 1 is the KV length).
+    #[allow(clippy::cast_precision_loss)]
+    #[inline]
+    fn generation_attention_by(
+        setup: &OpLevelSetup,
+        grid: Option<&Grid>,
+        batch: u32,
+        kv_len: f64,
+        look: impl FnOnce(&Grid, &[f64], &'static [Scale], &dyn Fn(&[f64]) -> f64) -> Option<(f64, Source)>,
+    ) -> (f64, Source) {
         if batch == 0 {
             return (0.0, Source::Measured);
         }
@@ -288,7 +321,7 @@ impl OpLevelTimer {
             };
             let x = [b, s, heads];
             if let Some(g) = grid {
-                if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationMla.scales(), sol, cache) {
+                if let Some((ms, src)) = look(g, &x, Family::GenerationMla.scales(), &sol) {
                     return (ms / 1e3, src);
                 }
             }
@@ -303,7 +336,7 @@ impl OpLevelTimer {
         };
         let x = [b, s, heads, kvh];
         if let Some(g) = grid {
-            if let Some((ms, src)) = g.lookup_cached(&x, Family::GenerationAttention.scales(), sol, cache) {
+            if let Some((ms, src)) = look(g, &x, Family::GenerationAttention.scales(), &sol) {
                 return (ms / 1e3, src);
             }
         }
