@@ -248,6 +248,46 @@ impl BlockPool {
         Some(b)
     }
 
+    /// Hands out `n` blocks exactly as `n` calls of [`BlockPool::allocate`] would, appending
+    /// them to `out`; false (handing out nothing) when fewer than `n` are free. The blocks are
+    /// found first and claimed after: the loads of their records then overlap instead of
+    /// each waiting behind the previous block's eviction from the index. (Claiming a block
+    /// never changes whether another queue entry is live.)
+    pub fn allocate_many(&mut self, n: u32, out: &mut Vec<BlockId>) -> bool {
+        if n > self.free_len {
+            return false;
+        }
+        let start = out.len();
+        out.reserve(n as usize);
+        while out.len() - start < n as usize {
+            let Some((b, epoch)) = self.queue.pop_front() else { break };
+            let blk = &self.blocks[b as usize];
+            if blk.ref_count == 0 && blk.epoch == epoch {
+                out.push(b);
+            }
+        }
+        for &b in &out[start..] {
+            let blk = &mut self.blocks[b as usize];
+            blk.epoch = blk.epoch.wrapping_add(1);
+            match blk.content {
+                Content::Indexed => {
+                    self.index.remove(&blk.hash);
+                    self.stats.evictions += 1;
+                }
+                Content::Private => self.stats.evictions += 1,
+                Content::Empty => {}
+            }
+            blk.content = Content::Empty;
+            blk.ref_count = 1;
+        }
+        #[allow(clippy::cast_possible_truncation)] // At most `n`, a u32.
+        {
+            self.free_len -= (out.len() - start) as u32;
+        }
+        self.compact_queue();
+        true
+    }
+
     /// Drops one reference; a block nobody references joins the tail of the eviction queue
     /// (keeping its content if it is registered in the prefix index).
     pub fn release(&mut self, b: BlockId) {
@@ -320,7 +360,11 @@ impl BlockPool {
         let blk = &mut self.blocks[b as usize];
         blk.epoch = blk.epoch.wrapping_add(1);
         self.free_len -= 1;
-        // Dead entries cost a skip each at the front; drop them once they are most of the ring.
+        self.compact_queue();
+    }
+
+    /// Dead entries cost a skip each at the front; drops them once they are most of the ring.
+    fn compact_queue(&mut self) {
         if self.queue.len() > 2 * self.free_len as usize + DEAD_ENTRY_SLACK {
             let blocks = &self.blocks;
             self.queue.retain(|&(b, e)| {
@@ -531,9 +575,15 @@ mod tests {
             lazy.touch(x);
         }
         r.blocks = a;
-        for (j, &h) in r.hashes.iter().enumerate().skip(r.blocks.len()) {
-            let x = eager.allocate().expect("capacity was checked");
-            prop_assert_eq!(Some(x), lazy.allocate(), "allocation order");
+        // The new blocks are handed out first, then filled (as a step allocates, then
+        // registers what it computed): one at a time in one pool, all at once in the other.
+        let hits = r.blocks.len();
+        let mut batch = Vec::new();
+        prop_assert!(lazy.allocate_many((r.hashes.len() - hits) as u32, &mut batch));
+        for &y in &batch {
+            prop_assert_eq!(eager.allocate(), Some(y), "allocation order");
+        }
+        for (j, (&h, &x)) in r.hashes[hits..].iter().zip(&batch).enumerate().map(|(j, p)| (j + hits, p)) {
             eager.register(x, h);
             if r.published || j < r.public {
                 lazy.register(x, h);

@@ -25,16 +25,8 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     if need - have > u64::from(pool.num_free()) {
         return false;
     }
-    // One allocation for a whole prefill chunk's blocks, not a doubling series.
     #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
-    req.blocks.reserve((need - have) as usize);
-    for _ in have..need {
-        match pool.allocate() {
-            Some(b) => req.blocks.push(b),
-            None => return false, // Unreachable: the free count was checked.
-        }
-    }
-    true
+    pool.allocate_many((need - have) as u32, &mut req.blocks)
 }
 
 /// Grows a request's blocks to hold `tokens` tokens, one block at a time (for runs, which

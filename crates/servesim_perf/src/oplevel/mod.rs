@@ -40,6 +40,7 @@ use crate::spec::GemmQuant;
 use crate::tables::{Family, Grid, GridLine, LookupCache, Provenance, Source, Table};
 
 mod ops;
+use ops::GenAttention;
 mod setup;
 
 pub use setup::{
@@ -161,7 +162,7 @@ pub struct OpLevelTimer {
 
 /// A busy rank during a decode run: the seconds that stay the same every step, its load
 /// (whose KV grows by a token per request each step) and its attention grid lines.
-type RunRank = (f64, RankLoad, [Option<GridLine>; 2]);
+type RunRank = (f64, RankLoad, Option<GenAttention>, [Option<GridLine>; 2]);
 
 /// Memo tables grow to this many entries; larger counts are computed every time.
 const MEMO_LIMIT: usize = 1 << 17;
@@ -534,28 +535,31 @@ impl OpLevelTimer {
     }
 
     /// [`OpLevelTimer::generation_part`] with the layer split given and the lookups counted
-    /// into `prov` (a decode run works both out once for all its steps). With `lines` the
-    /// grid is read along the KV length (full and sliding-window layers), for the steps of
-    /// one rank's decode run; without, through the timer's bracket caches.
+    /// into `prov` (a decode run works both out once for all its steps). With `run` (the
+    /// rank's batch and grid lines along the KV length, for full and sliding-window layers)
+    /// the grid is read as a decode run's steps read it; without, through the timer's
+    /// bracket caches.
     #[allow(clippy::cast_precision_loss)]
     fn generation_part_in(
         &mut self,
         r: &RankLoad,
         layers: &AttentionLayers,
         prov: &mut Provenance,
-        lines: Option<&mut [Option<GridLine>; 2]>,
+        run: Option<(GenAttention, &mut [Option<GridLine>; 2])>,
     ) -> f64 {
         let mut secs = 0.0;
-        if r.decode_requests == 0 {
+        let Some(att) =
+            run.as_ref().map(|(a, _)| *a).or_else(|| GenAttention::new(&self.s, r.decode_requests))
+        else {
             return secs;
-        }
+        };
         let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
         let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
-        let (setup, grid, caches) = (&self.s, self.gen_grid.as_deref(), &mut self.gen_caches);
-        let mut lines = lines;
+        let (grid, caches) = (self.gen_grid.as_deref(), &mut self.gen_caches);
+        let mut lines = run.map(|(_, l)| l);
         let mut attention = |i: usize, kv: f64| match lines.as_deref_mut() {
-            Some(l) => Self::generation_attention_on(setup, grid, r.decode_requests, kv, &mut l[i]),
-            None => Self::generation_attention_in(setup, grid, r.decode_requests, kv, &mut caches[i]),
+            Some(l) => att.on(grid, kv, &mut l[i]),
+            None => att.cached(grid, kv, &mut caches[i]),
         };
         if full_layers > 0.0 {
             let (s, src) = attention(0, mean.min(cap));
@@ -676,7 +680,12 @@ impl StepTimer for OpLevelTimer {
             let (head, th) = self.memo_peek(1, u64::from(r.decode_requests));
             tallies.extend([td, th]);
             let ctx = 0.0;
-            fixed.push((dense + head + ctx, r.clone(), [None, None]));
+            fixed.push((
+                dense + head + ctx,
+                r.clone(),
+                GenAttention::new(&self.s, r.decode_requests),
+                [None, None],
+            ));
         }
         let (shared, tm) = self.memo_peek(2, all_tokens);
         tallies.push(tm);
@@ -687,9 +696,12 @@ impl StepTimer for OpLevelTimer {
         let mut prov = Provenance::default();
         let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
-            for (a, r, lines) in &mut fixed {
+            for (a, r, att, lines) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
-                let gen = self.generation_part_in(r, &layers, &mut prov, Some(lines));
+                let gen = match att {
+                    Some(att) => self.generation_part_in(r, &layers, &mut prov, Some((*att, lines))),
+                    None => 0.0,
+                };
                 worst = worst.max(*a + gen);
             }
             steps += 1;

@@ -260,7 +260,6 @@ impl OpLevelTimer {
 
     /// [`OpLevelTimer::generation_attention`] in an already resolved grid, reusing the
     /// brackets of the previous lookup through `cache`.
-    #[allow(clippy::cast_precision_loss)]
     pub(super) fn generation_attention_in(
         setup: &OpLevelSetup,
         grid: Option<&Grid>,
@@ -268,79 +267,10 @@ impl OpLevelTimer {
         kv_len: f64,
         cache: &mut LookupCache,
     ) -> (f64, Source) {
-        Self::generation_attention_by(setup, grid, batch, kv_len, |g, x, scales, sol| {
-            g.lookup_cached(x, scales, sol, cache)
-        })
-    }
-
-    /// [`Self::generation_attention_in`] on a line of the grid along the KV length, made on
-    /// first use: the same answer, for the steps of a decode run (batch and heads fixed).
-    #[inline]
-    pub(super) fn generation_attention_on(
-        setup: &OpLevelSetup,
-        grid: Option<&Grid>,
-        batch: u32,
-        kv_len: f64,
-        line: &mut Option<GridLine>,
-    ) -> (f64, Source) {
-        Self::generation_attention_by(setup, grid, batch, kv_len, |g, x, scales, sol| {
-            if line.is_none() {
-                *line = g.line(x, 1, scales);
-            }
-            g.lookup_on(line.as_mut()?, x[1], sol)
-        })
-    }
-
-    /// Generation attention with the grid consulted through `look` (axis 1 is the KV length).
-    #[allow(clippy::cast_precision_loss)]
-    #[inline]
-    fn generation_attention_by(
-        setup: &OpLevelSetup,
-        grid: Option<&Grid>,
-        batch: u32,
-        kv_len: f64,
-        look: impl FnOnce(&Grid, &[f64], &'static [Scale], &dyn Fn(&[f64]) -> f64) -> Option<(f64, Source)>,
-    ) -> (f64, Source) {
-        if batch == 0 {
-            return (0.0, Source::Measured);
+        match GenAttention::new(setup, batch) {
+            Some(g) => g.cached(grid, kv_len, cache),
+            None => (0.0, Source::Measured),
         }
-        let m = &setup.model;
-        let tp = f64::from(setup.parallelism.tensor.max(1));
-        let b = f64::from(batch);
-        let s = kv_len.max(1.0);
-        let kvb = setup.kv.bytes();
-        let bw = setup.hardware.hbm_bytes_per_s;
-        let peak = setup.hardware.peak_flops(Dtype::Bf16);
-        if let Some(mla) = &m.mla {
-            let heads = (f64::from(m.num_heads) / tp).max(1.0);
-            let latent = (mla.kv_lora_rank + mla.qk_rope_head_dim) as f64;
-            let r = mla.kv_lora_rank as f64;
-            let sol = move |c: &[f64]| {
-                let (b, s, h) = (c[0], c[1], c[2]);
-                (b * s * latent * kvb / bw).max(b * s * h * 2.0 * (latent + r) / peak)
-            };
-            let x = [b, s, heads];
-            if let Some(g) = grid {
-                if let Some((ms, src)) = look(g, &x, Family::GenerationMla.scales(), &sol) {
-                    return (ms / 1e3, src);
-                }
-            }
-            return (sol(&x) / setup.constants.memory_efficiency, Source::Roofline);
-        }
-        let heads = (f64::from(m.num_heads) / tp).max(1.0);
-        let kvh = f64::from(m.num_kv_heads.div_ceil(setup.parallelism.tensor.max(1)).max(1));
-        let d = m.head_dim as f64;
-        let sol = move |c: &[f64]| {
-            let (b, s, h, kh) = (c[0], c[1], c[2], c[3]);
-            (b * s * kh * d * 2.0 * kvb / bw).max(b * s * h * d * 4.0 / peak)
-        };
-        let x = [b, s, heads, kvh];
-        if let Some(g) = grid {
-            if let Some((ms, src)) = look(g, &x, Family::GenerationAttention.scales(), &sol) {
-                return (ms / 1e3, src);
-            }
-        }
-        (sol(&x) / setup.constants.memory_efficiency, Source::Roofline)
     }
 
     /// The fused-experts kernel of one MoE layer over `tokens` tokens.
@@ -430,5 +360,107 @@ fn derived(src: Source) -> Source {
         Source::Interpolated
     } else {
         src
+    }
+}
+
+/// Generation attention of one layer for a fixed batch (`batch` requests, heads per GPU):
+/// its grid coordinates but the KV length, and its speed of light. Built once per step, or
+/// once per rank for a decode run's steps.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GenAttention {
+    /// Grid coordinates; `x[1]`, the KV length, is set per lookup.
+    x: [f64; 4],
+    mla: Option<(f64, f64)>,
+    head_dim: f64,
+    kv_bytes: f64,
+    hbm_bytes_per_s: f64,
+    peak_flops: f64,
+    memory_efficiency: f64,
+}
+
+impl GenAttention {
+    /// `None` for an empty batch (no attention to time).
+    #[allow(clippy::cast_precision_loss)]
+    pub(super) fn new(setup: &OpLevelSetup, batch: u32) -> Option<Self> {
+        if batch == 0 {
+            return None;
+        }
+        let m = &setup.model;
+        let tp = f64::from(setup.parallelism.tensor.max(1));
+        let heads = (f64::from(m.num_heads) / tp).max(1.0);
+        let (mla, kvh) = match &m.mla {
+            Some(mla) => {
+                (Some(((mla.kv_lora_rank + mla.qk_rope_head_dim) as f64, mla.kv_lora_rank as f64)), 0.0)
+            }
+            None => (None, f64::from(m.num_kv_heads.div_ceil(setup.parallelism.tensor.max(1)).max(1))),
+        };
+        Some(GenAttention {
+            x: [f64::from(batch), 1.0, heads, kvh],
+            mla,
+            head_dim: m.head_dim as f64,
+            kv_bytes: setup.kv.bytes(),
+            hbm_bytes_per_s: setup.hardware.hbm_bytes_per_s,
+            peak_flops: setup.hardware.peak_flops(Dtype::Bf16),
+            memory_efficiency: setup.constants.memory_efficiency,
+        })
+    }
+
+    /// The grid's axes: MLA tables have no KV-head axis.
+    fn dims(&self) -> (usize, &'static [Scale]) {
+        match self.mla {
+            Some(_) => (3, Family::GenerationMla.scales()),
+            None => (4, Family::GenerationAttention.scales()),
+        }
+    }
+
+    /// Speed-of-light seconds at grid coordinates `c`: KV bytes over HBM bandwidth, or the
+    /// attention FLOPs over the bf16 peak, whichever is longer.
+    fn sol(&self, c: &[f64]) -> f64 {
+        let (kvb, bw, peak) = (self.kv_bytes, self.hbm_bytes_per_s, self.peak_flops);
+        match self.mla {
+            Some((latent, r)) => {
+                let (b, s, h) = (c[0], c[1], c[2]);
+                (b * s * latent * kvb / bw).max(b * s * h * 2.0 * (latent + r) / peak)
+            }
+            None => {
+                let (b, s, h, kh, d) = (c[0], c[1], c[2], c[3], self.head_dim);
+                (b * s * kh * d * 2.0 * kvb / bw).max(b * s * h * d * 4.0 / peak)
+            }
+        }
+    }
+
+    /// Seconds and source at mean KV length `kv_len` from `look` (the grid's milliseconds),
+    /// or on the roofline.
+    #[inline]
+    fn time(
+        mut self,
+        grid: Option<&Grid>,
+        kv_len: f64,
+        look: impl FnOnce(&Grid, &[f64], &'static [Scale], &Self) -> Option<(f64, Source)>,
+    ) -> (f64, Source) {
+        self.x[1] = kv_len.max(1.0);
+        let (dims, scales) = self.dims();
+        if let Some(g) = grid {
+            if let Some((ms, src)) = look(g, &self.x[..dims], scales, &self) {
+                return (ms / 1e3, src);
+            }
+        }
+        (self.sol(&self.x[..dims]) / self.memory_efficiency, Source::Roofline)
+    }
+
+    /// Through a bracket cache.
+    pub(super) fn cached(self, grid: Option<&Grid>, kv_len: f64, cache: &mut LookupCache) -> (f64, Source) {
+        self.time(grid, kv_len, |g, x, scales, a| g.lookup_cached(x, scales, |c| a.sol(c), cache))
+    }
+
+    /// On a line of the grid along the KV length, made on first use (the same answer).
+    #[inline]
+    pub(super) fn on(self, grid: Option<&Grid>, kv_len: f64, line: &mut Option<GridLine>) -> (f64, Source) {
+        self.time(grid, kv_len, |g, x, scales, a| {
+            if line.is_none() {
+                *line = g.line(x, 1, scales);
+            }
+            g.lookup_on(line.as_mut()?, x[1], |c| a.sol(c))
+        })
     }
 }
