@@ -8,7 +8,7 @@
 
 use alloc::vec::Vec;
 
-use crate::rng::mix2;
+use crate::rng::{chain, mix2};
 
 /// Tokens `0..len` of the content stream `id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,7 +50,7 @@ impl BlockHasher {
         if let Some(s) = segments.get(self.seg) {
             if s.len.saturating_sub(self.offset) >= self.block_size {
                 let h =
-                    mix2(self.prev, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(self.block_size)));
+                    chain(self.prev, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(self.block_size)));
                 self.offset += self.block_size;
                 self.prev = h;
                 return Some(h);
@@ -84,7 +84,7 @@ impl BlockHasher {
             let s = segments[self.seg];
             let take = (s.len - self.offset).min(need);
             if take > 0 {
-                h = mix2(h, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(take)));
+                h = chain(h, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(take)));
             }
             need -= take;
             self.offset += take;
@@ -194,7 +194,7 @@ mod tests {
             while i < block.len() {
                 let (id, off) = block[i];
                 let run = block[i..].iter().zip(off..).take_while(|(p, o)| p.0 == id && p.1 == *o).count();
-                h = mix2(h, mix2(id, (u64::from(off) << 32) | run as u64));
+                h = chain(h, mix2(id, (u64::from(off) << 32) | run as u64));
                 i += run;
             }
             out.push(h);

@@ -122,8 +122,16 @@ pub fn dist(values: &[f64]) -> Dist {
 /// sorts, or narrower histograms for a crowded bucket).
 #[derive(Clone, Debug, Default)]
 pub struct ItlSamples {
-    runs: Vec<(u64, u64)>,
+    /// Runs packed as `gap << COUNT_BITS | count`: half the memory of pairs, and a replay
+    /// records a million.
+    packed: Vec<u64>,
+    /// Runs whose gap or count does not fit the packing (gaps of hours, huge batches).
+    wide: Vec<(u64, u64)>,
 }
+
+/// Bits of a packed run's count (a million requests in one step); the gap gets the other 44
+/// (4.9 hours in nanoseconds).
+const COUNT_BITS: u32 = 20;
 
 /// Buckets of one selection histogram (32 KiB of counters: they stay in the L1 cache).
 const SELECT_BUCKETS: usize = 1 << 12;
@@ -145,9 +153,19 @@ fn per_user(g: u64) -> f64 {
 impl ItlSamples {
     /// Records `count` gaps of `gap`.
     pub fn add(&mut self, gap: SimDur, count: u64) {
-        if count > 0 {
-            self.runs.push((gap.as_ns(), count));
+        let g = gap.as_ns();
+        if count == 0 {
+        } else if g >> (64 - COUNT_BITS) == 0 && count >> COUNT_BITS == 0 {
+            self.packed.push(g << COUNT_BITS | count);
+        } else {
+            self.wide.push((g, count));
         }
+    }
+
+    /// Every run as `(gap, count)`.
+    fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let unpack = |p: &u64| (p >> COUNT_BITS, p & ((1 << COUNT_BITS) - 1));
+        self.packed.iter().map(unpack).chain(self.wide.iter().copied())
     }
 
     /// Statistics of the gaps in milliseconds, and of the per-user token rate `1000 / gap`
@@ -162,7 +180,7 @@ impl ItlSamples {
         let (mut gap_sums, mut rate_sums) = (Moments::default(), Moments::default());
         let (mut min, mut max, mut min_pos) = (u64::MAX, 0u64, u64::MAX);
         let mut counts = alloc::vec![0u64; LOG_BUCKETS];
-        for &(g, c) in &self.runs {
+        for (g, c) in self.runs() {
             gap_sums.add(g, c);
             min = min.min(g);
             max = max.max(g);
@@ -192,7 +210,7 @@ impl ItlSamples {
             let top = positive.saturating_sub(1);
             ranks[5 + i] = (zeros + top - nearest_rank(positive, *p).min(top)).min(n - 1);
         }
-        let picked = select_ranks(&self.runs, &counts, &ranks);
+        let picked = select_ranks(|| self.runs(), &counts, &ranks);
         let at = |i: usize, f: fn(u64) -> f64| {
             [f(picked[i]), f(picked[i + 1]), f(picked[i + 2]), f(picked[i + 3]), f(picked[i + 4])]
         };
@@ -240,12 +258,20 @@ impl Moments {
                 (self.s1, self.s2) = (s1, s2);
                 return;
             }
-            self.approx = Some((self.s1 as f64, self.s2 as f64));
         }
-        if let Some((f1, f2)) = &mut self.approx {
-            *f1 += cx as f64;
-            *f2 += cx as f64 * x as f64;
-        }
+        self.add_approx(x, cx);
+    }
+
+    /// The floating-point sums, from the first sample that would overflow the exact ones on.
+    /// Kept out of line: inlined, the compiler computed its 128-bit conversions (library
+    /// calls) for every sample before knowing they were not needed.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::cast_precision_loss)]
+    fn add_approx(&mut self, x: u64, cx: u128) {
+        let (f1, f2) = self.approx.get_or_insert((self.s1 as f64, self.s2 as f64));
+        *f1 += cx as f64;
+        *f2 += cx as f64 * x as f64;
     }
 
     /// Mean and population variance (0 for no samples).
@@ -275,7 +301,11 @@ impl Moments {
 /// their counts by [`log_bucket`]: one pass gathering the runs of the buckets the ranks fall
 /// in, then a selection within each (a bucket spans under 1% of its gaps' values, so
 /// gathered sets are small unless the gaps are).
-fn select_ranks(runs: &[(u64, u64)], counts: &[u64], ranks: &[u64; 10]) -> [u64; 10] {
+fn select_ranks<I: Iterator<Item = (u64, u64)>>(
+    runs: impl Fn() -> I,
+    counts: &[u64],
+    ranks: &[u64; 10],
+) -> [u64; 10] {
     // The bucket each rank falls in and its rank within the bucket.
     let wanted: Vec<(usize, u64)> = ranks
         .iter()
@@ -293,11 +323,12 @@ fn select_ranks(runs: &[(u64, u64)], counts: &[u64], ranks: &[u64; 10]) -> [u64;
             {
                 slot[k] = gathered.len() as u8;
             }
-            #[allow(clippy::cast_possible_truncation)] // Counts of runs held in memory.
-            gathered.push(Vec::with_capacity(counts[k].min(runs.len() as u64) as usize));
+            // Room for the bucket's gaps, one run each, up to a bound (runs may hold many).
+            #[allow(clippy::cast_possible_truncation)] // Bounded by SELECT_SORT_MAX.
+            gathered.push(Vec::with_capacity(counts[k].min(SELECT_SORT_MAX as u64) as usize));
         }
     }
-    for &(g, c) in runs {
+    for (g, c) in runs() {
         let i = slot[log_bucket(g)];
         if i != u8::MAX {
             gathered[usize::from(i)].push((g, c));
@@ -681,7 +712,7 @@ mod tests {
                 itl.add(SimDur::from_ns(g), *c);
             }
             let (gaps, rates) = itl.dists();
-            let (want_gaps, want_rates) = sorted_dists(&itl.runs);
+            let (want_gaps, want_rates) = sorted_dists(&itl.runs().collect::<Vec<_>>());
             assert_same(&gaps, &want_gaps)?;
             assert_same(&rates, &want_rates)?;
         }
@@ -722,6 +753,43 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_precision_loss)]
+    fn sums_that_would_overflow_carry_on_in_floating_point() {
+        // 2^20 gaps of 2^60 ns: Σc·x² is 2^140, past any 128-bit sum.
+        let mut m = Moments::default();
+        m.add(3, 2);
+        assert!(m.approx.is_none());
+        m.add(1 << 60, 1 << 20);
+        m.add(1 << 59, 2);
+        assert!(m.approx.is_some());
+        let n = 2.0 + (1u64 << 20) as f64 + 2.0;
+        let xs = [(3.0, 2.0), ((1u64 << 60) as f64, (1u64 << 20) as f64), ((1u64 << 59) as f64, 2.0)];
+        let mean = xs.iter().map(|(x, c)| x * c).sum::<f64>() / n;
+        let var = xs.iter().map(|(x, c)| c * (x - mean) * (x - mean)).sum::<f64>() / n;
+        let (got_mean, got_var) = m.mean_var();
+        assert!((got_mean / mean - 1.0).abs() < 1e-12, "{got_mean} vs {mean}");
+        assert!((got_var / var - 1.0).abs() < 1e-3, "{got_var} vs {var}");
+    }
+
+    #[test]
+    fn runs_too_wide_to_pack_are_kept_whole() {
+        // Gaps of days and steps of millions of requests do not fit a packed run.
+        let mut itl = ItlSamples::default();
+        for i in 0..50u64 {
+            itl.add(SimDur::from_ns(10_000_000 + i), 3);
+        }
+        itl.add(SimDur::from_ns(1 << 45), 2);
+        itl.add(SimDur::from_ns(20_000_000), 3 << 20);
+        assert_eq!(itl.wide, alloc::vec![(1 << 45, 2), (20_000_000, 3 << 20)]);
+        let (gaps, rates) = itl.dists();
+        let (want_gaps, want_rates) = sorted_dists(&itl.runs().collect::<Vec<_>>());
+        assert_same(&gaps, &want_gaps).unwrap();
+        assert_same(&rates, &want_rates).unwrap();
+        assert_eq!(gaps.count, 150 + 2 + (3 << 20));
+        assert!((gaps.max - (1u64 << 45) as f64 / 1e6).abs() < 1e-6, "{}", gaps.max);
+    }
+
+    #[test]
     fn one_dominant_bucket_is_narrowed_again() {
         // 100,000 gaps within 100 us and one of an hour: the log-scale buckets put them in two
         // (each 65 us wide at 10 ms), so the selection must narrow those to find the percentiles.
@@ -731,10 +799,10 @@ mod tests {
         }
         itl.add(SimDur::from_ns(3_600_000_000_000), 1);
         let (gaps, rates) = itl.dists();
-        let (want_gaps, want_rates) = sorted_dists(&itl.runs);
+        let (want_gaps, want_rates) = sorted_dists(&itl.runs().collect::<Vec<_>>());
         assert_same(&gaps, &want_gaps).unwrap();
         assert_same(&rates, &want_rates).unwrap();
-        assert_eq!(itl.runs.iter().map(|r| r.1).sum::<u64>(), gaps.count);
+        assert_eq!(itl.runs().map(|r| r.1).sum::<u64>(), gaps.count);
     }
 
     #[test]

@@ -570,7 +570,7 @@ impl Grid {
             line.cell = None;
             return None;
         }
-        if let Some(c) = line.cell.filter(|c| xv > c.lo_x && xv < c.hi_x) {
+        if let Some(c) = line.cell.as_ref().filter(|c| xv > c.lo_x && xv < c.hi_x) {
             // Inside the last interval: `Grid::blend`'s corners, weights and sums in its order.
             let t = (line.scales[v].apply(xv) - c.a) / c.w;
             line.br[v] = Bracket { lo: c.lo, hi: c.hi, t, at: xv };
