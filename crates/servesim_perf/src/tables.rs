@@ -643,6 +643,7 @@ impl Grid {
     /// The end of [`Grid::blend`] for a line: normalise, then scale a clamped query by the
     /// speed-of-light ratio.
     #[allow(clippy::float_cmp, clippy::unused_self)] // `at` is either the query itself or a grid value.
+    #[inline]
     fn finish_line(
         &self,
         line: &GridLine,

@@ -545,18 +545,23 @@ impl OpLevelTimer {
         r: &RankLoad,
         layers: &AttentionLayers,
         prov: &mut Provenance,
-        run: Option<(GenAttention, &mut [Option<GridLine>; 2])>,
+        run: Option<(&GenAttention, &mut [Option<GridLine>; 2])>,
     ) -> f64 {
         let mut secs = 0.0;
-        let Some(att) =
-            run.as_ref().map(|(a, _)| *a).or_else(|| GenAttention::new(&self.s, r.decode_requests))
-        else {
-            return secs;
+        let owned;
+        let (att, mut lines) = match run {
+            Some((att, lines)) => (att, Some(lines)),
+            None => match GenAttention::new(&self.s, r.decode_requests) {
+                Some(a) => {
+                    owned = a;
+                    (&owned, None)
+                }
+                None => return secs,
+            },
         };
         let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
         let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
         let (grid, caches) = (self.gen_grid.as_deref(), &mut self.gen_caches);
-        let mut lines = run.map(|(_, l)| l);
         let mut attention = |i: usize, kv: f64| match lines.as_deref_mut() {
             Some(l) => att.on(grid, kv, &mut l[i]),
             None => att.cached(grid, kv, &mut caches[i]),
@@ -699,7 +704,7 @@ impl StepTimer for OpLevelTimer {
             for (a, r, att, lines) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
                 let gen = match att {
-                    Some(att) => self.generation_part_in(r, &layers, &mut prov, Some((*att, lines))),
+                    Some(att) => self.generation_part_in(r, &layers, &mut prov, Some((att, lines))),
                     None => 0.0,
                 };
                 worst = worst.max(*a + gen);

@@ -433,34 +433,35 @@ impl GenAttention {
     /// or on the roofline.
     #[inline]
     fn time(
-        mut self,
+        &self,
         grid: Option<&Grid>,
         kv_len: f64,
-        look: impl FnOnce(&Grid, &[f64], &'static [Scale], &Self) -> Option<(f64, Source)>,
+        look: impl FnOnce(&Grid, &[f64], &'static [Scale]) -> Option<(f64, Source)>,
     ) -> (f64, Source) {
-        self.x[1] = kv_len.max(1.0);
+        let mut x = self.x;
+        x[1] = kv_len.max(1.0);
         let (dims, scales) = self.dims();
         if let Some(g) = grid {
-            if let Some((ms, src)) = look(g, &self.x[..dims], scales, &self) {
+            if let Some((ms, src)) = look(g, &x[..dims], scales) {
                 return (ms / 1e3, src);
             }
         }
-        (self.sol(&self.x[..dims]) / self.memory_efficiency, Source::Roofline)
+        (self.sol(&x[..dims]) / self.memory_efficiency, Source::Roofline)
     }
 
     /// Through a bracket cache.
-    pub(super) fn cached(self, grid: Option<&Grid>, kv_len: f64, cache: &mut LookupCache) -> (f64, Source) {
-        self.time(grid, kv_len, |g, x, scales, a| g.lookup_cached(x, scales, |c| a.sol(c), cache))
+    pub(super) fn cached(&self, grid: Option<&Grid>, kv_len: f64, cache: &mut LookupCache) -> (f64, Source) {
+        self.time(grid, kv_len, |g, x, scales| g.lookup_cached(x, scales, |c| self.sol(c), cache))
     }
 
     /// On a line of the grid along the KV length, made on first use (the same answer).
     #[inline]
-    pub(super) fn on(self, grid: Option<&Grid>, kv_len: f64, line: &mut Option<GridLine>) -> (f64, Source) {
-        self.time(grid, kv_len, |g, x, scales, a| {
+    pub(super) fn on(&self, grid: Option<&Grid>, kv_len: f64, line: &mut Option<GridLine>) -> (f64, Source) {
+        self.time(grid, kv_len, |g, x, scales| {
             if line.is_none() {
                 *line = g.line(x, 1, scales);
             }
-            g.lookup_on(line.as_mut()?, x[1], |c| a.sol(c))
+            g.lookup_on(line.as_mut()?, x[1], |c| self.sol(c))
         })
     }
 }
