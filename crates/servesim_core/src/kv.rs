@@ -234,6 +234,12 @@ impl BlockPool {
             }
         };
         self.unlink(b);
+        self.claim(b);
+        Some(b)
+    }
+
+    /// Gives an unlinked free block its first reference, evicting its cached content.
+    fn claim(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
         match blk.content {
             Content::Indexed => {
@@ -245,7 +251,6 @@ impl BlockPool {
         }
         blk.content = Content::Empty;
         blk.ref_count = 1;
-        Some(b)
     }
 
     /// Hands out `n` blocks exactly as `n` calls of [`BlockPool::allocate`] would, appending
@@ -269,16 +274,7 @@ impl BlockPool {
         for &b in &out[start..] {
             let blk = &mut self.blocks[b as usize];
             blk.epoch = blk.epoch.wrapping_add(1);
-            match blk.content {
-                Content::Indexed => {
-                    self.index.remove(&blk.hash);
-                    self.stats.evictions += 1;
-                }
-                Content::Private => self.stats.evictions += 1,
-                Content::Empty => {}
-            }
-            blk.content = Content::Empty;
-            blk.ref_count = 1;
+            self.claim(b);
         }
         #[allow(clippy::cast_possible_truncation)] // At most `n`, a u32.
         {

@@ -390,7 +390,6 @@ impl Grid {
     /// The interpolated latency at `x` from each axis' bracket.
     #[inline]
     fn blend(&self, br: &[Bracket], x: &[f64], sol: impl Fn(&[f64]) -> f64) -> Option<(f64, Source)> {
-        let dims = br.len();
         // Blend the corners of the bracketing cell. Only axes that are not pinned to one
         // grid line have two sides; corners are visited in the order of a mask over all axes
         // (pinned axes never take their upper side), and each weight is the product of the
@@ -429,24 +428,9 @@ impl Grid {
         if wsum <= 0.0 {
             return None;
         }
-        let mut lat = acc / wsum;
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
         let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
-        if clamped {
-            let mut at = [0.0f64; MAX_DIMS];
-            for (a, b) in at.iter_mut().zip(br.iter()) {
-                *a = b.at;
-            }
-            let (s_query, s_at) = (sol(x), sol(&at[..dims]));
-            if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
-                return None;
-            }
-            lat *= s_query / s_at;
-        }
-        if !(lat.is_finite() && lat > 0.0) {
-            return None;
-        }
-        Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
+        finish_blend(acc / wsum, br, x, clamped, sol)
     }
 
     fn at(&self, idx: &[usize]) -> Option<f64> {
@@ -586,7 +570,10 @@ impl Grid {
                     }
                 }
             }
-            return self.finish_line(line, acc, wsum, sol);
+            if wsum <= 0.0 {
+                return None;
+            }
+            return finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], line.fixed_clamped, sol);
         }
         let b = Self::bracket(&self.axes[v], xv, line.scales[v]);
         line.br[v] = b;
@@ -637,42 +624,40 @@ impl Grid {
                 }
             }
         }
-        self.finish_line(line, acc, wsum, sol)
-    }
-
-    /// The end of [`Grid::blend`] for a line: normalise, then scale a clamped query by the
-    /// speed-of-light ratio.
-    #[allow(clippy::float_cmp, clippy::unused_self)] // `at` is either the query itself or a grid value.
-    #[inline]
-    fn finish_line(
-        &self,
-        line: &GridLine,
-        acc: f64,
-        wsum: f64,
-        sol: impl Fn(&[f64]) -> f64,
-    ) -> Option<(f64, Source)> {
         if wsum <= 0.0 {
             return None;
         }
-        let dims = line.dims;
-        let mut lat = acc / wsum;
-        let clamped = line.fixed_clamped || line.br[line.vary].at != line.x[line.vary];
-        if clamped {
-            let mut at = [0.0f64; MAX_DIMS];
-            for (a, b) in at.iter_mut().zip(line.br[..dims].iter()) {
-                *a = b.at;
-            }
-            let (s_query, s_at) = (sol(&line.x[..dims]), sol(&at[..dims]));
-            if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
-                return None;
-            }
-            lat *= s_query / s_at;
+        #[allow(clippy::float_cmp)] // `at` is either the query itself or a grid value.
+        let clamped = line.fixed_clamped || b.at != xv;
+        finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], clamped, sol)
+    }
+}
+
+/// The end of a blend: the weighted mean `lat` of the corners, scaled by the speed-of-light
+/// ratio `sol(query) / sol(clamped point)` when some axis was clamped to the grid's edge.
+#[inline]
+fn finish_blend(
+    mut lat: f64,
+    br: &[Bracket],
+    x: &[f64],
+    clamped: bool,
+    sol: impl Fn(&[f64]) -> f64,
+) -> Option<(f64, Source)> {
+    if clamped {
+        let mut at = [0.0f64; MAX_DIMS];
+        for (a, b) in at.iter_mut().zip(br.iter()) {
+            *a = b.at;
         }
-        if !(lat.is_finite() && lat > 0.0) {
+        let (s_query, s_at) = (sol(x), sol(&at[..br.len()]));
+        if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
             return None;
         }
-        Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
+        lat *= s_query / s_at;
     }
+    if !(lat.is_finite() && lat > 0.0) {
+        return None;
+    }
+    Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
 }
 
 /// The op families servesim reads, with their key and axis columns.
@@ -960,6 +945,22 @@ mod tests {
         assert!(e.message.contains("expected 1 and 3"), "{e}");
     }
 
+    /// A 5×4×3 grid with a hole wherever `values` has `None` (`None` when all are holes).
+    fn holey_grid(values: &[Option<f64>]) -> Option<Grid> {
+        let (ax, ay, az) = ([1u64, 2, 8, 16, 64], [1u64, 4, 16, 32], [1u64, 2, 4]);
+        let mut p = Vec::new();
+        for (i, a) in ax.iter().enumerate() {
+            for (j, b) in ay.iter().enumerate() {
+                for (k, c) in az.iter().enumerate() {
+                    if let Some(v) = values[(i * ay.len() + j) * az.len() + k] {
+                        p.push((vec![*a, *b, *c], v));
+                    }
+                }
+            }
+        }
+        (!p.is_empty()).then(|| Grid::from_points(3, &p).unwrap().0)
+    }
+
     proptest::proptest! {
         /// A cached lookup answers bit for bit as a fresh one, whatever came before: a walk of
         /// queries (repeats, small steps inside a cell, jumps, grid lines, beyond the edges)
@@ -969,19 +970,7 @@ mod tests {
             values in proptest::collection::vec(proptest::option::weighted(0.85, 0.01f64..5.0), 60),
             walk in proptest::collection::vec((0u8..4, 0.5f64..90.0, 0.5f64..50.0, 1u64..6), 1..60),
         ) {
-            let (ax, ay, az) = ([1u64, 2, 8, 16, 64], [1u64, 4, 16, 32], [1u64, 2, 4]);
-            let mut p = Vec::new();
-            for (i, a) in ax.iter().enumerate() {
-                for (j, b) in ay.iter().enumerate() {
-                    for (k, c) in az.iter().enumerate() {
-                        if let Some(v) = values[(i * ay.len() + j) * az.len() + k] {
-                            p.push((vec![*a, *b, *c], v));
-                        }
-                    }
-                }
-            }
-            proptest::prop_assume!(!p.is_empty());
-            let (g, _) = Grid::from_points(3, &p).unwrap();
+            let Some(g) = holey_grid(&values) else { return Ok(()) };
             let scales = [Scale::Linear, Scale::Square, Scale::Linear];
             let sol = |c: &[f64]| c[0] * c[1] * c[1] + c[2];
             let mut cache = LookupCache::default();
@@ -1016,19 +1005,7 @@ mod tests {
             ], 3),
             walk in proptest::collection::vec((0u8..5, 0.5f64..90.0), 1..80),
         ) {
-            let (ax, ay, az) = ([1u64, 2, 8, 16, 64], [1u64, 4, 16, 32], [1u64, 2, 4]);
-            let mut p = Vec::new();
-            for (i, a) in ax.iter().enumerate() {
-                for (j, b) in ay.iter().enumerate() {
-                    for (k, c) in az.iter().enumerate() {
-                        if let Some(v) = values[(i * ay.len() + j) * az.len() + k] {
-                            p.push((vec![*a, *b, *c], v));
-                        }
-                    }
-                }
-            }
-            proptest::prop_assume!(!p.is_empty());
-            let (g, _) = Grid::from_points(3, &p).unwrap();
+            let Some(g) = holey_grid(&values) else { return Ok(()) };
             let scales = [Scale::Linear, Scale::Square, Scale::Linear];
             let sol = |c: &[f64]| c[0] * c[1] * c[1] + c[2];
             let mut x = [start[0], start[1], start[2]];
