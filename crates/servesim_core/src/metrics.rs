@@ -155,7 +155,9 @@ impl ItlSamples {
     pub fn add(&mut self, gap: SimDur, count: u64) {
         let g = gap.as_ns();
         if count == 0 {
-        } else if g >> (64 - COUNT_BITS) == 0 && count >> COUNT_BITS == 0 {
+            return;
+        }
+        if g >> (64 - COUNT_BITS) == 0 && count >> COUNT_BITS == 0 {
             self.packed.push(g << COUNT_BITS | count);
         } else {
             self.wide.push((g, count));

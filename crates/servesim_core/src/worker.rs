@@ -463,7 +463,7 @@ impl Worker {
                             let p = &plan.items[i as usize];
                             let c = run.start_computed[r][i as usize];
                             let req = &mut reqs[p.req as usize];
-                            let ok = kvops::grow_to(pool, req, c + u32::try_from(s).unwrap_or(u32::MAX));
+                            let ok = kvops::try_grow(pool, req, c + u32::try_from(s).unwrap_or(u32::MAX));
                             debug_assert!(ok, "run KV headroom was checked");
                         }
                     }

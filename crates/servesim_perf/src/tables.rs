@@ -558,22 +558,8 @@ impl Grid {
             // Inside the last interval: `Grid::blend`'s corners, weights and sums in its order.
             let t = (line.scales[v].apply(xv) - c.a) / c.w;
             line.br[v] = Bracket { lo: c.lo, hi: c.hi, t, at: xv };
-            let (vw, (mut acc, mut wsum)) = ([1.0 - t, t], (0.0, 0.0));
-            let (fw, sides) = ([1.0 - line.free_t, line.free_t], if line.free_stride == 0 { 1 } else { 2 });
-            for (vside, wv) in vw.iter().enumerate() {
-                for (fside, fwv) in fw.iter().enumerate().take(sides) {
-                    let w = if sides == 1 { *wv } else { fwv * wv };
-                    let lat = c.corners[2 * vside + fside];
-                    if w > 0.0 && !lat.is_nan() {
-                        acc += w * lat;
-                        wsum += w;
-                    }
-                }
-            }
-            if wsum <= 0.0 {
-                return None;
-            }
-            return finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], line.fixed_clamped, sol);
+            let corners = c.corners;
+            return line_blend(line, &corners, &[1.0 - t, t], line.fixed_clamped, sol);
         }
         let b = Self::bracket(&self.axes[v], xv, line.scales[v]);
         line.br[v] = b;
@@ -599,38 +585,42 @@ impl Grid {
                 corners,
             });
         }
-        // The general blend of these corners (the varying axis may sit on a grid line).
-        let (mut acc, mut wsum) = (0.0, 0.0);
-        for vside in 0..=usize::from(vs != 0) {
-            let wv = if vs == 0 {
-                1.0
-            } else if vside == 1 {
-                b.t
-            } else {
-                1.0 - b.t
-            };
-            for fside in 0..=usize::from(fs != 0) {
-                let w = if fs == 0 {
-                    wv
-                } else if fside == 1 {
-                    line.free_t * wv
-                } else {
-                    (1.0 - line.free_t) * wv
-                };
-                let lat = corners[2 * vside + fside];
-                if w > 0.0 && !lat.is_nan() {
-                    acc += w * lat;
-                    wsum += w;
-                }
-            }
-        }
-        if wsum <= 0.0 {
-            return None;
-        }
+        // The varying axis may sit on a grid line (one side, weight 1).
+        let vw: &[f64] = if vs == 0 { &[1.0] } else { &[1.0 - b.t, b.t] };
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a grid value.
         let clamped = line.fixed_clamped || b.at != xv;
-        finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], clamped, sol)
+        line_blend(line, &corners, vw, clamped, sol)
     }
+}
+
+/// [`Grid::blend`] over a line's cell: `corners` (index `2 × varying side + fixed side`)
+/// weighted by `vw` (the varying axis' sides) times the free fixed axis' sides, visited,
+/// multiplied and summed in `blend`'s order, then [`finish_blend`].
+#[inline]
+fn line_blend(
+    line: &GridLine,
+    corners: &[f64; 4],
+    vw: &[f64],
+    clamped: bool,
+    sol: impl Fn(&[f64]) -> f64,
+) -> Option<(f64, Source)> {
+    let (fw, sides) = ([1.0 - line.free_t, line.free_t], if line.free_stride == 0 { 1 } else { 2 });
+    let (mut acc, mut wsum) = (0.0, 0.0);
+    for (vside, wv) in vw.iter().enumerate() {
+        for (fside, fwv) in fw.iter().enumerate().take(sides) {
+            let w = if sides == 1 { *wv } else { fwv * wv };
+            let lat = corners[2 * vside + fside];
+            if w > 0.0 && !lat.is_nan() {
+                acc += w * lat;
+                wsum += w;
+            }
+        }
+    }
+    if wsum <= 0.0 {
+        return None;
+    }
+    let dims = line.dims;
+    finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], clamped, sol)
 }
 
 /// The end of a blend: the weighted mean `lat` of the corners, scaled by the speed-of-light

@@ -29,12 +29,6 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     pool.allocate_many((need - have) as u32, &mut req.blocks)
 }
 
-/// Grows a request's blocks to hold `tokens` tokens, one block at a time (for runs, which
-/// checked headroom beforehand). False when the pool ran out.
-pub fn grow_to(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
-    try_grow(pool, req, tokens)
-}
-
 /// The prefix-cache hit a waiting request would get if admitted now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
