@@ -41,6 +41,12 @@ impl BlockHasher {
         BlockHasher { block_size: block_size.max(1), seg: 0, offset: 0, prev: CHAIN_ROOT }
     }
 
+    /// Tokens per block.
+    #[must_use]
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
     /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
     /// of tokens remain. `segments` may grow between calls: the last segment may get longer
     /// and new segments may be appended (outputs are appended one token at a time).

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use core::hash::{BuildHasherDefault, Hasher};
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashTable};
 
 /// Block hashes are already uniformly mixed 64-bit values (SplitMix64 chains), so the prefix
 /// index uses them as their own hash instead of hashing them again.
@@ -115,7 +115,11 @@ pub struct BlockPool {
     /// Free blocks in LRU order (front: evicted first), with dead entries among them.
     queue: VecDeque<(BlockId, u32)>,
     free_len: u32,
-    index: PremixedMap<BlockId>,
+    /// The prefix index: indexed blocks by content hash. It stores only block ids (4 bytes
+    /// a slot; the hash is the block record's), so a replica's index stays a few tens of
+    /// KiB and in cache: with hash-keyed slots it was four times that, and every insert and
+    /// eviction missed the cache.
+    index: HashTable<BlockId>,
     prefix_caching: bool,
     stats: PoolStats,
 }
@@ -133,7 +137,7 @@ impl BlockPool {
             blocks,
             queue: (0..capacity).map(|i| (i, 0)).collect(),
             free_len: capacity,
-            index: PremixedMap::default(),
+            index: HashTable::new(),
             prefix_caching,
             stats: PoolStats::default(),
         }
@@ -191,9 +195,9 @@ impl BlockPool {
             return 0;
         }
         let mut free_hits = 0;
-        for h in hashes {
-            match self.index.get(h) {
-                Some(&b) => {
+        for &h in hashes {
+            match self.lookup(h) {
+                Some(b) => {
                     out.push(b);
                     if self.blocks[b as usize].ref_count == 0 {
                         free_hits += 1;
@@ -213,7 +217,7 @@ impl BlockPool {
         if !self.prefix_caching {
             return 0;
         }
-        hashes.iter().take_while(|h| self.index.contains_key(*h)).count()
+        hashes.iter().take_while(|h| self.lookup(**h).is_some()).count()
     }
 
     /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].
@@ -243,7 +247,9 @@ impl BlockPool {
         let blk = &mut self.blocks[b as usize];
         match blk.content {
             Content::Indexed => {
-                self.index.remove(&blk.hash);
+                if let Ok(slot) = self.index.find_entry(blk.hash, |&x| x == b) {
+                    slot.remove();
+                }
                 self.stats.evictions += 1;
             }
             Content::Private => self.stats.evictions += 1,
@@ -304,9 +310,11 @@ impl BlockPool {
         if !self.prefix_caching || self.blocks[b as usize].content == Content::Indexed {
             return;
         }
-        if let hashbrown::hash_map::Entry::Vacant(e) = self.index.entry(hash) {
-            e.insert(b);
-            let blk = &mut self.blocks[b as usize];
+        let blocks = &mut self.blocks;
+        let resident = |x: &BlockId| blocks[*x as usize].hash == hash;
+        if self.index.find(hash, resident).is_none() {
+            self.index.insert_unique(hash, b, |x| blocks[*x as usize].hash);
+            let blk = &mut blocks[b as usize];
             blk.hash = hash;
             blk.content = Content::Indexed;
         }
@@ -342,7 +350,12 @@ impl BlockPool {
     /// Whether `hash` is resident (for routers that score cache overlap).
     #[must_use]
     pub fn contains(&self, hash: u64) -> bool {
-        self.index.contains_key(&hash)
+        self.lookup(hash).is_some()
+    }
+
+    /// The indexed block holding the content hashed `hash`.
+    fn lookup(&self, hash: u64) -> Option<BlockId> {
+        self.index.find(hash, |&x| self.blocks[x as usize].hash == hash).copied()
     }
 
     /// Reference count of a block (for tests and invariant checks).
@@ -396,13 +409,15 @@ impl BlockPool {
         for (i, blk) in self.blocks.iter().enumerate() {
             assert_eq!(queued[i], blk.ref_count == 0, "block {i} free-queue membership");
         }
-        for (h, b) in &self.index {
-            assert_eq!(
-                self.blocks[*b as usize].indexed(),
-                Some(*h),
-                "index names a block that lost its content"
-            );
+        let mut hashes = alloc::collections::BTreeSet::new();
+        for &b in &self.index {
+            let h = self.blocks[b as usize].indexed();
+            assert!(h.is_some(), "index names block {b}, which lost its content");
+            assert!(hashes.insert(h), "two blocks indexed under one hash");
+            assert_eq!(self.lookup(h.unwrap_or_default()), Some(b), "block {b} not found by its hash");
         }
+        let indexed = self.blocks.iter().filter(|blk| blk.content == Content::Indexed).count();
+        assert_eq!(indexed, self.index.len(), "an indexed block is missing from the index");
     }
 }
 

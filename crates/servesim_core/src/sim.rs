@@ -213,6 +213,10 @@ pub struct Simulation {
 /// At most this many time-series points are kept (the interval doubles beyond it).
 const MAX_SERIES_POINTS: usize = 2048;
 
+/// Requests the run makes room for up front when its traffic says how many it sends: a
+/// full Mooncake trace (12,031), a few MiB; longer runs grow from there.
+const PRESIZED_REQUESTS: u32 = 16_384;
+
 impl Simulation {
     /// Prepares a run. `timers[w.timer]` times worker `w`'s steps.
     #[must_use]
@@ -250,6 +254,10 @@ impl Simulation {
             stopped: None,
             outcome: StepOutcome::default(),
         };
+        // Requests are large (a few hundred bytes): growing the vector by doubling copied
+        // about twice its final size.
+        let expected = sim.traffic.total().min(PRESIZED_REQUESTS);
+        sim.requests.reserve_exact(expected as usize);
         sim.schedule_next_arrival();
         sim
     }

@@ -430,7 +430,7 @@ impl Grid {
         }
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
         let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
-        finish_blend(acc / wsum, br, x, clamped, sol)
+        finish_blend(acc / wsum, x, clamped, || bracket_points(br), sol)
     }
 
     fn at(&self, idx: &[usize]) -> Option<f64> {
@@ -475,8 +475,6 @@ pub struct GridLine {
 /// An interval of a line's varying axis and what a blend inside it reads.
 #[derive(Clone, Copy, Debug)]
 struct LineCell {
-    lo: usize,
-    hi: usize,
     /// Its edges as coordinates; the scaled lower edge and width, as [`Grid::bracket`]
     /// computes a weight from them.
     lo_x: f64,
@@ -486,6 +484,33 @@ struct LineCell {
     /// Latencies at the cell's corners in blend order, `2 × varying side + fixed side`
     /// (NaN where nothing was measured; the upper fixed side unused when no fixed axis is free).
     corners: [f64; 4],
+}
+
+impl GridLine {
+    /// [`Grid::lookup_on`]'s answer at `xv` when `xv` lies strictly inside the interval of
+    /// the line's last lookup (`None` when it does not): `Grid::blend`'s corners, weights and
+    /// sums in its order, with nothing to bracket. A decode run's steps mostly land here.
+    #[inline]
+    pub fn in_cell(&self, xv: f64, sol: impl Fn(&[f64]) -> f64) -> Option<Option<(f64, Source)>> {
+        let c = self.cell.as_ref()?;
+        if !(xv > c.lo_x && xv < c.hi_x) {
+            return None;
+        }
+        let (v, dims) = (self.vary, self.dims);
+        let t = (self.scales[v].apply(xv) - c.a) / c.w;
+        let (acc, wsum) = blend_corners(&c.corners, &[1.0 - t, t], self.free_t, self.free_stride != 0);
+        if wsum <= 0.0 {
+            return Some(None);
+        }
+        let mut x = self.x;
+        x[v] = xv;
+        let at = || {
+            let mut at = bracket_points(&self.br[..dims]);
+            at[v] = xv;
+            at
+        };
+        Some(finish_blend(acc / wsum, &x[..dims], self.fixed_clamped, at, sol))
+    }
 }
 
 impl Grid {
@@ -554,12 +579,8 @@ impl Grid {
             line.cell = None;
             return None;
         }
-        if let Some(c) = line.cell.as_ref().filter(|c| xv > c.lo_x && xv < c.hi_x) {
-            // Inside the last interval: `Grid::blend`'s corners, weights and sums in its order.
-            let t = (line.scales[v].apply(xv) - c.a) / c.w;
-            line.br[v] = Bracket { lo: c.lo, hi: c.hi, t, at: xv };
-            let corners = c.corners;
-            return line_blend(line, &corners, &[1.0 - t, t], line.fixed_clamped, sol);
+        if let Some(found) = line.in_cell(xv, &sol) {
+            return found;
         }
         let b = Self::bracket(&self.axes[v], xv, line.scales[v]);
         line.br[v] = b;
@@ -575,15 +596,7 @@ impl Grid {
         if b.lo != b.hi {
             let (lo_x, hi_x) = (self.axes[v][b.lo] as f64, self.axes[v][b.hi] as f64);
             let a = line.scales[v].apply(lo_x);
-            line.cell = Some(LineCell {
-                lo: b.lo,
-                hi: b.hi,
-                lo_x,
-                hi_x,
-                a,
-                w: line.scales[v].apply(hi_x) - a,
-                corners,
-            });
+            line.cell = Some(LineCell { lo_x, hi_x, a, w: line.scales[v].apply(hi_x) - a, corners });
         }
         // The varying axis may sit on a grid line (one side, weight 1).
         let vw: &[f64] = if vs == 0 { &[1.0] } else { &[1.0 - b.t, b.t] };
@@ -604,11 +617,25 @@ fn line_blend(
     clamped: bool,
     sol: impl Fn(&[f64]) -> f64,
 ) -> Option<(f64, Source)> {
-    let (fw, sides) = ([1.0 - line.free_t, line.free_t], if line.free_stride == 0 { 1 } else { 2 });
+    let (acc, wsum) = blend_corners(corners, vw, line.free_t, line.free_stride != 0);
+    if wsum <= 0.0 {
+        return None;
+    }
+    let dims = line.dims;
+    finish_blend(acc / wsum, &line.x[..dims], clamped, || bracket_points(&line.br[..dims]), sol)
+}
+
+/// The weighted sum and total weight of a line cell's `corners` (index `2 × varying side +
+/// fixed side`): varying sides weighted `vw`, the free fixed axis' sides (when `free`) `1 − t`
+/// and `t`, in [`Grid::blend`]'s order; NaN corners and zero weights are skipped.
+#[inline(always)]
+fn blend_corners(corners: &[f64; 4], vw: &[f64], t: f64, free: bool) -> (f64, f64) {
+    let fw = [1.0 - t, t];
+    let sides = if free { 2 } else { 1 };
     let (mut acc, mut wsum) = (0.0, 0.0);
     for (vside, wv) in vw.iter().enumerate() {
         for (fside, fwv) in fw.iter().enumerate().take(sides) {
-            let w = if sides == 1 { *wv } else { fwv * wv };
+            let w = if free { fwv * wv } else { *wv };
             let lat = corners[2 * vside + fside];
             if w > 0.0 && !lat.is_nan() {
                 acc += w * lat;
@@ -616,11 +643,16 @@ fn line_blend(
             }
         }
     }
-    if wsum <= 0.0 {
-        return None;
+    (acc, wsum)
+}
+
+/// The points brackets evaluate a blend at (each axis' query or the edge it was clamped to).
+fn bracket_points(br: &[Bracket]) -> [f64; MAX_DIMS] {
+    let mut at = [0.0f64; MAX_DIMS];
+    for (a, b) in at.iter_mut().zip(br) {
+        *a = b.at;
     }
-    let dims = line.dims;
-    finish_blend(acc / wsum, &line.br[..dims], &line.x[..dims], clamped, sol)
+    at
 }
 
 /// The end of a blend: the weighted mean `lat` of the corners, scaled by the speed-of-light
@@ -628,17 +660,14 @@ fn line_blend(
 #[inline]
 fn finish_blend(
     mut lat: f64,
-    br: &[Bracket],
     x: &[f64],
     clamped: bool,
+    at: impl FnOnce() -> [f64; MAX_DIMS],
     sol: impl Fn(&[f64]) -> f64,
 ) -> Option<(f64, Source)> {
     if clamped {
-        let mut at = [0.0f64; MAX_DIMS];
-        for (a, b) in at.iter_mut().zip(br.iter()) {
-            *a = b.at;
-        }
-        let (s_query, s_at) = (sol(x), sol(&at[..br.len()]));
+        let at = at();
+        let (s_query, s_at) = (sol(x), sol(&at[..x.len()]));
         if !(s_query.is_finite() && s_at.is_finite() && s_query > 0.0 && s_at > 0.0) {
             return None;
         }

@@ -25,6 +25,12 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     if need - have > u64::from(pool.num_free()) {
         return false;
     }
+    if req.blocks.capacity() < need as usize {
+        // Room for every block the request can hold, at once: growing by each prefill chunk
+        // and then by doubling cost a reallocation and a copy each time.
+        let most = pool.blocks_for(u64::from(req.max_tokens())).max(need);
+        req.blocks.reserve_exact(usize::try_from(most).unwrap_or(usize::MAX) - req.blocks.len());
+    }
     #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
     pool.allocate_many((need - have) as u32, &mut req.blocks)
 }

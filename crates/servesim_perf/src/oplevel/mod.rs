@@ -529,54 +529,17 @@ impl OpLevelTimer {
     fn generation_part(&mut self, r: &RankLoad) -> f64 {
         let layers = self.attention_layers();
         let mut prov = Provenance::default();
-        let secs = self.generation_part_in(r, &layers, &mut prov, None);
+        let secs = self.generation_part_in(r, &layers, &mut prov);
         self.used[const { Self::kind("attention") }].add(&prov);
         secs
     }
 
     /// [`OpLevelTimer::generation_part`] with the layer split given and the lookups counted
-    /// into `prov` (a decode run works both out once for all its steps). With `run` (the
-    /// rank's batch and grid lines along the KV length, for full and sliding-window layers)
-    /// the grid is read as a decode run's steps read it; without, through the timer's
-    /// bracket caches.
-    #[allow(clippy::cast_precision_loss)]
-    fn generation_part_in(
-        &mut self,
-        r: &RankLoad,
-        layers: &AttentionLayers,
-        prov: &mut Provenance,
-        run: Option<(&GenAttention, &mut [Option<GridLine>; 2])>,
-    ) -> f64 {
-        let mut secs = 0.0;
-        let owned;
-        let (att, mut lines) = match run {
-            Some((att, lines)) => (att, Some(lines)),
-            None => match GenAttention::new(&self.s, r.decode_requests) {
-                Some(a) => {
-                    owned = a;
-                    (&owned, None)
-                }
-                None => return secs,
-            },
-        };
-        let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
-        let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
+    /// into `prov`, through the timer's bracket caches.
+    fn generation_part_in(&mut self, r: &RankLoad, layers: &AttentionLayers, prov: &mut Provenance) -> f64 {
+        let Some(att) = GenAttention::new(&self.s, r.decode_requests) else { return 0.0 };
         let (grid, caches) = (self.gen_grid.as_deref(), &mut self.gen_caches);
-        let mut attention = |i: usize, kv: f64| match lines.as_deref_mut() {
-            Some(l) => att.on(grid, kv, &mut l[i]),
-            None => att.cached(grid, kv, &mut caches[i]),
-        };
-        if full_layers > 0.0 {
-            let (s, src) = attention(0, mean.min(cap));
-            prov.count(src);
-            secs += s * full_layers;
-        }
-        if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
-            let (s, src) = attention(1, mean.min(w as f64));
-            prov.count(src);
-            secs += s * sliding_layers;
-        }
-        secs
+        generation_secs(r, layers, prov, |i, kv| att.cached(grid, kv, &mut caches[i]))
     }
 
     /// Seconds of one step: a pipeline cycle over the stages' micro-batches
@@ -634,6 +597,37 @@ impl OpLevelTimer {
         }
         worst + self.memo(2, all_tokens)
     }
+}
+
+/// Generation attention seconds of one rank's decode batch `r` over the stage's `layers`,
+/// each kind of layer timed by `attention(kind, mean KV length)` (0: full, 1: sliding
+/// window) and counted into `prov`. Inlined into both callers: a decode run calls it once per
+/// step.
+#[inline(always)]
+#[allow(clippy::cast_precision_loss)] // KV token sums are far below 2^52.
+fn generation_secs(
+    r: &RankLoad,
+    layers: &AttentionLayers,
+    prov: &mut Provenance,
+    mut attention: impl FnMut(usize, f64) -> (f64, Source),
+) -> f64 {
+    let mut secs = 0.0;
+    if r.decode_requests == 0 {
+        return secs;
+    }
+    let AttentionLayers { full_layers, sliding_layers, window, cap } = *layers;
+    let mean = r.decode_kv_tokens as f64 / f64::from(r.decode_requests);
+    if full_layers > 0.0 {
+        let (s, src) = attention(0, mean.min(cap));
+        prov.count(src);
+        secs += s * full_layers;
+    }
+    if let Some((w, _)) = window.filter(|_| sliding_layers > 0.0) {
+        let (s, src) = attention(1, mean.min(w as f64));
+        prov.count(src);
+        secs += s * sliding_layers;
+    }
+    secs
 }
 
 /// Checks a step time and converts it.
@@ -699,12 +693,17 @@ impl StepTimer for OpLevelTimer {
         let mut steps = 0u64;
         let layers = self.attention_layers();
         let mut prov = Provenance::default();
+        let grid = self.gen_grid.as_deref();
         let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
             let mut worst: f64 = 0.0;
             for (a, r, att, lines) in &mut fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
+                // The batch's coordinates and grid lines along the KV length (full and
+                // sliding-window layers), read as the run's steps read them.
                 let gen = match att {
-                    Some(att) => self.generation_part_in(r, &layers, &mut prov, Some((att, lines))),
+                    Some(att) => {
+                        generation_secs(r, &layers, &mut prov, |i, kv| att.on(grid, kv, &mut lines[i]))
+                    }
                     None => 0.0,
                 };
                 worst = worst.max(*a + gen);
