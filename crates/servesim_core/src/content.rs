@@ -50,9 +50,10 @@ impl BlockHasher {
     /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
     /// of tokens remain. `segments` may grow between calls: the last segment may get longer
     /// and new segments may be appended (outputs are appended one token at a time).
+    #[inline]
     pub fn next_block(&mut self, segments: &[Segment]) -> Option<u64> {
-        // Most blocks lie inside the segment under the cursor: the general walk below would
-        // take exactly this one step.
+        // Most blocks lie inside the segment under the cursor: the general walk would take
+        // exactly this one step. Inlined into the callers' loops; the walk is not.
         if let Some(s) = segments.get(self.seg) {
             if s.len.saturating_sub(self.offset) >= self.block_size {
                 let h =
@@ -62,6 +63,12 @@ impl BlockHasher {
                 return Some(h);
             }
         }
+        self.next_block_across(segments)
+    }
+
+    /// [`BlockHasher::next_block`] for a block that may span segments, or past the end.
+    #[inline(never)]
+    fn next_block_across(&mut self, segments: &[Segment]) -> Option<u64> {
         // The cursor may rest at the end of a segment that has since grown, or that another
         // segment now follows; only step past a segment once a later one exists.
         while self.seg + 1 < segments.len() && self.offset >= segments[self.seg].len {

@@ -290,8 +290,18 @@ impl BlockPool {
         true
     }
 
+    /// [`BlockPool::release`] of each of `blocks`, last first (a sequence's tail is evicted
+    /// before its head, as vLLM frees a request's blocks).
+    pub fn release_all(&mut self, blocks: &[BlockId]) {
+        self.queue.reserve(blocks.len());
+        for &b in blocks.iter().rev() {
+            self.release(b);
+        }
+    }
+
     /// Drops one reference; a block nobody references joins the tail of the eviction queue
     /// (keeping its content if it is registered in the prefix index).
+    #[inline]
     pub fn release(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
         debug_assert!(blk.ref_count > 0, "double free of block {b}");
@@ -311,9 +321,9 @@ impl BlockPool {
             return;
         }
         let blocks = &mut self.blocks;
-        let resident = |x: &BlockId| blocks[*x as usize].hash == hash;
-        if self.index.find(hash, resident).is_none() {
-            self.index.insert_unique(hash, b, |x| blocks[*x as usize].hash);
+        let slot = self.index.entry(hash, |x| blocks[*x as usize].hash == hash, |x| blocks[*x as usize].hash);
+        if let hashbrown::hash_table::Entry::Vacant(slot) = slot {
+            slot.insert(b);
             let blk = &mut blocks[b as usize];
             blk.hash = hash;
             blk.content = Content::Indexed;

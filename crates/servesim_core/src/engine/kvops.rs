@@ -7,9 +7,8 @@ use crate::request::Request;
 /// Releases every block a request holds, last block first (so a sequence's tail is evicted
 /// before its head, as vLLM does), and forgets its computed tokens.
 pub fn free_all(pool: &mut BlockPool, req: &mut Request) {
-    while let Some(b) = req.blocks.pop() {
-        pool.release(b);
-    }
+    pool.release_all(&req.blocks);
+    req.blocks.clear();
     req.computed = 0;
     req.registered_blocks = 0;
 }
