@@ -47,6 +47,35 @@ impl BlockHasher {
         self.block_size
     }
 
+    /// Appends the hashes of the next full blocks that lie inside the segment under the
+    /// cursor, at most `max` of them, exactly as that many [`BlockHasher::next_block`] calls
+    /// would; returns how many. The pieces' mixes do not depend on each other, so with the
+    /// chain kept in a register they overlap and only the chain's multiply is serial (block
+    /// by block, each mix waited for the last link through memory).
+    pub fn extend_in_segment(&mut self, segments: &[Segment], max: usize, out: &mut Vec<u64>) -> usize {
+        let Some(&s) = segments.get(self.seg) else { return 0 };
+        let bs = self.block_size;
+        let n = ((s.len.saturating_sub(self.offset) / bs) as usize).min(max);
+        let (mut prev, offset) = (self.prev, self.offset);
+        out.extend((0..n).map(|k| {
+            #[allow(clippy::cast_possible_truncation)] // k < n, and n blocks fit the segment's u32 length.
+            let off = offset + k as u32 * bs;
+            prev = chain(prev, mix2(s.id, (u64::from(off) << 32) | u64::from(bs)));
+            prev
+        }));
+        #[allow(clippy::cast_possible_truncation)] // As above.
+        {
+            self.offset += n as u32 * bs;
+        }
+        self.prev = prev;
+        if n > 0 && self.offset == s.len && self.seg + 1 < segments.len() {
+            // Step into the next segment now (this one is not the last, so it cannot grow).
+            self.seg += 1;
+            self.offset = 0;
+        }
+        n
+    }
+
     /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
     /// of tokens remain. `segments` may grow between calls: the last segment may get longer
     /// and new segments may be appended (outputs are appended one token at a time).
@@ -226,6 +255,36 @@ mod tests {
             let segments: Vec<Segment> =
                 lens.iter().enumerate().map(|(i, &len)| Segment { id: 7 + i as u64, len }).collect();
             proptest::prop_assert_eq!(block_hashes(&segments, block_size), reference_hashes(&segments, block_size));
+        }
+    }
+
+    proptest::proptest! {
+        /// Hashing a segment's blocks in batches of any size, with single blocks between, is
+        /// hashing them one at a time.
+        #[test]
+        fn batches_within_a_segment_are_single_blocks_in_a_row(
+            lens in proptest::collection::vec(0u32..300, 0..8),
+            block_size in 1u32..70,
+            batches in proptest::collection::vec(0usize..9, 1..40),
+        ) {
+            #[allow(clippy::cast_possible_truncation)]
+            let segments: Vec<Segment> =
+                lens.iter().enumerate().map(|(i, &len)| Segment { id: 3 + i as u64, len }).collect();
+            let mut h = BlockHasher::new(block_size);
+            let mut got = Vec::new();
+            for max in batches.iter().cycle().take(10_000) {
+                let before = got.len();
+                let n = h.extend_in_segment(&segments, *max, &mut got);
+                proptest::prop_assert_eq!(got.len() - before, n);
+                proptest::prop_assert!(n <= *max);
+                if n == 0 {
+                    match h.next_block(&segments) {
+                        Some(x) => got.push(x),
+                        None => break,
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(got, block_hashes(&segments, block_size));
         }
     }
 

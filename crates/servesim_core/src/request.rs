@@ -357,6 +357,11 @@ impl Request {
         let known = (self.known_tokens() as usize / bs).min(self.public_blocks as usize);
         self.hashes.reserve(known.saturating_sub(self.hashes.len()));
         while self.hashes.len() < self.public_blocks as usize {
+            let room = self.public_blocks as usize - self.hashes.len();
+            if self.hasher.extend_in_segment(&self.content, room, &mut self.hashes) > 0 {
+                continue;
+            }
+            // A block across segments, or none left.
             match self.hasher.next_block(&self.content) {
                 Some(h) => self.hashes.push(h),
                 None => break,
