@@ -490,7 +490,7 @@ impl GridLine {
     /// [`Grid::lookup_on`]'s answer at `xv` when `xv` lies strictly inside the interval of
     /// the line's last lookup (`None` when it does not): `Grid::blend`'s corners, weights and
     /// sums in its order, with nothing to bracket. A decode run's steps mostly land here.
-    #[inline]
+    #[inline(always)]
     pub fn in_cell(&self, xv: f64, sol: impl Fn(&[f64]) -> f64) -> Option<Option<(f64, Source)>> {
         let c = self.cell.as_ref()?;
         if !(xv > c.lo_x && xv < c.hi_x) {

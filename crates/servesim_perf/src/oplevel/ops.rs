@@ -455,13 +455,20 @@ impl GenAttention {
     }
 
     /// On a line of the grid along the KV length, made on first use (the same answer).
-    #[inline]
+    #[inline(always)]
     pub(super) fn on(&self, grid: Option<&Grid>, kv_len: f64, line: &mut Option<GridLine>) -> (f64, Source) {
-        // Most steps of a run stay inside the line's last interval: answer without the rest.
+        // Most steps of a run stay inside the line's last interval: answer without the rest
+        // (inlined into the run's step loop; the rest is not).
         if let Some(Some((ms, src))) = line.as_ref().and_then(|l| l.in_cell(kv_len.max(1.0), |c| self.sol(c)))
         {
             return (ms / 1e3, src);
         }
+        self.on_line(grid, kv_len, line)
+    }
+
+    /// [`GenAttention::on`] outside the line's last interval.
+    #[inline(never)]
+    fn on_line(&self, grid: Option<&Grid>, kv_len: f64, line: &mut Option<GridLine>) -> (f64, Source) {
         self.time(grid, kv_len, |g, x, scales| {
             if line.is_none() {
                 *line = g.line(x, 1, scales);
