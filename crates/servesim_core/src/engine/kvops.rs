@@ -26,8 +26,9 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     }
     if req.blocks.capacity() < need as usize {
         // Room for every block the request can hold, at once: growing by each prefill chunk
-        // and then by doubling cost a reallocation and a copy each time.
-        let most = pool.blocks_for(u64::from(req.max_tokens())).max(need);
+        // and then by doubling cost a reallocation and a copy each time. (Never more than
+        // the pool has, whatever output length was asked for.)
+        let most = pool.blocks_for(u64::from(req.max_tokens())).min(u64::from(pool.capacity())).max(need);
         req.blocks.reserve_exact(usize::try_from(most).unwrap_or(usize::MAX) - req.blocks.len());
     }
     #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
