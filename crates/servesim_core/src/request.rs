@@ -222,7 +222,9 @@ impl Request {
     #[must_use]
     pub fn new(spec: RequestSpec, block_size: u32) -> Self {
         let input_tokens = spec.input_tokens();
-        let content = spec.prompt.clone();
+        // Room for the output segment the first token appends.
+        let mut content = Vec::with_capacity(spec.prompt.len() + 1);
+        content.extend_from_slice(&spec.prompt);
         let public_blocks = spec.public_tokens / block_size.max(1);
         Request {
             output_tokens: spec.output_tokens,

@@ -69,7 +69,7 @@ pub struct StepEnd {
 const MAX_RUN_STEPS: usize = 1 << 16;
 
 /// A run of decode-only steps in flight.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Run {
     /// Start time of step 1.
     start: SimTime,
@@ -95,26 +95,34 @@ struct Phases {
 }
 
 impl Phases {
-    /// Groups plan indices by `phase_of(i)`, which lies in `0..phases`.
-    fn group(n: usize, phases: usize, phase_of: impl Fn(usize) -> usize) -> Self {
-        let mut starts = alloc::vec![0u32; phases + 1];
+    /// Groups plan indices by `phase_of(i)`, which lies in `0..phases`, in the vectors this
+    /// grouping already has (a worker reuses its last run's).
+    fn regroup(&mut self, n: usize, phases: usize, phase_of: impl Fn(usize) -> usize) {
+        let (starts, order) = (&mut self.starts, &mut self.order);
+        starts.clear();
+        starts.resize(phases + 1, 0);
         for i in 0..n {
             starts[phase_of(i) + 1] += 1;
         }
         for p in 0..phases {
             starts[p + 1] += starts[p];
         }
-        let mut next = starts.clone();
-        let mut order = alloc::vec![0u32; n];
+        order.clear();
+        order.resize(n, 0);
+        // `starts[p]` serves as phase p's cursor, ending at phase p + 1's start; shifting the
+        // cursors up one place restores the starts.
         for i in 0..n {
             let p = phase_of(i);
             #[allow(clippy::cast_possible_truncation)] // Plan sizes are far below u32::MAX.
             {
-                order[next[p] as usize] = i as u32;
+                order[starts[p] as usize] = i as u32;
             }
-            next[p] += 1;
+            starts[p] += 1;
         }
-        Phases { order, starts }
+        for p in (0..phases).rev() {
+            starts[p + 1] = starts[p];
+        }
+        starts[0] = 0;
     }
 
     fn of(&self, p: usize) -> &[u32] {
@@ -171,6 +179,8 @@ pub struct Worker {
     plans: Vec<RankPlan>,
     loads: Vec<RankLoad>,
     run: Option<Run>,
+    /// The last finished run, whose vectors the next one reuses.
+    spare_run: Option<Run>,
 }
 
 impl Worker {
@@ -193,6 +203,7 @@ impl Worker {
             plans: (0..n).map(|_| RankPlan::default()).collect(),
             loads: (0..n).map(|_| RankLoad::default()).collect(),
             run: None,
+            spare_run: None,
         }
     }
 
@@ -375,32 +386,36 @@ impl Worker {
         if k < 2 {
             return Ok(None);
         }
-        // Step times: the same decode batch, one more KV token per request each step.
-        let mut ends = Vec::with_capacity(k.min(1024));
-        ends.push(first_end);
-        timer.extend_decode_run(&self.loads, &mut ends, k, max_end)?;
-        if ends.len() < 2 {
+        // Step times: the same decode batch, one more KV token per request each step. The
+        // vectors are the last run's, kept for this (a replay forms tens of thousands).
+        let mut run = self.spare_run.take().unwrap_or_default();
+        run.ends.clear();
+        run.ends.reserve(k.min(1024));
+        run.ends.push(first_end);
+        timer.extend_decode_run(&self.loads, &mut run.ends, k, max_end)?;
+        if run.ends.len() < 2 {
+            self.spare_run = Some(run);
             return Ok(None);
         }
-        let start_computed: Vec<Vec<u32>> = self
-            .plans
-            .iter()
-            .map(|plan| plan.items.iter().map(|p| reqs[p.req as usize].computed).collect())
-            .collect();
-        let phases = self
-            .ranks
-            .iter()
-            .zip(&start_computed)
-            .map(|(rank, cs)| match &rank.kv {
+        let ranks = self.plans.len();
+        run.start_computed.resize_with(ranks, Vec::new);
+        run.phases.resize_with(ranks, Phases::default);
+        for (((plan, rank), cs), phases) in
+            self.plans.iter().zip(&self.ranks).zip(&mut run.start_computed).zip(&mut run.phases)
+        {
+            cs.clear();
+            cs.extend(plan.items.iter().map(|p| reqs[p.req as usize].computed));
+            match &rank.kv {
                 KvStore::Paged(pool) => {
                     let bs = pool.block_size();
                     // Step s computes token c + s - 1, which starts a block iff (c + s - 1) % bs == 0.
-                    Phases::group(cs.len(), bs as usize, |i| ((1 + bs - cs[i] % bs) % bs) as usize)
+                    phases.regroup(cs.len(), bs as usize, |i| ((1 + bs - cs[i] % bs) % bs) as usize);
                 }
-                KvStore::Radix(_) => Phases::default(),
-            })
-            .collect();
-        Ok(Some(Run { start, ends, applied: 0, allocated: 1, start_computed, phases }))
+                KvStore::Radix(_) => phases.regroup(0, 0, |_| 0),
+            }
+        }
+        (run.start, run.applied, run.allocated) = (start, 0, 1);
+        Ok(Some(run))
     }
 
     /// Brings a run up to the event at time `t` with queue key `key`: applies every step that
@@ -572,7 +587,7 @@ impl Worker {
         out.handoffs.clear();
         if let Some(len) = self.run.as_ref().map(Run::len) {
             self.apply_run_steps(len, reqs, itl);
-            self.run = None;
+            self.spare_run = self.run.take();
             for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
                 for p in &plan.items {
                     let r = &mut reqs[p.req as usize];
@@ -660,4 +675,31 @@ fn delivered_at(r: &mut Request, emitted: SimTime, written: SimTime) {
         r.stamps.second_token = written;
     }
     r.stamps.last_token = written;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Phases;
+    use alloc::vec::Vec;
+
+    proptest::proptest! {
+        /// Regrouping, again and again in the same vectors, lists each phase's indices in
+        /// order, as filtering the indices by phase does.
+        #[test]
+        fn regrouped_phases_list_each_phase_in_order(
+            groupings in proptest::collection::vec(
+                (1usize..70, proptest::collection::vec(0usize..1000, 0..40)), 1..6),
+        ) {
+            let mut phases = Phases::default();
+            for (count, raw) in groupings {
+                let phase_of = |i: usize| raw[i] % count;
+                phases.regroup(raw.len(), count, phase_of);
+                for p in 0..count {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let want: Vec<u32> = (0..raw.len()).filter(|&i| phase_of(i) == p).map(|i| i as u32).collect();
+                    proptest::prop_assert_eq!(phases.of(p), &want[..], "phase {}", p);
+                }
+            }
+        }
+    }
 }

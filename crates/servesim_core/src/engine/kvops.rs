@@ -24,15 +24,19 @@ pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     if need - have > u64::from(pool.num_free()) {
         return false;
     }
-    if req.blocks.capacity() < need as usize {
-        // Room for every block the request can hold, at once: growing by each prefill chunk
-        // and then by doubling cost a reallocation and a copy each time. (Never more than
-        // the pool has, whatever output length was asked for.)
+    reserve_block_list(pool, req, need);
+    #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
+    pool.allocate_many((need - have) as u32, &mut req.blocks)
+}
+
+/// Makes room in a request's block list for at least `need` blocks, and then at once for every
+/// block it can hold: growing by each prefill chunk and then by doubling cost a reallocation
+/// and a copy each time. (Never more than the pool has, whatever output length was asked for.)
+fn reserve_block_list(pool: &BlockPool, req: &mut Request, need: u64) {
+    if (req.blocks.capacity() as u64) < need {
         let most = pool.blocks_for(u64::from(req.max_tokens())).min(u64::from(pool.capacity())).max(need);
         req.blocks.reserve_exact(usize::try_from(most).unwrap_or(usize::MAX) - req.blocks.len());
     }
-    #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
-    pool.allocate_many((need - have) as u32, &mut req.blocks)
 }
 
 /// The prefix-cache hit a waiting request would get if admitted now.
@@ -87,6 +91,7 @@ pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: 
 /// Like [`admit`] without counting prefix reuse (a P/D destination reservation).
 pub fn reserve(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: u32, scratch: &[u32]) {
     debug_assert!(req.blocks.is_empty());
+    reserve_block_list(pool, req, scratch.len() as u64);
     for &b in scratch {
         pool.touch(b);
         req.blocks.push(b);
