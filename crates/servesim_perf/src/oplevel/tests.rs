@@ -1,0 +1,381 @@
+use super::*;
+
+#[test]
+fn op_kinds_resolve_to_themselves() {
+    for (i, k) in OP_KINDS.iter().enumerate() {
+        assert_eq!(OpLevelTimer::kind(k), i, "{k}");
+    }
+    assert_eq!(OpLevelTimer::kind("no such kind"), 0);
+}
+use crate::memory::{Parallelism, GIB};
+use crate::spec::{Dtype, Hardware, ModelArch, Moe, MoeQuant};
+use crate::tables::Row;
+use alloc::string::ToString;
+use alloc::vec;
+use servesim_core::timing::PrefillChunk;
+
+fn model() -> ModelArch {
+    ModelArch {
+        id: "test/dense".to_string(),
+        hidden_size: 4096,
+        num_layers: 32,
+        num_heads: 32,
+        num_kv_heads: 8,
+        head_dim: 128,
+        intermediate_size: 14336,
+        vocab_size: 128_256,
+        tie_word_embeddings: false,
+        max_position_embeddings: 131_072,
+        moe: None,
+        mla: None,
+        sliding_window: None,
+        linear_attention: None,
+        sparse_attention_topk: None,
+        gemm_quant: GemmQuant::Bf16,
+        moe_quant: MoeQuant::Bf16,
+        weight_dtype: Dtype::Bf16,
+        default_kv_dtype: Dtype::Bf16,
+    }
+}
+
+fn hw() -> Hardware {
+    Hardware {
+        id: "h200_sxm".to_string(),
+        hbm_bytes: 141 * GIB,
+        hbm_bytes_per_s: 4.8e12,
+        bf16_flops: 989e12,
+        fp8_flops: Some(1978e12),
+        fp4_flops: None,
+        gpus_per_node: 8,
+        scale_up_bytes_per_s: 450e9,
+        scale_out_bytes_per_s: 50e9,
+        tdp_w: 700.0,
+    }
+}
+
+fn setup(tp: u32) -> OpLevelSetup {
+    OpLevelSetup {
+        model: model(),
+        hardware: hw(),
+        parallelism: Parallelism { tensor: tp, ..Parallelism::SINGLE },
+        gemm: GemmQuant::Bf16,
+        moe: MoeQuant::Bf16,
+        kv: Dtype::Bf16,
+        attention_fp8: false,
+        graphs: GraphPolicy::vllm(256),
+        constants: OpConstants::default(),
+    }
+}
+
+/// A GEMM table whose latency is 1.25 × its bf16 roofline on a coarse grid.
+fn gemm_db() -> PerfDb {
+    let mut rows: Vec<Row> = Vec::new();
+    for m in [1u64, 16, 256, 4096, 16384] {
+        for n in [256u64, 1024, 4096, 16384, 65536, 131_072] {
+            for k in [1024u64, 4096, 16384] {
+                #[allow(clippy::cast_precision_loss)]
+                let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+                let sol = (2.0 * mf * nf * kf / 989e12).max((mf * kf + nf * kf + mf * nf) * 2.0 / 4.8e12);
+                rows.push((vec!["bfloat16".to_string()], vec![m, n, k], sol * 1.25 * 1e3));
+            }
+        }
+    }
+    let mut db = PerfDb::new("h200_sxm", "vllm", "test", "unit test");
+    db.insert(Rc::new(Table::from_rows(Family::Gemm, rows).unwrap()));
+    db
+}
+
+/// `gemm_db` plus a generation-attention table on a coarse grid (bandwidth-bound, with
+/// a per-batch offset so the blend is not linear in every axis).
+fn decode_db() -> PerfDb {
+    let mut db = gemm_db();
+    let mut rows: Vec<Row> = Vec::new();
+    for b in [1u64, 4, 16, 64, 256] {
+        for kv in [1u64, 128, 1024, 4096, 16384] {
+            for h in [8u64, 32, 64] {
+                for kh in [1u64, 8] {
+                    #[allow(clippy::cast_precision_loss)]
+                    let ms = (b * kv * kh * 128 * 4) as f64 / 4.8e9 + 0.003 + 0.0001 * (b as f64).sqrt();
+                    rows.push((
+                        vec!["bfloat16".into(), "bfloat16".into(), "128".into(), "0".into()],
+                        vec![b, kv, h, kh],
+                        ms,
+                    ));
+                }
+            }
+        }
+    }
+    db.insert(Rc::new(Table::from_rows(Family::GenerationAttention, rows).unwrap()));
+    db
+}
+
+/// A synchronously scheduling engine's step also waits for its host work: the per-step
+/// cost plus the per-sequence cost of the busiest attention-DP rank (prompts count as
+/// sequences), on top of the same GPU time.
+#[test]
+fn synchronous_host_work_adds_to_every_step() {
+    let mut dp = setup(2);
+    dp.parallelism.attention_data = 2;
+    let mut sync = dp.clone();
+    sync.constants.host_s_per_step = SYNC_HOST_S_PER_STEP;
+    sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
+    let loads = [
+        RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: 300, context_tokens: 0 }],
+            decode_requests: 6,
+            decode_kv_tokens: 6 * 800,
+        },
+        RankLoad { prefill: vec![], decode_requests: 30, decode_kv_tokens: 30 * 400 },
+    ];
+    let db = Rc::new(decode_db());
+    let gpu = OpLevelTimer::new(dp, db.clone()).step_seconds(&loads);
+    let with_host = OpLevelTimer::new(sync, db).step_seconds(&loads);
+    let want = SYNC_HOST_S_PER_STEP + 30.0 * SYNC_HOST_S_PER_SEQUENCE;
+    assert!((with_host - gpu - want).abs() < 1e-12, "{with_host} - {gpu} != {want}");
+}
+
+/// The run path equals one `step_time` per step: step ends bit for bit and the lookups
+/// counted, for one rank, a sliding-window model, attention-DP ranks (one idle) and a
+/// step overhead; and it stops at `max_end` as the step-by-step path does.
+#[test]
+fn decode_runs_equal_stepping_one_step_at_a_time() {
+    let decode = |n: u32, kv: u64| RankLoad { prefill: vec![], decode_requests: n, decode_kv_tokens: kv };
+    let mut sliding = setup(1);
+    sliding.model.sliding_window = Some((128, 16));
+    let mut dp = setup(2);
+    dp.parallelism.attention_data = 2;
+    dp.constants.step_overhead_s = 0.000_7;
+    let mut sync = dp.clone();
+    sync.constants.host_s_per_step = SYNC_HOST_S_PER_STEP;
+    sync.constants.host_s_per_sequence = SYNC_HOST_S_PER_SEQUENCE;
+    let cases: Vec<(OpLevelSetup, Vec<RankLoad>)> = vec![
+        (setup(1), vec![decode(37, 37 * 900)]),
+        (sync, vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),
+        (setup(1), vec![decode(3, 5000)]),
+        (sliding, vec![decode(20, 20 * 100)]),
+        (dp.clone(), vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),
+        (dp, vec![RankLoad::default(), decode(5, 5 * 2000)]),
+    ];
+    for (i, (s, loads)) in cases.into_iter().enumerate() {
+        let db = Rc::new(decode_db());
+        let mut bulk = OpLevelTimer::new(s.clone(), db.clone());
+        let mut one = OpLevelTimer::new(s, db);
+        let start = SimTime::ZERO + bulk.step_time(&loads).unwrap();
+        one.step_time(&loads).unwrap();
+        let (mut a, mut b) = (vec![start], vec![start]);
+        bulk.extend_decode_run(&loads, &mut a, 3000, SimTime::MAX).unwrap();
+        servesim_core::timing::extend_decode_run_stepwise(&mut one, &loads, &mut b, 3000, SimTime::MAX)
+            .unwrap();
+        assert_eq!(a.len(), 3000, "case {i}");
+        assert_eq!(a, b, "case {i}: step ends");
+        assert_eq!(bulk.provenance_by_kind(), one.provenance_by_kind(), "case {i}: lookups");
+        // A bound in the middle of the run: both stop before the same step.
+        let bound = a[1234] + SimDur::from_ns(1);
+        let (mut a2, mut b2) = (vec![start], vec![start]);
+        bulk.extend_decode_run(&loads, &mut a2, 3000, bound).unwrap();
+        servesim_core::timing::extend_decode_run_stepwise(&mut one, &loads, &mut b2, 3000, bound).unwrap();
+        assert_eq!(a2.len(), 1235, "case {i}");
+        assert_eq!((a2, bulk.provenance_by_kind()), (b2, one.provenance_by_kind()), "case {i}: bounded");
+    }
+}
+
+/// A weight-bound fp8 GEMM whose table carries a fixed 10 µs per call is floored at the
+/// bf16 kernel's relative efficiency; compute-bound shapes and timers without the floor
+/// keep the fp8 table.
+#[test]
+fn quantized_gemm_floor_applies_only_where_weights_bound_it() {
+    let mut db = gemm_db();
+    // One GEMM table holds both slices: bf16 (as `gemm_db`) and fp8.
+    let mut rows: Vec<Row> = db
+        .table(Family::Gemm)
+        .unwrap()
+        .slices()
+        .flat_map(|(key, g)| {
+            let axes = g.axes().to_vec();
+            let mut out = Vec::new();
+            for &m in &axes[0] {
+                for &n in &axes[1] {
+                    for &k in &axes[2] {
+                        if let Some(v) = g.exact(&[m, n, k]) {
+                            out.push((key.clone(), vec![m, n, k], v));
+                        }
+                    }
+                }
+            }
+            out
+        })
+        .collect();
+    let sol_q =
+        |m: f64, n: f64, k: f64| (2.0 * m * n * k / 1978e12).max((m * k + n * k + 2.0 * m * n) / 4.8e12);
+    for m in [1u64, 16, 256, 4096, 16384] {
+        for n in [256u64, 1024, 4096, 16384, 65536, 131_072] {
+            for k in [1024u64, 4096, 16384] {
+                #[allow(clippy::cast_precision_loss)]
+                let sol = sol_q(m as f64, n as f64, k as f64);
+                rows.push((vec!["fp8".to_string()], vec![m, n, k], (sol * 1.25 + 10e-6) * 1e3));
+            }
+        }
+    }
+    db.insert(Rc::new(Table::from_rows(Family::Gemm, rows).unwrap()));
+    let db = Rc::new(db);
+    let mut s = setup(1);
+    let plain = OpLevelTimer::new(s.clone(), db.clone());
+    s.constants.quantized_gemm_floor = Some(0.8);
+    let floored = OpLevelTimer::new(s, db);
+    // Weight-bound: 1.25 x the fp8 speed of light (as the bf16 kernel) / 0.8.
+    let (t, src) = floored.gemm(16, 4096, 4096, GemmQuant::Fp8);
+    let want = 1.25 * sol_q(16.0, 4096.0, 4096.0) / 0.8;
+    assert!((t / want - 1.0).abs() < 1e-9, "{t} vs {want}");
+    assert_eq!(src, Source::Interpolated);
+    // Without the floor the fp8 table (1.25 x its speed of light + 10 us) is slower than
+    // bf16 here, so the bf16 bound applies: 1.25 x the bf16 speed of light.
+    let (raw, src) = plain.gemm(16, 4096, 4096, GemmQuant::Fp8);
+    assert_eq!(src, Source::Interpolated);
+    assert!((raw / (2.0 * want * 0.8) - 1.0).abs() < 1e-2, "{raw} vs {want}");
+    assert!(raw > t + 2e-6, "{raw} vs {t}");
+    // Compute-bound: the fp8 table as measured.
+    assert_eq!(
+        floored.gemm(4096, 16384, 16384, GemmQuant::Fp8),
+        plain.gemm(4096, 16384, 16384, GemmQuant::Fp8)
+    );
+    // bf16 is never floored.
+    assert_eq!(floored.gemm(16, 4096, 4096, GemmQuant::Bf16), plain.gemm(16, 4096, 4096, GemmQuant::Bf16));
+}
+
+/// A quantized kernel the table times slower than bf16 at the same shape, or than the other
+/// fp8 scaling where weights bind (a fallback path, as in AIConfigurator's vLLM
+/// `fp8_block` GEMM tables), gets that faster time, GEMM and MoE alike; otherwise its own
+/// table is used as measured.
+#[test]
+fn quantized_kernels_are_never_timed_slower_than_bf16() {
+    let mut db = gemm_db();
+    let mut rows: Vec<Row> = Vec::new();
+    for (key, g) in db.table(Family::Gemm).unwrap().slices() {
+        let axes = g.axes().to_vec();
+        for &m in &axes[0] {
+            for &n in &axes[1] {
+                for &k in &axes[2] {
+                    let v = g.exact(&[m, n, k]).unwrap();
+                    rows.push((key.clone(), vec![m, n, k], v));
+                    // fp8_block: a flat 0.17 ms up to m = 256, 0.8 x bf16 above; per-tensor
+                    // fp8: half of bf16 everywhere.
+                    let q = if m <= 256 { 0.17 } else { v * 0.8 };
+                    rows.push((vec!["fp8_block".to_string()], vec![m, n, k], q));
+                    rows.push((vec!["fp8".to_string()], vec![m, n, k], v / 2.0));
+                }
+            }
+        }
+    }
+    db.insert(Rc::new(Table::from_rows(Family::Gemm, rows).unwrap()));
+    let mut moe_rows: Vec<Row> = Vec::new();
+    for t in [1u64, 16, 256, 4096] {
+        #[allow(clippy::cast_precision_loss)]
+        let bf16 = 0.02 + 1e-4 * t as f64;
+        let key = |q: &str| {
+            [q, "power_law_1.01", "4096", "1536", "8", "128", "1", "1"].map(str::to_string).to_vec()
+        };
+        moe_rows.push((key("bfloat16"), vec![t], bf16));
+        // Per-tensor fp8: 4x bf16 at small token counts, a third of it from 256 on.
+        moe_rows.push((key("fp8"), vec![t], if t < 256 { 4.0 * bf16 } else { bf16 / 3.0 }));
+    }
+    db.insert(Rc::new(Table::from_rows(Family::Moe, moe_rows).unwrap()));
+    let db = Rc::new(db);
+    let t = OpLevelTimer::new(setup(1), db.clone());
+    // Weight-bound: per-tensor fp8 moves the same bytes, so its time bounds fp8_block's.
+    let bf16 = t.gemm(16, 4096, 4096, GemmQuant::Bf16);
+    assert_eq!(bf16.1, Source::Measured);
+    assert_eq!(t.gemm(16, 4096, 4096, GemmQuant::Fp8Block), (bf16.0 / 2.0, Source::Interpolated));
+    // Compute-bound: block scaling is real work, so only bf16 bounds it (not binding here).
+    let (big, src) = t.gemm(4096, 4096, 4096, GemmQuant::Fp8Block);
+    assert_eq!(src, Source::Measured);
+    assert!((big / t.gemm(4096, 4096, 4096, GemmQuant::Bf16).0 - 0.8).abs() < 1e-12, "{big}");
+
+    let mut s = setup(1);
+    s.model.moe = Some(Moe {
+        num_experts: 128,
+        experts_per_token: 8,
+        expert_intermediate_size: 1536,
+        shared_intermediate_size: 0,
+        dense_layers: 0,
+    });
+    let bf16 = OpLevelTimer::new(s.clone(), db.clone()).moe_experts(16);
+    assert_eq!(bf16, (0.0216 / 1e3, Source::Measured));
+    s.moe = MoeQuant::Fp8;
+    let fp8 = OpLevelTimer::new(s, db);
+    assert_eq!(fp8.moe_experts(16), (bf16.0, Source::Interpolated));
+    let (many, src) = fp8.moe_experts(4096);
+    assert_eq!(src, Source::Measured);
+    assert!((many * 1e3 - (0.02 + 0.4096) / 3.0).abs() < 1e-12, "{many}");
+}
+
+#[test]
+fn gemm_exact_hits_are_measured_and_off_grid_is_interpolated() {
+    let t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+    let (s, src) = t.gemm(4096, 4096, 4096, GemmQuant::Bf16);
+    assert_eq!(src, Source::Measured);
+    let sol: f64 = 2.0 * 4096f64.powi(3) / 989e12;
+    assert!((s - sol * 1.25).abs() < 1e-12, "{s}");
+    let (_, src) = t.gemm(3000, 6144, 4096, GemmQuant::Bf16);
+    assert_eq!(src, Source::Interpolated);
+    // No fp8 table: roofline.
+    let (_, src) = t.gemm(64, 4096, 4096, GemmQuant::Fp8);
+    assert_eq!(src, Source::Roofline);
+}
+
+#[test]
+fn more_tokens_and_longer_contexts_are_never_faster() {
+    let mut t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+    let mut last = SimDur::ZERO;
+    for n in [1u32, 7, 64, 500, 2048, 8192] {
+        let load = RankLoad {
+            prefill: vec![PrefillChunk { new_tokens: n, context_tokens: 0 }],
+            ..RankLoad::default()
+        };
+        let d = t.step_time(&[load]).unwrap();
+        assert!(d >= last, "{n}: {d:?} < {last:?}");
+        last = d;
+    }
+    let mut last = SimDur::ZERO;
+    for kv in [100u64, 1000, 10_000, 100_000] {
+        let load = RankLoad { decode_requests: 16, decode_kv_tokens: 16 * kv, ..RankLoad::default() };
+        let d = t.step_time(&[load]).unwrap();
+        assert!(d >= last);
+        last = d;
+    }
+    // A chunk on top of cached context costs more than the same chunk alone.
+    let alone = RankLoad {
+        prefill: vec![PrefillChunk { new_tokens: 512, context_tokens: 0 }],
+        ..RankLoad::default()
+    };
+    let cached = RankLoad {
+        prefill: vec![PrefillChunk { new_tokens: 512, context_tokens: 8192 }],
+        ..RankLoad::default()
+    };
+    assert!(t.step_time(&[cached]).unwrap() > t.step_time(&[alone]).unwrap());
+}
+
+#[test]
+fn tensor_parallelism_shrinks_per_gpu_work_and_adds_allreduce() {
+    let load = RankLoad {
+        prefill: vec![PrefillChunk { new_tokens: 4096, context_tokens: 0 }],
+        ..RankLoad::default()
+    };
+    let t1 = OpLevelTimer::new(setup(1), Rc::new(gemm_db())).step_time(core::slice::from_ref(&load)).unwrap();
+    let t4 = OpLevelTimer::new(setup(4), Rc::new(gemm_db())).step_time(&[load]).unwrap();
+    assert!(t4 < t1, "{t4:?} >= {t1:?}");
+}
+
+#[test]
+fn provenance_counts_every_op_of_every_step() {
+    let mut t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
+    let load = RankLoad { decode_requests: 8, decode_kv_tokens: 8000, ..RankLoad::default() };
+    t.step_time(core::slice::from_ref(&load)).unwrap();
+    let first = t.provenance();
+    assert!(first.total() > 0);
+    t.step_time(&[load]).unwrap();
+    let second = t.provenance();
+    assert_eq!(second.total(), 2 * first.total(), "memoised steps count their ops again");
+    let by = t.provenance_by_kind();
+    assert!(by[0].1.measured + by[0].1.interpolated > 0, "GEMMs come from the table");
+    assert!(by[1].1.roofline > 0, "no attention table: roofline");
+}
