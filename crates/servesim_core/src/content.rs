@@ -78,26 +78,10 @@ impl BlockHasher {
 
     /// Hash of the next full block of `segments`, or `None` when fewer than a block's worth
     /// of tokens remain. `segments` may grow between calls: the last segment may get longer
-    /// and new segments may be appended (outputs are appended one token at a time).
-    #[inline]
+    /// and new segments may be appended (outputs are appended one token at a time). Blocks
+    /// inside the segment under the cursor are hashed faster in bulk by
+    /// [`BlockHasher::extend_in_segment`].
     pub fn next_block(&mut self, segments: &[Segment]) -> Option<u64> {
-        // Most blocks lie inside the segment under the cursor: the general walk would take
-        // exactly this one step. Inlined into the callers' loops; the walk is not.
-        if let Some(s) = segments.get(self.seg) {
-            if s.len.saturating_sub(self.offset) >= self.block_size {
-                let h =
-                    chain(self.prev, mix2(s.id, (u64::from(self.offset) << 32) | u64::from(self.block_size)));
-                self.offset += self.block_size;
-                self.prev = h;
-                return Some(h);
-            }
-        }
-        self.next_block_across(segments)
-    }
-
-    /// [`BlockHasher::next_block`] for a block that may span segments, or past the end.
-    #[inline(never)]
-    fn next_block_across(&mut self, segments: &[Segment]) -> Option<u64> {
         // The cursor may rest at the end of a segment that has since grown, or that another
         // segment now follows; only step past a segment once a later one exists.
         while self.seg + 1 < segments.len() && self.offset >= segments[self.seg].len {

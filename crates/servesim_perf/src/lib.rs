@@ -53,7 +53,8 @@ mod tests {
         }
     }
 
-    fn h200() -> Hardware {
+    /// H200 SXM as the catalog describes it (shared by the crate's tests).
+    pub(crate) fn h200() -> Hardware {
         Hardware {
             id: String::from("h200_sxm"),
             hbm_bytes: 141 * GIB,

@@ -7,7 +7,7 @@ fn op_kinds_resolve_to_themselves() {
     }
     assert_eq!(OpLevelTimer::kind("no such kind"), 0);
 }
-use crate::memory::{Parallelism, GIB};
+use crate::memory::Parallelism;
 use crate::spec::{Dtype, Hardware, ModelArch, Moe, MoeQuant};
 use crate::tables::Row;
 use alloc::string::ToString;
@@ -39,18 +39,7 @@ fn model() -> ModelArch {
 }
 
 fn hw() -> Hardware {
-    Hardware {
-        id: "h200_sxm".to_string(),
-        hbm_bytes: 141 * GIB,
-        hbm_bytes_per_s: 4.8e12,
-        bf16_flops: 989e12,
-        fp8_flops: Some(1978e12),
-        fp4_flops: None,
-        gpus_per_node: 8,
-        scale_up_bytes_per_s: 450e9,
-        scale_out_bytes_per_s: 50e9,
-        tdp_w: 700.0,
-    }
+    crate::tests::h200()
 }
 
 fn setup(tp: u32) -> OpLevelSetup {
