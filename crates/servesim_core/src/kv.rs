@@ -137,7 +137,14 @@ impl BlockPool {
             blocks,
             queue: (0..capacity).map(|i| (i, 0)).collect(),
             free_len: capacity,
-            index: HashTable::new(),
+            // Room for twice the pool: the index holds up to every block, and at hashbrown's
+            // 7/8 load limit a full-sized table probes long and rehashes away its
+            // tombstones every few hundred evictions.
+            index: if prefix_caching {
+                HashTable::with_capacity(capacity as usize * 2)
+            } else {
+                HashTable::new()
+            },
             prefix_caching,
             stats: PoolStats::default(),
         }

@@ -114,6 +114,7 @@ impl SimDur {
     /// faulty model can never move time backwards.
     #[must_use]
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Range checked above the cast.
+    #[inline]
     pub fn from_ms_f64(ms: f64) -> Self {
         let ns = ms * 1.0e6;
         if ns.is_nan() || ns <= 0.0 {
@@ -127,6 +128,7 @@ impl SimDur {
 
     /// Rounds seconds to the nearest nanosecond (same rules as [`SimDur::from_ms_f64`]).
     #[must_use]
+    #[inline]
     pub fn from_secs_f64(secs: f64) -> Self {
         Self::from_ms_f64(secs * 1.0e3)
     }

@@ -835,6 +835,24 @@ mod tests {
                     3 => x[vary] = a.round(),
                     _ => x[vary] = a,
                 }
+                // The plain blends ahead from the line's current cell, at this point and a
+                // few beyond: each answer is the fresh lookup's, and a plain in-cell answer
+                // at the first point is never left out.
+                let ahead: Vec<f64> = (0..4).map(|k| x[vary] + f64::from(k) * a / 64.0).collect();
+                let mut plain = [0.0; 4];
+                let answered = line.plain_in_cell_many(&ahead, &mut plain);
+                for (xv, lat) in ahead.iter().zip(plain).take(answered) {
+                    let mut at = x;
+                    at[vary] = *xv;
+                    proptest::prop_assert_eq!(
+                        g.lookup(&at, &scales, sol).map(|(v, s)| (v.to_bits(), s)),
+                        Some((lat.to_bits(), Source::Interpolated)),
+                        "plain blend at {:?} along {}", at, vary
+                    );
+                }
+                if let Some(Some((_, Source::Interpolated))) = line.in_cell(x[vary], sol) {
+                    proptest::prop_assert!(answered > 0, "a plain blend at {:?} left out", x);
+                }
                 let fresh = g.lookup(&x, &scales, sol);
                 let on = g.lookup_on(&mut line, x[vary], sol);
                 proptest::prop_assert_eq!(

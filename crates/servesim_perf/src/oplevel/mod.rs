@@ -164,6 +164,10 @@ pub struct OpLevelTimer {
 /// (whose KV grows by a token per request each step) and its attention grid lines.
 type RunRank = (f64, RankLoad, Option<GenAttention>, [Option<GridLine>; 2]);
 
+/// Decode steps whose attention a run blends ahead at a time: enough for the divisions of
+/// neighbouring steps to overlap, few enough that little is wasted past a run's end.
+const RUN_BATCH: usize = 8;
+
 /// Memo tables grow to this many entries; larger counts are computed every time.
 const MEMO_LIMIT: usize = 1 << 17;
 
@@ -694,23 +698,76 @@ impl StepTimer for OpLevelTimer {
         let layers = self.attention_layers();
         let mut prov = Provenance::default();
         let grid = self.gen_grid.as_deref();
-        let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, || {
+        // One step of any run, through every rank's lookups.
+        let step = |fixed: &mut [RunRank], prov: &mut Provenance| {
             let mut worst: f64 = 0.0;
-            for (a, r, att, lines) in &mut fixed {
+            for (a, r, att, lines) in fixed {
                 r.decode_kv_tokens += u64::from(r.decode_requests);
                 // The batch's coordinates and grid lines along the KV length (full and
                 // sliding-window layers), read as the run's steps read them.
                 let gen = match att {
-                    Some(att) => {
-                        generation_secs(r, &layers, &mut prov, |i, kv| att.on(grid, kv, &mut lines[i]))
-                    }
+                    Some(att) => generation_secs(r, &layers, prov, |i, kv| att.on(grid, kv, &mut lines[i])),
                     None => 0.0,
                 };
                 worst = worst.max(*a + gen);
             }
-            steps += 1;
             checked_step(worst + shared + overhead + host, loads)
-        });
+        };
+        // The common run: one busy rank whose attention layers all see the whole KV. Its
+        // steps inside the line's cell take the plain blend inline, with `step`'s sums.
+        let plain = fixed.len() == 1
+            && fixed[0].2.is_some()
+            && layers.full_layers > 0.0
+            && !(layers.window.is_some() && layers.sliding_layers > 0.0);
+        let out = (|| {
+            let Some(&last) = ends.last() else { return Ok(()) };
+            let (mut t, mut last_dur) = (last, SimDur::ZERO);
+            // Plain answers for the next steps, blended ahead in small batches.
+            let (mut xs, mut lats) = ([0.0; RUN_BATCH], [0.0; RUN_BATCH]);
+            let (mut have, mut used) = (0, 0);
+            while ends.len() < max_steps {
+                steps += 1;
+                let d = match &mut fixed[..] {
+                    [(a, r, _, [Some(line), _])] if plain => {
+                        if used == have {
+                            // About as many steps as fit before `max_end`, and the one that
+                            // would not: blends past the run's end are wasted work.
+                            let fit = (max_end - t).as_ns().checked_div(last_dur.as_ns()).unwrap_or(u64::MAX);
+                            let k = RUN_BATCH
+                                .min(max_steps - ends.len())
+                                .min(usize::try_from(fit).unwrap_or(usize::MAX).saturating_add(1));
+                            let per = u64::from(r.decode_requests);
+                            let mut kv = r.decode_kv_tokens;
+                            for x in &mut xs[..k] {
+                                kv += per;
+                                *x = (kv as f64 / f64::from(r.decode_requests)).min(layers.cap).max(1.0);
+                            }
+                            (have, used) = (line.plain_in_cell_many(&xs[..k], &mut lats[..k]), 0);
+                        }
+                        if used < have {
+                            let ms = lats[used];
+                            used += 1;
+                            r.decode_kv_tokens += u64::from(r.decode_requests);
+                            prov.count(Source::Interpolated);
+                            let gen = 0.0 + ms / 1e3 * layers.full_layers;
+                            checked_step(0.0f64.max(*a + gen) + shared + overhead + host, loads)?
+                        } else {
+                            (have, used) = (0, 0);
+                            step(&mut fixed, &mut prov)?
+                        }
+                    }
+                    _ => step(&mut fixed, &mut prov)?,
+                };
+                last_dur = servesim_core::timing::step_dur(d);
+                let next = t + last_dur;
+                if next > max_end {
+                    break;
+                }
+                ends.push(next);
+                t = next;
+            }
+            Ok(())
+        })();
         self.used[const { Self::kind("attention") }].add(&prov);
         for tally in &tallies {
             self.use_tally_times(tally, steps);

@@ -72,6 +72,32 @@ impl GridLine {
         };
         Some(finish_blend(acc / wsum, &x[..dims], self.fixed_clamped, at, sol))
     }
+
+    /// [`GridLine::in_cell`]'s latencies at `xs` while each is a plain blend: the point
+    /// strictly inside the cell, no fixed axis clamped, the latency positive and finite (its
+    /// source is then [`Source::Interpolated`]). Writes them to `out` and returns how many
+    /// leading points it answered; the first it could not is left to `in_cell` and the full
+    /// lookup. The same arithmetic in the same order as `in_cell`, so each answer is bit for
+    /// bit its; the points are blended without branches first and checked after, so the
+    /// divisions of neighbouring points overlap.
+    pub fn plain_in_cell_many(&self, xs: &[f64], out: &mut [f64]) -> usize {
+        let Some(c) = self.cell.as_ref() else { return 0 };
+        if self.fixed_clamped {
+            return 0;
+        }
+        let n = xs.len().min(out.len());
+        let (scale, free) = (self.scales[self.vary], self.free_stride != 0);
+        for (&xv, o) in xs[..n].iter().zip(&mut out[..n]) {
+            let t = (scale.apply(xv) - c.a) / c.w;
+            let (acc, wsum) = blend_corners(&c.corners, &[1.0 - t, t], self.free_t, free);
+            *o = if wsum > 0.0 { acc / wsum } else { f64::NAN };
+        }
+        xs[..n]
+            .iter()
+            .zip(&out[..n])
+            .take_while(|&(&xv, &lat)| xv > c.lo_x && xv < c.hi_x && lat.is_finite() && lat > 0.0)
+            .count()
+    }
 }
 
 impl Grid {
