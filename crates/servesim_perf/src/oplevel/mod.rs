@@ -146,9 +146,11 @@ pub struct OpLevelTimer {
     head_by_seqs: Vec<Memo>,
     /// MoE experts (and their all-to-all) by tokens over all ranks.
     moe_by_tokens: Vec<Memo>,
-    /// Distinct tallies memo slots refer to.
+    /// Distinct tallies memo slots refer to, and how many times each was used: a step adds
+    /// one to a count instead of its tally's 28 counts to `used`.
     tallies: Vec<Tally>,
-    /// Op evaluations so far, by kind and source.
+    tally_uses: Vec<u64>,
+    /// Op evaluations so far outside the tallies, by kind and source.
     used: [Provenance; 7],
     /// The generation-attention grid, resolved once, and the brackets of its last lookup for
     /// full and sliding-window layers.
@@ -157,7 +159,7 @@ pub struct OpLevelTimer {
     /// Buffers of `extend_decode_run`, kept between runs (a replay forms runs by the
     /// hundred thousand).
     run_ranks: Vec<RunRank>,
-    run_tallies: Vec<Tally>,
+    run_tallies: Vec<u16>,
 }
 
 /// A busy rank during a decode run: the seconds that stay the same every step, its load
@@ -183,6 +185,7 @@ impl OpLevelTimer {
             head_by_seqs: Vec::new(),
             moe_by_tokens: Vec::new(),
             tallies: Vec::new(),
+            tally_uses: Vec::new(),
             used: [Provenance::default(); 7],
             gen_grid: None,
             gen_caches: [LookupCache::default(); 2],
@@ -202,7 +205,7 @@ impl OpLevelTimer {
     #[must_use]
     pub fn provenance(&self) -> Provenance {
         let mut p = Provenance::default();
-        for u in &self.used {
+        for (_, u) in &self.provenance_by_kind() {
             p.add(u);
         }
         p
@@ -215,29 +218,38 @@ impl OpLevelTimer {
         for (i, k) in OP_KINDS.iter().enumerate() {
             out[i] = (k, self.used[i]);
         }
+        for (t, &n) in self.tallies.iter().zip(&self.tally_uses) {
+            for (kind, row) in t.0.iter().enumerate() {
+                let u = &mut out[kind].1;
+                u.measured += u64::from(row[0]) * n;
+                u.interpolated += u64::from(row[1]) * n;
+                u.extrapolated += u64::from(row[2]) * n;
+                u.roofline += u64::from(row[3]) * n;
+            }
+        }
         out
     }
 
-    fn use_tally(&mut self, t: &Tally) {
-        self.use_tally_times(t, 1);
-    }
-
-    /// Counts the lookups of `t` as used `n` times.
-    fn use_tally_times(&mut self, t: &Tally, n: u64) {
-        for (kind, row) in t.0.iter().enumerate() {
-            self.used[kind].measured += u64::from(row[0]) * n;
-            self.used[kind].interpolated += u64::from(row[1]) * n;
-            self.used[kind].extrapolated += u64::from(row[2]) * n;
-            self.used[kind].roofline += u64::from(row[3]) * n;
+    /// Counts the lookups of tally `t` as used `n` more times (nothing for the tally-less
+    /// index `u16::MAX`).
+    fn use_tally_times(&mut self, t: u16, n: u64) {
+        if let Some(u) = self.tally_uses.get_mut(usize::from(t)) {
+            *u += n;
         }
     }
 
+    /// The index of tally `t` (`u16::MAX`, counting nothing, past 65,535 distinct ones).
     fn intern(&mut self, t: Tally) -> u16 {
         if let Some(i) = self.tallies.iter().position(|x| *x == t) {
             return u16::try_from(i).unwrap_or(u16::MAX);
         }
+        let Ok(i) = u16::try_from(self.tallies.len()) else { return u16::MAX };
+        if i == u16::MAX {
+            return u16::MAX;
+        }
         self.tallies.push(t);
-        u16::try_from(self.tallies.len() - 1).unwrap_or(u16::MAX)
+        self.tally_uses.push(0);
+        i
     }
 
     /// The tables in use.
@@ -429,12 +441,12 @@ impl OpLevelTimer {
 
     fn memo(&mut self, which: u8, key: u64) -> f64 {
         let (s, tally) = self.memo_peek(which, key);
-        self.use_tally(&tally);
+        self.use_tally_times(tally, 1);
         s
     }
 
     /// A memoised part and the tally of its lookups, without counting them as used.
-    fn memo_peek(&mut self, which: u8, key: u64) -> (f64, Tally) {
+    fn memo_peek(&mut self, which: u8, key: u64) -> (f64, u16) {
         let idx = usize::try_from(key).unwrap_or(usize::MAX);
         let cached = match which {
             0 => self.dense_by_tokens.get(idx),
@@ -445,7 +457,7 @@ impl OpLevelTimer {
         .copied()
         .flatten();
         if let Some((s, ti)) = cached {
-            return (s, self.tallies.get(usize::from(ti)).copied().unwrap_or_default());
+            return (s, ti);
         }
         let (s, tally) = match which {
             0 => self.dense_part(key, true),
@@ -466,7 +478,7 @@ impl OpLevelTimer {
             }
             v[idx] = Some((s, prov));
         }
-        (s, tally)
+        (s, prov)
     }
 
     /// How this stage's attention layers split into full and sliding-window ones, and the
@@ -769,7 +781,7 @@ impl StepTimer for OpLevelTimer {
             Ok(())
         })();
         self.used[const { Self::kind("attention") }].add(&prov);
-        for tally in &tallies {
+        for &tally in &tallies {
             self.use_tally_times(tally, steps);
         }
         (self.run_ranks, self.run_tallies) = (fixed, tallies);
