@@ -761,6 +761,8 @@ impl StepTimer for OpLevelTimer {
                             used += 1;
                             r.decode_kv_tokens += u64::from(r.decode_requests);
                             prov.count(Source::Interpolated);
+                            // `0.0 +` and `0.0.max` repeat `generation_secs`' and `step`'s
+                            // sums term for term (the same bits, even for a zero).
                             let gen = 0.0 + ms / 1e3 * layers.full_layers;
                             checked_step(0.0f64.max(*a + gen) + shared + overhead + host, loads)?
                         } else {
