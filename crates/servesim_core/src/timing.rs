@@ -166,7 +166,7 @@ pub fn extend_decode_run_stepwise<T: StepTimer + ?Sized>(
     max_end: SimTime,
 ) -> Result<(), TimingError> {
     let mut loads = loads.to_vec();
-    push_run_steps(ends, max_steps, max_end, || {
+    push_run_steps(ends, max_steps, max_end, |_, _| {
         for load in &mut loads {
             load.decode_kv_tokens += u64::from(load.decode_requests);
         }
@@ -176,7 +176,9 @@ pub fn extend_decode_run_stepwise<T: StepTimer + ?Sized>(
 
 /// Appends step ends after the last of `ends`, each step lasting what `next_step` times (at
 /// least 1 ns), until `ends` holds `max_steps` or the next step would end after `max_end`.
-/// `next_step` is called once per step tried, including the one that would end too late.
+/// `next_step` is called once per step tried, including the one that would end too late, with
+/// how many steps may still be pushed and the time left from the last end to `max_end` (a
+/// timer may time steps ahead in batches).
 ///
 /// # Errors
 /// The first error `next_step` returns.
@@ -184,12 +186,12 @@ pub fn push_run_steps(
     ends: &mut Vec<SimTime>,
     max_steps: usize,
     max_end: SimTime,
-    mut next_step: impl FnMut() -> Result<SimDur, TimingError>,
+    mut next_step: impl FnMut(usize, SimDur) -> Result<SimDur, TimingError>,
 ) -> Result<(), TimingError> {
     let Some(&last) = ends.last() else { return Ok(()) };
     let mut t = last;
     while ends.len() < max_steps {
-        let next = t + step_dur(next_step()?);
+        let next = t + step_dur(next_step(max_steps - ends.len(), max_end - t)?);
         if next > max_end {
             break;
         }

@@ -243,10 +243,10 @@ impl OpLevelTimer {
         if let Some(i) = self.tallies.iter().position(|x| *x == t) {
             return u16::try_from(i).unwrap_or(u16::MAX);
         }
-        let Ok(i) = u16::try_from(self.tallies.len()) else { return u16::MAX };
-        if i == u16::MAX {
-            return u16::MAX;
-        }
+        let i = match u16::try_from(self.tallies.len()) {
+            Ok(i) if i < u16::MAX => i,
+            _ => return u16::MAX,
+        };
         self.tallies.push(t);
         self.tally_uses.push(0);
         i
@@ -731,57 +731,47 @@ impl StepTimer for OpLevelTimer {
             && fixed[0].2.is_some()
             && layers.full_layers > 0.0
             && !(layers.window.is_some() && layers.sliding_layers > 0.0);
-        let out = (|| {
-            let Some(&last) = ends.last() else { return Ok(()) };
-            let (mut t, mut last_dur) = (last, SimDur::ZERO);
-            // Plain answers for the next steps, blended ahead in small batches.
-            let (mut xs, mut lats) = ([0.0; RUN_BATCH], [0.0; RUN_BATCH]);
-            let (mut have, mut used) = (0, 0);
-            while ends.len() < max_steps {
-                steps += 1;
-                let d = match &mut fixed[..] {
-                    [(a, r, _, [Some(line), _])] if plain => {
-                        if used == have {
-                            // About as many steps as fit before `max_end`, and the one that
-                            // would not: blends past the run's end are wasted work.
-                            let fit = (max_end - t).as_ns().checked_div(last_dur.as_ns()).unwrap_or(u64::MAX);
-                            let k = RUN_BATCH
-                                .min(max_steps - ends.len())
-                                .min(usize::try_from(fit).unwrap_or(usize::MAX).saturating_add(1));
-                            let per = u64::from(r.decode_requests);
-                            let mut kv = r.decode_kv_tokens;
-                            for x in &mut xs[..k] {
-                                kv += per;
-                                *x = (kv as f64 / f64::from(r.decode_requests)).min(layers.cap).max(1.0);
-                            }
-                            (have, used) = (line.plain_in_cell_many(&xs[..k], &mut lats[..k]), 0);
+        // Plain answers for the next steps, blended ahead in small batches.
+        let (mut xs, mut lats) = ([0.0; RUN_BATCH], [0.0; RUN_BATCH]);
+        let (mut have, mut used, mut last_dur) = (0, 0, SimDur::ZERO);
+        let out = servesim_core::timing::push_run_steps(ends, max_steps, max_end, |steps_left, time_left| {
+            steps += 1;
+            let d = match &mut fixed[..] {
+                [(a, r, _, [Some(line), _])] if plain => {
+                    if used == have {
+                        // About as many steps as fit in the time left, and the one that would
+                        // not: blends past the run's end are wasted work.
+                        let fit = time_left.as_ns().checked_div(last_dur.as_ns()).unwrap_or(u64::MAX);
+                        let k = RUN_BATCH
+                            .min(steps_left)
+                            .min(usize::try_from(fit).unwrap_or(usize::MAX).saturating_add(1));
+                        let per = u64::from(r.decode_requests);
+                        let mut kv = r.decode_kv_tokens;
+                        for x in &mut xs[..k] {
+                            kv += per;
+                            *x = (kv as f64 / f64::from(r.decode_requests)).min(layers.cap).max(1.0);
                         }
-                        if used < have {
-                            let ms = lats[used];
-                            used += 1;
-                            r.decode_kv_tokens += u64::from(r.decode_requests);
-                            prov.count(Source::Interpolated);
-                            // `0.0 +` and `0.0.max` repeat `generation_secs`' and `step`'s
-                            // sums term for term (the same bits, even for a zero).
-                            let gen = 0.0 + ms / 1e3 * layers.full_layers;
-                            checked_step(0.0f64.max(*a + gen) + shared + overhead + host, loads)?
-                        } else {
-                            (have, used) = (0, 0);
-                            step(&mut fixed, &mut prov)?
-                        }
+                        (have, used) = (line.plain_in_cell_many(&xs[..k], &mut lats[..k]), 0);
                     }
-                    _ => step(&mut fixed, &mut prov)?,
-                };
-                last_dur = servesim_core::timing::step_dur(d);
-                let next = t + last_dur;
-                if next > max_end {
-                    break;
+                    if used < have {
+                        let ms = lats[used];
+                        used += 1;
+                        r.decode_kv_tokens += u64::from(r.decode_requests);
+                        prov.count(Source::Interpolated);
+                        // `0.0 +` and `0.0.max` repeat `generation_secs`' and `step`'s sums
+                        // term for term (the same bits, even for a zero).
+                        let gen = 0.0 + ms / 1e3 * layers.full_layers;
+                        checked_step(0.0f64.max(*a + gen) + shared + overhead + host, loads)?
+                    } else {
+                        (have, used) = (0, 0);
+                        step(&mut fixed, &mut prov)?
+                    }
                 }
-                ends.push(next);
-                t = next;
-            }
-            Ok(())
-        })();
+                _ => step(&mut fixed, &mut prov)?,
+            };
+            last_dur = servesim_core::timing::step_dur(d);
+            Ok(d)
+        });
         self.used[const { Self::kind("attention") }].add(&prov);
         for &tally in &tallies {
             self.use_tally_times(tally, steps);
