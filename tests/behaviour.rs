@@ -402,6 +402,41 @@ fn an_engine_version_without_tables_is_an_error_where_other_versions_exist() {
     assert!(roofline.is_ok(), "{:?}", roofline.err());
 }
 
+/// An engine release the data holds only some tables of (AIConfigurator measured vLLM 0.19.0's
+/// all-reduce on the RTX PRO 6000, nothing else) is timed with those, and with the default
+/// release's tables for the rest; the report names each family's release.
+#[test]
+fn an_older_engine_release_borrows_the_tables_it_lacks_from_the_default_one() {
+    let sets = |version: Option<&'static str>| {
+        let mut s = vec![
+            "engine.model=Qwen/Qwen3-32B",
+            "engine.hardware=rtx_pro_6000_server",
+            "engine.workers.aggregated.parallelism={tensor: 2}",
+            "traffic.source.input_tokens=2048",
+            "traffic.stop.requests=20",
+        ];
+        s.extend(version);
+        s
+    };
+    let default = predict_file_with("data/scenarios/default.yaml", &sets(None)).unwrap();
+    let older =
+        predict_file_with("data/scenarios/default.yaml", &sets(Some("engine.backend_version=0.19.0")))
+            .unwrap();
+    let data = |p: &servesim_scenario::Prediction| {
+        p.json["servesim"]["timing"][0]["data"].as_str().unwrap_or_default().to_string()
+    };
+    let d = data(&older);
+    assert!(d.contains("vllm/0.19.0") && d.contains("(0.19.0: allreduce, nccl; 0.24.0: gemm,"), "{d}");
+    let d = data(&default);
+    assert!(d.contains("(0.24.0: gemm,") && d.contains("allreduce") && !d.contains(';'), "{d}");
+    assert_eq!(older.summary.completed_requests, default.summary.completed_requests);
+    // The 0.19.0 all-reduce is 2.4x slower at prefill sizes on this PCIe GPU: TP2 prefill
+    // steps (128 all-reduces of 2048 x 5120 values) take tens of milliseconds longer.
+    let (old, new) = (older.summary.ttft.mean, default.summary.ttft.mean);
+    assert!(old > new * 1.15, "TTFT {old} ms with 0.19.0 against {new} ms with 0.24.0");
+    assert!(older.summary.tpot.mean > default.summary.tpot.mean);
+}
+
 /// A synchronously scheduling engine waits for host work every step: TPOT grows by about
 /// the per-step and per-sequence host cost, and nothing else changes about the requests.
 #[test]

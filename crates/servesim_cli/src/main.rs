@@ -630,7 +630,11 @@ fn show_validation_scenarios(
                 let note = sized.map_or(String::new(), |(p, d)| {
                     format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n")
                 });
-                say!("---\n{note}{}", servesim_scenario::validate::scenario_yaml(&r, knobs, dense));
+                let tables = servesim_scenario::validate::tables_version(&r, &files);
+                say!(
+                    "---\n{note}{}",
+                    servesim_scenario::validate::scenario_yaml(&r, knobs, dense, tables.as_deref())
+                );
             }
             Err(e) => say!("---\n# {} (line {}): {e}", r.id, r.line),
         }

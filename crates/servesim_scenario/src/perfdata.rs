@@ -103,28 +103,56 @@ fn decode(path: &str, bytes: Vec<u8>) -> Result<Rc<Table>, ScenarioError> {
     Ok(t)
 }
 
-/// Loads the tables of `system` × `backend` × `version` (missing families are simply absent).
+/// Loads the tables of `system` × `backend` × `version` (missing families are simply absent),
+/// then, for each family `version` lacks, the table of `fallback` (the engine's default
+/// version, which the shipped data always holds) — so a config naming an older release is
+/// timed with that release's tables where AIConfigurator measured them (often only the
+/// communication kernels) and with the default release's elsewhere. The report names each
+/// family's version.
 ///
 /// # Errors
 /// When a file exists but cannot be read or decoded (the message names it).
-pub fn load(files: &dyn Files, system: &str, backend: &str, version: &str) -> Result<PerfDb, ScenarioError> {
+pub fn load(
+    files: &dyn Files,
+    system: &str,
+    backend: &str,
+    version: &str,
+    fallback: &str,
+) -> Result<PerfDb, ScenarioError> {
     let mut db = PerfDb::new(
         system,
         backend,
         version,
         &format!("servesim data/perf/{system}/{backend}/{version} (AIConfigurator 0.12 tables)"),
     );
+    let read = |path: &str| match files.data(path) {
+        Ok(Some(bytes)) => decode(path, bytes).map(Some),
+        Ok(None) => Ok(None),
+        Err(message) => Err(ScenarioError::Run { message }),
+    };
     for (_, path) in table_paths(system, backend, version) {
-        match files.data(&path) {
-            Ok(Some(bytes)) => {
-                let t = decode(&path, bytes)?;
-                db.insert(t);
+        if let Some(t) = read(&path)? {
+            db.insert(t);
+        }
+    }
+    if fallback != version {
+        for (family, path) in table_paths(system, backend, fallback) {
+            if db.table(family).is_none() {
+                if let Some(t) = read(&path)? {
+                    db.insert_borrowed(t, fallback);
+                }
             }
-            Ok(None) => {}
-            Err(message) => return Err(ScenarioError::Run { message }),
         }
     }
     Ok(db)
+}
+
+/// Whether the data holds any engine table (NCCL aside) of `system` × `backend` × `version`.
+#[must_use]
+pub fn holds_version(files: &dyn Files, system: &str, backend: &str, version: &str) -> bool {
+    table_paths(system, backend, version)
+        .into_iter()
+        .any(|(f, p)| f != Family::Nccl && files.data(&p).ok().flatten().is_some())
 }
 
 /// Table paths (relative to the data directory) a config may need, read from the raw config
@@ -164,8 +192,12 @@ pub fn paths_for_config(text: &str) -> Vec<String> {
     for sys in systems {
         out.extend(table_paths(&sys, backend_name(b), &version).into_iter().map(|(_, p)| p));
         if version != default_version(b) {
-            // To tell a version the data lacks from a GPU it has no tables for at all.
-            out.push(gemm_path(&sys, backend_name(b), default_version(b)));
+            // The default release fills the families the named one lacks.
+            for (f, p) in table_paths(&sys, backend_name(b), default_version(b)) {
+                if f != Family::Nccl {
+                    out.push(p);
+                }
+            }
         }
     }
     out
@@ -285,7 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_config_asks_for_its_tables_and_for_the_default_gemm_when_it_names_another_version() {
+    fn a_config_asks_for_its_tables_and_for_the_default_ones_when_it_names_another_version() {
         let base = "engine:\n  model: m\n  hardware: H200_SXM\n  backend: sglang\n";
         let paths = paths_for_config(base);
         assert!(paths.contains(&"perf/h200_sxm/sglang/0.5.14/gemm.parquet".to_string()), "{paths:?}");
@@ -294,6 +326,7 @@ mod tests {
         let other = paths_for_config(&format!("{base}  backend_version: 0.5.6\n"));
         assert!(other.contains(&"perf/h200_sxm/sglang/0.5.6/gemm.parquet".to_string()), "{other:?}");
         assert!(other.contains(&gemm_path("h200_sxm", "sglang", "0.5.14")), "{other:?}");
-        assert_eq!(other.len(), Family::ALL.len() + 1);
+        // Every engine table of both releases, the GPU's one NCCL table once.
+        assert_eq!(other.len(), 2 * Family::ALL.len() - 1);
     }
 }

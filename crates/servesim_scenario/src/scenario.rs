@@ -480,14 +480,14 @@ pub fn prepare(
                     .backend_version
                     .clone()
                     .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
-                let db = perfdata::load(files, &hw.id, backend, &version)?;
                 let default = perfdata::default_version(engine.backend);
-                if db.table(servesim_perf::tables::Family::Gemm).is_none()
-                    && version != default
-                    && files.data(&perfdata::gemm_path(&hw.id, backend, default)).ok().flatten().is_some()
+                let db = perfdata::load(files, &hw.id, backend, &version, default)?;
+                if version != default
+                    && !perfdata::holds_version(files, &hw.id, backend, &version)
+                    && db.families().next().is_some()
                 {
-                    // A version the data does not hold would silently time every kernel on
-                    // the roofline while measured tables for this GPU exist.
+                    // A version the data holds nothing of (a typo, or not imported) would
+                    // silently be timed as the default release.
                     cx.report(
                         DiagKind::Domain,
                         "engine.backend_version",
@@ -495,7 +495,7 @@ pub fn prepare(
                         format!(
                             "no kernel tables for {backend} {version} on {}; the data holds {default} \
                              (omit backend_version to use it, or import other versions with `servesim data \
-                             import-aic` and pass --data-dir)",
+                             import-aic --version {backend}={version}` and pass --data-dir)",
                             hw.id
                         ),
                     );

@@ -133,6 +133,17 @@ pub fn schedules_synchronously(backend: &str, version: &str) -> bool {
     }
 }
 
+/// The engine release whose kernel tables time the row: the one it ran, where the data holds
+/// tables of that release for its GPU (AIConfigurator measured older releases only in part,
+/// often just the all-reduce; the default release fills the rest), else `None` (the default
+/// release throughout). Never chosen from the measurement.
+#[must_use]
+pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
+    let v = row.backend_version.trim();
+    (!v.is_empty() && crate::perfdata::holds_version(files, &row.system, &row.backend, v))
+        .then(|| v.to_string())
+}
+
 fn role_yaml(
     out: &mut String,
     name: &str,
@@ -181,13 +192,16 @@ fn strip(l: Layout, dense: bool) -> Layout {
 
 /// The scenario a row is replayed as (a prediction.yaml).
 #[must_use]
-pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool) -> String {
+pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Option<&str>) -> String {
     let mut y = String::new();
     let _ = writeln!(y, "# {} (line {})", row.id, row.line);
     let _ = writeln!(y, "engine:");
     let _ = writeln!(y, "  model: {}", row.model);
     let _ = writeln!(y, "  hardware: {}", row.system);
     let _ = writeln!(y, "  backend: {}", row.backend);
+    if let Some(v) = tables {
+        let _ = writeln!(y, "  backend_version: {v}");
+    }
     let mut q = Vec::new();
     if let Some(g) = quant_gemm(&row.gemm_quant) {
         q.push(format!("gemm: {g}"));
@@ -286,7 +300,7 @@ pub fn size_pools(
     let probe = |p: u32, d: u32| -> Result<crate::estimate::Estimate, String> {
         let mut r = row.clone();
         r.mode = Mode::Disagg { prefill, prefill_workers: Some(p), decode, decode_workers: Some(d) };
-        let yaml = scenario_yaml(&r, knobs, dense);
+        let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
         let root = crate::scenario::parse_with_overrides(&yaml, &row.id, &[]).map_err(|e| e.to_string())?;
         let prepared =
             crate::scenario::prepare(&root, &row.id, catalog, None, files).map_err(|e| e.to_string())?;
@@ -345,7 +359,7 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
         Ok(x) => x,
         Err(e) => return Outcome { predicted: None, error: Some(flat(&e)), sized: None },
     };
-    let yaml = scenario_yaml(&r, knobs, dense);
+    let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
     match predict_with_catalog(&yaml, &row.id, catalog, files) {
         Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None, sized },
         Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized },
@@ -607,7 +621,7 @@ mod tests {
     #[test]
     fn rows_become_closed_loop_scenarios() {
         let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
-        let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true);
+        let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true, None);
         assert!(y.contains("concurrency: 8"), "{y}");
         assert!(y.contains("requests: 80"), "{y}");
         assert!(y.contains("input_tokens: 1024"), "{y}");
@@ -615,6 +629,7 @@ mod tests {
             &row(Mode::Agg { layout: l }),
             &Knobs { length_floor: Some(0.8), ..Knobs::default() },
             true,
+            None,
         );
         assert!(sampled.contains("input_tokens: {dist: uniform, min: 820, max: 1024}"), "{sampled}");
         assert!(y.contains("gemm: fp8"), "{y}");
@@ -623,6 +638,7 @@ mod tests {
             &row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) }),
             &Knobs { prefill_scale: Some(1.5), ..Knobs::default() },
             true,
+            None,
         );
         assert!(d.contains("timing: {prefill_scale: 1.5}"), "{d}");
         assert!(d.contains("mode: disaggregated") && d.contains("replicas: 3"), "{d}");
@@ -630,9 +646,12 @@ mod tests {
         let mut big =
             row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) });
         big.concurrency = 4096;
-        let b = scenario_yaml(&big, &Knobs::default(), true);
+        let b = scenario_yaml(&big, &Knobs::default(), true, None);
         assert!(b.contains("max_sequences: 1366"), "{b}");
         assert!(!b.contains("async_scheduling"), "{b}");
+        assert!(!b.contains("backend_version"), "{b}");
+        let v = scenario_yaml(&big, &Knobs::default(), true, Some("1.0.0rc3"));
+        assert!(v.contains("  backend: vllm\n  backend_version: 1.0.0rc3\n"), "{v}");
     }
 
     #[test]
@@ -652,7 +671,7 @@ mod tests {
         let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
         let mut r = row(Mode::Agg { layout: l });
         r.backend_version = "0.12.0".into();
-        let y = scenario_yaml(&r, &Knobs::default(), true);
+        let y = scenario_yaml(&r, &Knobs::default(), true, None);
         assert!(y.contains("max_sequences: 256, async_scheduling: false}"), "{y}");
     }
 

@@ -60,6 +60,9 @@ pub struct PerfDb {
     /// Where the tables came from (for provenance reports).
     pub source: String,
     tables: BTreeMap<Family, Rc<Table>>,
+    /// Families whose table was measured with another engine version than `version` (the
+    /// data held none for `version`), and that version.
+    borrowed: BTreeMap<Family, String>,
 }
 
 impl PerfDb {
@@ -72,12 +75,27 @@ impl PerfDb {
             version: version.to_string(),
             source: source.to_string(),
             tables: BTreeMap::new(),
+            borrowed: BTreeMap::new(),
         }
     }
 
-    /// Adds (or replaces) a family's table.
+    /// Adds (or replaces) a family's table, measured with `version`.
     pub fn insert(&mut self, t: Rc<Table>) {
+        self.borrowed.remove(&t.family);
         self.tables.insert(t.family, t);
+    }
+
+    /// Adds a family's table measured with another engine `version`, for a family the data
+    /// holds no table of `version` for.
+    pub fn insert_borrowed(&mut self, t: Rc<Table>, version: &str) {
+        self.borrowed.insert(t.family, version.to_string());
+        self.tables.insert(t.family, t);
+    }
+
+    /// The engine version a family's table was measured with.
+    #[must_use]
+    pub fn table_version(&self, f: Family) -> &str {
+        self.borrowed.get(&f).map_or(&self.version, String::as_str)
     }
 
     /// The table of a family, if loaded.
@@ -781,14 +799,26 @@ impl StepTimer for OpLevelTimer {
     }
 
     fn report(&self) -> Option<TimerReport> {
-        let families: Vec<&str> = self.db.families().map(Family::name).collect();
-        let data = if families.is_empty() {
+        let data = if self.db.tables.is_empty() {
             format!(
                 "no measured tables for {} / {} {}: every op on the roofline",
                 self.db.system, self.db.backend, self.db.version
             )
         } else {
-            format!("{} ({}: {})", self.db.source, self.db.version, families.join(", "))
+            // Families grouped by the engine version they were measured with, the asked-for
+            // version first.
+            let mut by_version: Vec<(&str, Vec<&str>)> = Vec::new();
+            for f in self.db.families() {
+                let v = self.db.table_version(f);
+                match by_version.iter_mut().find(|(seen, _)| *seen == v) {
+                    Some((_, names)) => names.push(f.name()),
+                    None => by_version.push((v, alloc::vec![f.name()])),
+                }
+            }
+            by_version.sort_by_key(|(v, _)| *v != self.db.version);
+            let parts: Vec<String> =
+                by_version.iter().map(|(v, names)| format!("{v}: {}", names.join(", "))).collect();
+            format!("{} ({})", self.db.source, parts.join("; "))
         };
         Some(TimerReport {
             model: "op_level".into(),
