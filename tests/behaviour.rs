@@ -523,3 +523,42 @@ fn a_full_cache_evicts_whole_blocks_and_without_prefix_caching_nothing_is_cached
     let (uncached, _) = evicted(&["engine.workers.aggregated.kv_cache.prefix_caching=false"]);
     assert!(uncached.iter().all(|t| *t == 0), "{uncached:?}");
 }
+
+/// TensorRT-LLM batch waiting holds prompts back while decodes run: with InferenceX's 1k/1k
+/// settings at 8 clients every prompt waits for the timeout (the token ratio is never
+/// reached), which adds about the timeout in decode steps to TTFT; other engines and attention
+/// DP refuse the keys, naming them.
+#[test]
+fn trtllm_batch_waiting_delays_prompts_by_up_to_its_timeout() {
+    let path = "tests/scenarios/trtllm_batch_wait.yaml";
+    let held = predict_file_with(path, &[]).unwrap().summary;
+    let off = predict_file_with(path, &["engine.workers.aggregated.scheduler.batch_wait_timeout_iters=0"])
+        .unwrap()
+        .summary;
+    assert_eq!(held.completed_requests, off.completed_requests);
+    let added = held.ttft.mean - off.ttft.mean;
+    let twenty_steps = 20.0 * held.tpot.mean;
+    assert!(
+        added > 0.5 * twenty_steps && added < 1.2 * twenty_steps,
+        "TTFT {} ms held against {} ms: {added} ms more, 20 steps are {twenty_steps} ms",
+        held.ttft.mean,
+        off.ttft.mean
+    );
+    for (file, set, words) in [
+        (
+            "data/scenarios/default.yaml",
+            "engine.workers.aggregated.scheduler.batch_wait_timeout_iters=20",
+            "TensorRT-LLM knob",
+        ),
+        (
+            path,
+            "engine.workers.aggregated.parallelism={tensor: 1, attention_data: 2}",
+            "attention data parallelism",
+        ),
+    ] {
+        let err = predict_file_with(file, &[set]).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("batch_wait_") && text.contains(words), "{text}");
+    }
+}

@@ -62,6 +62,7 @@ fn disagg_row(
     SiliconRow {
         line: 2,
         id: format!("qwen_disagg_c{concurrency}"),
+        source: String::new(),
         backend: "trtllm".into(),
         backend_version: String::new(),
         model: "Qwen/Qwen3-32B".into(),

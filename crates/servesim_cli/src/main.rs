@@ -211,6 +211,10 @@ enum Command {
         /// Replay MLA models' `tp N, attention_dp 1` layouts as attention data parallelism over N GPUs.
         #[arg(long)]
         mla_attention_dp: bool,
+        /// Replay with the policy's engine options only, not those of a row's published
+        /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch waiting).
+        #[arg(long)]
+        no_recipes: bool,
         /// Print the prediction.yaml each row is replayed as, instead of running it.
         #[arg(long)]
         show_scenarios: bool,
@@ -358,6 +362,7 @@ fn main() -> ExitCode {
             frontend_chunk_us,
             length_floor,
             mla_attention_dp,
+            no_recipes,
             show_scenarios,
         } => {
             let knobs = servesim_scenario::validate::Knobs {
@@ -369,6 +374,7 @@ fn main() -> ExitCode {
                 frontend_chunk_us,
                 length_floor: Some(length_floor),
                 mla_attention_dp,
+                no_recipes,
             };
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate_requests(log, config, data_dir)

@@ -3,7 +3,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use servesim_core::engine::{Backend, SchedulerConfig, SglangKnobs};
+use servesim_core::engine::{Backend, BatchWait, SchedulerConfig, SglangKnobs};
 use servesim_core::frontend::FrontendSpec;
 use servesim_core::metrics::{Fleet, Sla};
 use servesim_core::request::Status;
@@ -64,6 +64,7 @@ fn run(c: Case) -> RunResult {
         chunked_prefill: true,
         prefill_schedule_interval: 1,
         sglang: SglangKnobs::default(),
+        batch_wait: BatchWait::default(),
         frontend: c.frontend,
     };
     let radix = c.backend == Backend::Sglang;
@@ -358,6 +359,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         chunked_prefill: true,
         prefill_schedule_interval: 1,
         sglang: SglangKnobs::default(),
+        batch_wait: BatchWait::default(),
         frontend: servesim_core::frontend::FrontendSpec::default(),
     };
     let radix = backend == Backend::Sglang;

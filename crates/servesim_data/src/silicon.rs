@@ -69,6 +69,8 @@ pub struct SiliconRow {
     pub line: usize,
     /// Row id.
     pub id: String,
+    /// `silicon_data_source`: where the measurement comes from (file, notes).
+    pub source: String,
     /// Engine (`vllm`, `sglang`, `trtllm`).
     pub backend: String,
     /// Engine version measured (may be empty).
@@ -203,6 +205,7 @@ pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> 
         out.push(SiliconRow {
             line,
             id: text("id"),
+            source: source.clone(),
             backend: text("backend"),
             backend_version: text("backend_version"),
             model: text("model_path"),

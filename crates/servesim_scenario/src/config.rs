@@ -291,6 +291,9 @@ pub struct SchedulerKnobs {
     /// SGLang knobs (`schedule_policy`, `chunked_prefill_size`, `max_prefill_tokens`,
     /// `schedule_conservativeness`: servesim extensions; `prefill_decode_interval`: AISimulate).
     pub sglang: servesim_core::engine::SglangKnobs,
+    /// TensorRT-LLM batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`:
+    /// servesim extensions, TensorRT-LLM's own names; off by default).
+    pub batch_wait: servesim_core::engine::BatchWait,
 }
 
 /// `engine.workers.<role>.kv_cache.capacity`.

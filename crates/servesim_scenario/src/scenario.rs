@@ -871,6 +871,7 @@ impl Prepared {
                 chunked_prefill: self.config.engine.enable_chunked_prefill,
                 prefill_schedule_interval: rc.scheduler.prefill_schedule_interval,
                 sglang: rc.scheduler.sglang,
+                batch_wait: rc.scheduler.batch_wait,
                 frontend: self.frontend_spec(role),
             };
             for _ in 0..rc.parallelism.replicas {

@@ -45,6 +45,9 @@ pub struct Knobs {
     /// models at high concurrency. One rule for every row; off by default (rows replay as
     /// written).
     pub mla_attention_dp: bool,
+    /// Replay every row with the replay policy's engine options only, ignoring what its
+    /// benchmark's published recipe sets ([`recipe`]).
+    pub no_recipes: bool,
 }
 
 impl Knobs {
@@ -144,6 +147,43 @@ pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
         .then(|| v.to_string())
 }
 
+/// Engine options a row's benchmark set beyond the replay policy, from the benchmark's
+/// published recipe (never from the measurement).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recipe {
+    /// The token budget per step, when not the policy's 8,192.
+    pub max_batched_tokens: Option<u32>,
+    /// TensorRT-LLM batch waiting: (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`).
+    pub batch_wait: Option<(u32, f64)>,
+}
+
+/// The published recipe of a row's benchmark, where servesim knows it. InferenceX (the
+/// dated `source_file=YYYY-MM-DD.csv` rows) serves Llama-3.1-70B with TensorRT-LLM through
+/// `benchmarks/70b_*_trt*.sh`: `trtllm-serve --max_num_tokens 16384`, and for 1k/1k below
+/// TP8 also `batch_wait_timeout_iters: 20` and `batch_wait_max_tokens_ratio: 0.9` ("will
+/// improve the performance" at 1k/1k, says the script).
+#[must_use]
+pub fn recipe(row: &SiliconRow) -> Recipe {
+    let inferencex = row
+        .source
+        .split(';')
+        .next()
+        .and_then(|s| s.trim().strip_prefix("source_file="))
+        .and_then(|f| f.strip_suffix(".csv"))
+        .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+    let tp = match row.mode {
+        Mode::Agg { layout } => layout.tp,
+        Mode::Disagg { .. } => return Recipe::default(),
+    };
+    if !(inferencex && row.backend == "trtllm" && row.model == "meta-llama/Llama-3.1-70B") {
+        return Recipe::default();
+    }
+    Recipe {
+        max_batched_tokens: Some(16_384),
+        batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
+    }
+}
+
 fn role_yaml(
     out: &mut String,
     name: &str,
@@ -169,7 +209,15 @@ fn role_yaml(
     } else {
         ""
     };
-    let _ = writeln!(out, "      scheduler: {{max_batched_tokens: 8192, max_sequences: {seqs}{sync}}}");
+    let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
+    let wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
+        format!(", batch_wait_timeout_iters: {iters}, batch_wait_max_tokens_ratio: {ratio}")
+    });
+    let _ = writeln!(
+        out,
+        "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{sync}{wait}}}",
+        recipe.max_batched_tokens.unwrap_or(8192)
+    );
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false}}");
     let k = knobs.yaml();
     if !k.is_empty() {
@@ -587,6 +635,7 @@ mod tests {
         SiliconRow {
             line: 2,
             id: "r".into(),
+            source: String::new(),
             backend: "vllm".into(),
             backend_version: String::new(),
             model: "Qwen/Qwen3-32B".into(),
@@ -652,6 +701,43 @@ mod tests {
         assert!(!b.contains("backend_version"), "{b}");
         let v = scenario_yaml(&big, &Knobs::default(), true, Some("1.0.0rc3"));
         assert!(v.contains("  backend: vllm\n  backend_version: 1.0.0rc3\n"), "{v}");
+    }
+
+    #[test]
+    fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
+        let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l(2) });
+        r.backend = "trtllm".into();
+        r.model = "meta-llama/Llama-3.1-70B".into();
+        r.source = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8".into();
+        (r.isl, r.osl) = (1024, 1024);
+        let want = Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)) };
+        assert_eq!(recipe(&r), want);
+        let y = scenario_yaml(&r, &Knobs::default(), true, None);
+        assert!(
+            y.contains("max_batched_tokens: 16384")
+                && y.contains("batch_wait_timeout_iters: 20, batch_wait_max_tokens_ratio: 0.9"),
+            "{y}"
+        );
+        let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, true, None);
+        assert!(plain.contains("max_batched_tokens: 8192") && !plain.contains("batch_wait"), "{plain}");
+        // Batch waiting only at 1k/1k below TP8; the larger budget throughout.
+        let only_budget = Recipe { max_batched_tokens: Some(16_384), batch_wait: None };
+        r.mode = Mode::Agg { layout: l(8) };
+        assert_eq!(recipe(&r), only_budget);
+        (r.mode, r.osl) = (Mode::Agg { layout: l(2) }, 8192);
+        assert_eq!(recipe(&r), only_budget);
+        // Other sources, engines and models replay the policy.
+        r.osl = 1024;
+        for change in [
+            |r: &mut SiliconRow| r.source = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/x.csv".into(),
+            |r: &mut SiliconRow| r.backend = "vllm".into(),
+            |r: &mut SiliconRow| r.model = "Qwen/Qwen3-32B".into(),
+        ] {
+            let mut other = r.clone();
+            change(&mut other);
+            assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
+        }
     }
 
     #[test]

@@ -91,8 +91,23 @@ pub struct SchedulerConfig {
     pub prefill_schedule_interval: u32,
     /// SGLang-only knobs.
     pub sglang: SglangKnobs,
+    /// TensorRT-LLM batch waiting (off by default).
+    pub batch_wait: BatchWait,
     /// The serving processes' host work in front of this replica.
     pub frontend: crate::frontend::FrontendSpec,
+}
+
+/// TensorRT-LLM's batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`;
+/// both 0, off, by default): while decodes are running, context requests are held back until
+/// the step's tokens reach `max_tokens_ratio × max_num_tokens` or they have been held
+/// `timeout_iters` steps, so prompts are prefilled in fewer, larger batches. TensorRT-LLM
+/// ignores it under attention data parallelism.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchWait {
+    /// `batch_wait_timeout_iters`: the most steps context is held (0 never holds it).
+    pub timeout_iters: u32,
+    /// `batch_wait_max_tokens_ratio`: the share of the token budget that releases it.
+    pub max_tokens_ratio: f64,
 }
 
 /// One request's share of a step.
@@ -209,6 +224,8 @@ pub struct PolicyState {
     pub decode_rounds_left: u32,
     /// Steps planned so far (vLLM's prefill schedule interval).
     pub steps: u64,
+    /// TensorRT-LLM: consecutive steps context has been held back by batch waiting.
+    pub batch_wait_iters: u32,
 }
 
 /// One attention-DP rank: its queues and its share of KV cache.

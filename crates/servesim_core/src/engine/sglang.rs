@@ -242,7 +242,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
 mod tests {
     use super::*;
     use crate::content::Segment;
-    use crate::engine::{Backend, KvStore, SglangKnobs};
+    use crate::engine::{Backend, BatchWait, KvStore, SglangKnobs};
     use crate::radix::RadixCache;
     use crate::request::RequestSpec;
     use crate::units::SimTime;
@@ -278,6 +278,7 @@ mod tests {
             chunked_prefill: true,
             prefill_schedule_interval: 1,
             sglang: SglangKnobs::default(),
+            batch_wait: BatchWait::default(),
             frontend: crate::frontend::FrontendSpec::default(),
         };
         let mut plan = RankPlan::default();

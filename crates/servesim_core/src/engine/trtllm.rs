@@ -7,16 +7,20 @@
 //! - Each step: running requests first (one decode token, or the next context chunk), then
 //!   admissions in FCFS order while `max_batch_size` and the token budget allow; context is
 //!   chunked to the budget (chunked context on by default here, as AISimulate assumes).
+//! - Batch waiting (`BatchWait`, off by default): with decodes in the step, its context
+//!   requests are held back (they keep their admission) until the step's tokens reach the
+//!   ratio of the token budget or the timeout in steps has passed, as `PyExecutor.
+//!   _waiting_requests` does; context tokens count whole prompts.
 //! - KV-cache block reuse (`enable_block_reuse`) is block-granular like vLLM's.
 //! - Partial block reuse (TensorRT-LLM's default) is not modelled.
 
 use crate::engine::kvops;
-use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
+use crate::engine::{BatchWait, KvStore, Planned, PolicyState, Rank, RankPlan, SchedulerConfig};
 use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, loading, kv, scratch, .. } = rank;
+    let Rank { waiting, running, loading, kv, scratch, state, .. } = rank;
     let KvStore::Paged(pool) = kv else { return };
     let mut budget = cfg.max_batched_tokens;
 
@@ -71,5 +75,118 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         running.push(id);
         plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
         budget -= n;
+    }
+    hold_context(cfg.batch_wait, cfg.max_batched_tokens, state, reqs, plan);
+}
+
+/// Batch waiting: drops the plan's context items while the step also decodes, its tokens
+/// (whole prompts for context, one per decode) stay under the ratio of the budget and the
+/// context has been held fewer than `timeout_iters` steps.
+fn hold_context(
+    wait: BatchWait,
+    budget: u32,
+    state: &mut PolicyState,
+    reqs: &[Request],
+    plan: &mut RankPlan,
+) {
+    if wait.timeout_iters == 0 && wait.max_tokens_ratio <= 0.0 {
+        return;
+    }
+    let (mut context, mut decodes) = (0u64, 0u64);
+    for p in &plan.items {
+        if p.decode {
+            decodes += 1;
+        } else {
+            context += u64::from(reqs[p.req as usize].known_tokens());
+        }
+    }
+    if context == 0 || decodes == 0 {
+        return;
+    }
+    #[allow(clippy::cast_precision_loss)] // Token counts are far below 2^52.
+    let enough = (context + decodes) as f64 >= wait.max_tokens_ratio * f64::from(budget);
+    if state.batch_wait_iters >= wait.timeout_iters || enough {
+        state.batch_wait_iters = 0;
+    } else {
+        state.batch_wait_iters += 1;
+        plan.items.retain(|p| p.decode);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Segment;
+    use crate::engine::Backend;
+    use crate::kv::BlockPool;
+    use crate::request::RequestSpec;
+    use crate::units::SimTime;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    fn req(id: u64, prompt: u32) -> Request {
+        Request::new(
+            RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt: vec![Segment { id, len: prompt }],
+                output_tokens: 50,
+                output_stream: id + 1000,
+                session: None,
+                public_tokens: crate::request::ALL_SHARED,
+            },
+            1,
+        )
+    }
+
+    fn cfg(wait: BatchWait) -> SchedulerConfig {
+        SchedulerConfig {
+            backend: Backend::TrtLlm,
+            max_batched_tokens: 1000,
+            max_sequences: 16,
+            chunked_prefill: true,
+            prefill_schedule_interval: 1,
+            sglang: crate::engine::SglangKnobs::default(),
+            batch_wait: wait,
+            frontend: crate::frontend::FrontendSpec::default(),
+        }
+    }
+
+    /// Runs `steps` scheduling rounds with one request decoding throughout and a `prompt`-token
+    /// request waiting; returns, per round, whether the prompt was in the plan.
+    fn context_scheduled(wait: BatchWait, prompt: u32, steps: usize) -> Vec<bool> {
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(1000, 32, false)));
+        let mut reqs = vec![req(1, 100), req(2, prompt)];
+        // Request 0 has its prompt computed and one token out: it decodes.
+        rank.waiting.push_back(0);
+        let mut plan = RankPlan::default();
+        schedule(&cfg(wait), &mut rank, &mut reqs, &mut plan);
+        assert_eq!(plan.items.len(), 1, "a lone prompt is never held: nothing else would run");
+        reqs[0].computed = 100;
+        reqs[0].emitted = 1;
+        rank.waiting.push_back(1);
+        let cfg = cfg(wait);
+        (0..steps)
+            .map(|_| {
+                plan.clear();
+                schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+                assert!(plan.items.iter().any(|p| p.req == 0 && p.decode), "decodes always run");
+                plan.items.iter().any(|p| p.req == 1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn batch_waiting_holds_context_beside_decodes_until_its_timeout() {
+        // Off: the prompt joins the first step.
+        assert_eq!(context_scheduled(BatchWait::default(), 100, 2), [true, true]);
+        // 101 tokens (the prompt and one decode) < 0.5 × 1000: held for 3 steps, scheduled in
+        // the 4th.
+        let wait = BatchWait { timeout_iters: 3, max_tokens_ratio: 0.5 };
+        assert_eq!(context_scheduled(wait, 100, 4), [false, false, false, true]);
+        // 601 tokens reach the ratio: scheduled at once.
+        assert_eq!(context_scheduled(wait, 600, 1), [true]);
+        // A ratio without a timeout never holds anything (PyExecutor: iters >= 0 stops waiting).
+        let ratio_only = BatchWait { timeout_iters: 0, max_tokens_ratio: 0.9 };
+        assert_eq!(context_scheduled(ratio_only, 100, 2), [true, true]);
     }
 }

@@ -439,6 +439,8 @@ const SCHEDULER_KEYS: &[&str] = &[
     "max_prefill_tokens",
     "schedule_conservativeness",
     "async_scheduling",
+    "batch_wait_timeout_iters",
+    "batch_wait_max_tokens_ratio",
 ];
 
 fn decode_scheduler(
@@ -459,6 +461,7 @@ fn decode_scheduler(
         prefill_schedule_interval: 1,
         async_scheduling: true,
         sglang: sg,
+        batch_wait: servesim_core::engine::BatchWait::default(),
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -483,6 +486,23 @@ fn decode_scheduler(
         out.sglang.prefill_decode_interval = u32_in(n, &p, cx, 0, 1000).unwrap_or(0);
         if backend != Backend::Sglang && out.sglang.prefill_decode_interval > 0 {
             cx.domain(&p, n, "prefill_decode_interval is an SGLang knob");
+        }
+    }
+    for key in ["batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"] {
+        let Some((n, p)) = f.take(key) else { continue };
+        if backend != Backend::TrtLlm {
+            cx.domain(&p, n, format!("'{key}' is a TensorRT-LLM knob (backend is not trtllm)"));
+            continue;
+        }
+        if dp > 1 {
+            // PyExecutor checks batch waiting only without attention DP.
+            cx.domain(&p, n, format!("TensorRT-LLM ignores '{key}' under attention data parallelism"));
+            continue;
+        }
+        if key == "batch_wait_timeout_iters" {
+            out.batch_wait.timeout_iters = u32_in(n, &p, cx, 0, 100_000).unwrap_or(0);
+        } else {
+            out.batch_wait.max_tokens_ratio = number_in(n, &p, cx, 0.0, 1.0).unwrap_or(0.0);
         }
     }
     let sglang_only =
