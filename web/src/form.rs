@@ -49,9 +49,9 @@ pub const ENGINE: [Field; 5] = [
     field("enable_chunked_prefill", "Chunked prefill", Kind::Bool),
 ];
 
-/// Fields of each worker role (below `engine.workers.<role>.`). The last two are SGLang's
-/// (the validator says so at the field under another engine).
-pub const ROLE: [Field; 11] = [
+/// Fields of each worker role (below `engine.workers.<role>.`). The last four are SGLang's
+/// and TensorRT-LLM's (the validator says so at the field under another engine).
+pub const ROLE: [Field; 13] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -63,6 +63,8 @@ pub const ROLE: [Field; 11] = [
     field("scheduler.async_scheduling", "Async scheduling", Kind::Bool),
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
+    field("scheduler.batch_wait_timeout_iters", "Batch wait steps (TRT-LLM)", Kind::Int),
+    field("scheduler.batch_wait_max_tokens_ratio", "Batch wait token share (TRT-LLM)", Kind::Float),
 ];
 
 /// Serving-frontend fields of the aggregated role (below `engine.workers.aggregated.`): the
