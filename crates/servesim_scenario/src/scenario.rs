@@ -21,6 +21,7 @@ use servesim_perf::memory::{self, MemoryInputs, MemoryPlan, Parallelism};
 use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
+use servesim_perf::tables::Family;
 
 use std::rc::Rc;
 
@@ -482,10 +483,8 @@ pub fn prepare(
                     .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
                 let default = perfdata::default_version(engine.backend);
                 let db = perfdata::load(files, &hw.id, backend, &version, default)?;
-                if version != default
-                    && !perfdata::holds_version(files, &hw.id, backend, &version)
-                    && db.families().next().is_some()
-                {
+                let own = |f: Family| f != Family::Nccl && db.table_version(f) == version;
+                if version != default && !db.families().any(own) && db.families().next().is_some() {
                     // A version the data holds nothing of (a typo, or not imported) would
                     // silently be timed as the default release.
                     cx.report(
