@@ -93,7 +93,8 @@ impl OpLevelTimer {
     /// bf16 kernel (a quantized kernel moves at most half its bytes at twice its peak) and,
     /// where the GEMM is bound by its memory traffic, the other fp8 scaling (per-tensor and
     /// 128×128-block fp8 move the same bytes, block scales add 1/16,384 of them; where compute
-    /// binds, block scaling costs real work in the main loop). A table timing the quantized
+    /// binds, block scaling costs real work in the main loop), and for nvfp4 either fp8 (4.5
+    /// bits a weight with its scales against 8). A table timing the quantized
     /// kernel slower than that measured a fallback path, not what a serving engine runs.
     /// AIConfigurator 0.12's vLLM 0.24 `fp8_block` tables are such: 0.08–0.09 ms on H100/H200 and 0.17–0.55 ms on
     /// B200/B300/GB200/GB300 whatever the shape (n 2048, k 3072: bf16 and per-tensor fp8 take
@@ -104,7 +105,7 @@ impl OpLevelTimer {
             GemmQuant::Bf16 => &[],
             GemmQuant::Fp8 => &[GemmQuant::Bf16, GemmQuant::Fp8Block],
             GemmQuant::Fp8Block => &[GemmQuant::Bf16, GemmQuant::Fp8],
-            GemmQuant::Nvfp4 => &[GemmQuant::Bf16],
+            GemmQuant::Nvfp4 => &[GemmQuant::Bf16, GemmQuant::Fp8, GemmQuant::Fp8Block],
         };
         let table = self.db.table(Family::Gemm)?;
         let bw = self.bw();

@@ -251,6 +251,8 @@ fn quantized_kernels_are_never_timed_slower_than_bf16() {
                     let q = if m <= 256 { 0.17 } else { v * 0.8 };
                     rows.push((vec!["fp8_block".to_string()], vec![m, n, k], q));
                     rows.push((vec!["fp8".to_string()], vec![m, n, k], v / 2.0));
+                    // nvfp4: 0.9 x bf16, slower than fp8 although it moves fewer bytes.
+                    rows.push((vec!["nvfp4".to_string()], vec![m, n, k], v * 0.9));
                 }
             }
         }
@@ -278,6 +280,12 @@ fn quantized_kernels_are_never_timed_slower_than_bf16() {
     let (big, src) = t.gemm(4096, 4096, 4096, GemmQuant::Fp8Block);
     assert_eq!(src, Source::Measured);
     assert!((big / t.gemm(4096, 4096, 4096, GemmQuant::Bf16).0 - 0.8).abs() < 1e-12, "{big}");
+    // nvfp4 moves fewer bytes than either fp8: where weights bind, per-tensor fp8 bounds it;
+    // where compute binds, its own table stands.
+    assert_eq!(t.gemm(16, 4096, 4096, GemmQuant::Nvfp4), (bf16.0 / 2.0, Source::Interpolated));
+    let (big, src) = t.gemm(4096, 4096, 4096, GemmQuant::Nvfp4);
+    assert_eq!(src, Source::Measured);
+    assert!((big / t.gemm(4096, 4096, 4096, GemmQuant::Bf16).0 - 0.9).abs() < 1e-12, "{big}");
 
     let mut s = setup(1);
     s.model.moe = Some(Moe {
