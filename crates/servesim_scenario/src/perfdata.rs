@@ -44,15 +44,6 @@ pub fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
-/// Where the GEMM table of `system` × `backend` × `version` lives (every op-level data set has one).
-#[must_use]
-pub fn gemm_path(system: &str, backend: &str, version: &str) -> String {
-    table_paths(system, backend, version)
-        .into_iter()
-        .find_map(|(f, p)| (f == Family::Gemm).then_some(p))
-        .unwrap_or_default()
-}
-
 /// Paths (relative to the data directory) of every table a role could use.
 #[must_use]
 pub fn table_paths(system: &str, backend: &str, version: &str) -> Vec<(Family, String)> {
@@ -325,7 +316,7 @@ mod tests {
         assert_eq!(paths.len(), Family::ALL.len());
         let other = paths_for_config(&format!("{base}  backend_version: 0.5.6\n"));
         assert!(other.contains(&"perf/h200_sxm/sglang/0.5.6/gemm.parquet".to_string()), "{other:?}");
-        assert!(other.contains(&gemm_path("h200_sxm", "sglang", "0.5.14")), "{other:?}");
+        assert!(other.contains(&"perf/h200_sxm/sglang/0.5.14/gemm.parquet".to_string()), "{other:?}");
         // Every engine table of both releases, the GPU's one NCCL table once.
         assert_eq!(other.len(), 2 * Family::ALL.len() - 1);
     }
