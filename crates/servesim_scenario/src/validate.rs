@@ -16,6 +16,8 @@ use std::fmt::Write as _;
 
 use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
+use servesim_perf::oplevel::{release_before, EngineCalibration};
+
 use crate::catalog::Catalog;
 use crate::scenario::{predict_with_catalog, Files};
 
@@ -126,14 +128,26 @@ fn quant_moe(s: &str) -> Option<&'static str> {
 /// nightly tag, are taken as recent.
 #[must_use]
 pub fn schedules_synchronously(backend: &str, version: &str) -> bool {
-    if backend != "vllm" {
-        return false;
+    backend == "vllm" && release_before(version, (0, 14))
+}
+
+/// The knobs a row replays with: those given, and where they leave a constant unset, the
+/// calibration of the engine release the row ran when it differs from the default release's
+/// ([`EngineCalibration::for_release`]; TensorRT-LLM 1.0 has its own prefill scale and
+/// frontend). Scenarios cannot name a release the data holds no tables of, so the replay
+/// writes those constants out (`--show-scenarios` shows them).
+#[must_use]
+pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
+    let own = EngineCalibration::for_release(&row.backend, &row.backend_version);
+    let default = EngineCalibration::for_release(&row.backend, "");
+    let mut k = *knobs;
+    if own.prefill_scale != default.prefill_scale {
+        k.prefill_scale = k.prefill_scale.or(Some(own.prefill_scale));
     }
-    let mut parts = version.split('.').map(str::parse::<u32>);
-    match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 14),
-        _ => false,
+    if own.frontend_s != default.frontend_s {
+        k.frontend_ms = k.frontend_ms.or(Some(own.frontend_s * 1e3));
     }
+    k
 }
 
 /// The engine release whose kernel tables time the row: the one it ran, where the data holds
@@ -241,6 +255,7 @@ fn strip(l: Layout, dense: bool) -> Layout {
 /// The scenario a row is replayed as (a prediction.yaml).
 #[must_use]
 pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Option<&str>) -> String {
+    let knobs = &release_knobs(row, knobs);
     let mut y = String::new();
     let _ = writeln!(y, "# {} (line {})", row.id, row.line);
     let _ = writeln!(y, "engine:");
@@ -759,6 +774,32 @@ mod tests {
         r.backend_version = "0.12.0".into();
         let y = scenario_yaml(&r, &Knobs::default(), true, None);
         assert!(y.contains("max_sequences: 256, async_scheduling: false}"), "{y}");
+    }
+
+    #[test]
+    fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
+        let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l });
+        r.backend = "trtllm".into();
+        for (version, written) in
+            [("1.0.0rc3", true), ("0.21.0", true), ("1.1.0rc2.post2", false), ("", false)]
+        {
+            r.backend_version = version.into();
+            let y = scenario_yaml(&r, &Knobs::default(), true, None);
+            assert_eq!(
+                y.contains("timing: {prefill_scale: 1.25, frontend_ms: 50}"),
+                written,
+                "{version}: {y}"
+            );
+        }
+        // A constant given on the command line wins over the release's.
+        r.backend_version = "1.0.0rc3".into();
+        let y = scenario_yaml(&r, &Knobs { prefill_scale: Some(1.1), ..Knobs::default() }, true, None);
+        assert!(y.contains("timing: {prefill_scale: 1.1, frontend_ms: 50}"), "{y}");
+        // Other engines' releases share one calibration.
+        r.backend = "sglang".into();
+        r.backend_version = "0.4.0".into();
+        assert!(!scenario_yaml(&r, &Knobs::default(), true, None).contains("timing:"));
     }
 
     #[test]

@@ -376,3 +376,27 @@ fn provenance_counts_every_op_of_every_step() {
     assert!(by[0].1.measured + by[0].1.interpolated > 0, "GEMMs come from the table");
     assert!(by[1].1.roofline > 0, "no attention table: roofline");
 }
+
+#[test]
+fn engine_releases_pick_their_calibration() {
+    for (version, older) in [
+        ("1.0.0rc3", true),
+        ("0.21.0", true),
+        ("1.1.0rc1", false),
+        ("1.2.0rc6.post1", false),
+        ("1.3.0rc20", false),
+        ("10.0", false),
+        ("", false),
+        ("gpt-oss-dev", false),
+    ] {
+        assert_eq!(release_before(version, (1, 1)), older, "{version}");
+        let want = if older { TRTLLM_1_0 } else { TRTLLM };
+        assert_eq!(EngineCalibration::for_release("trtllm", version), want, "{version}");
+    }
+    assert!(release_before("0.13.2", (0, 14)) && !release_before("0.14.0", (0, 14)));
+    assert_eq!(EngineCalibration::for_release("vllm", "0.12.0"), VLLM);
+    assert_eq!(EngineCalibration::for_release("sglang", "0.5.9"), SGLANG);
+    // The default release's constants are what a scenario without a release gets.
+    let c = OpConstants::for_backend("trtllm");
+    assert_eq!((c.prefill_scale, c.frontend_s), (TRTLLM.prefill_scale, TRTLLM.frontend_s));
+}
