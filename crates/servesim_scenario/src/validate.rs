@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
 use servesim_perf::oplevel::{release_before, EngineCalibration};
+use servesim_perf::spec::MoeQuant;
 
 use crate::catalog::Catalog;
 use crate::scenario::{predict_with_catalog, Files};
@@ -318,16 +319,29 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     y
 }
 
-/// The row as it will be replayed: with [`Knobs::mla_attention_dp`], MLA layouts written as
-/// tensor parallelism become attention data parallelism.
+/// The row as it will be replayed. An MXFP4 checkpoint (gpt-oss) run on a GPU without FP4
+/// tensor cores (Hopper, Ampere) replays in the checkpoint's own formats whatever the row's
+/// quantization label (`nvfp4`, `fp4`, `fp8`: the activations' format at most): the engines
+/// load its experts as MXFP4 weights and run them with 16-bit activations (`w4a16_mxfp4`, the
+/// format AIConfigurator measured gpt-oss's experts in on those GPUs; NVFP4 kernels do not
+/// run there) and its attention in bf16, as the checkpoint stores it.
+/// With [`Knobs::mla_attention_dp`], MLA layouts written as tensor parallelism become
+/// attention data parallelism.
 #[must_use]
 pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconRow {
-    let mla = catalog.model(&row.model).is_some_and(|m| m.mla.is_some());
+    let model = catalog.model(&row.model);
+    let mut out = row.clone();
+    let mxfp4_checkpoint = model.is_some_and(|m| m.moe_quant == MoeQuant::W4a16Mxfp4);
+    let no_fp4_cores = catalog.gpu(&row.system).is_some_and(|h| h.fp4_flops.is_none());
+    if mxfp4_checkpoint && no_fp4_cores {
+        out.gemm_quant = String::new();
+        out.moe_quant = String::new();
+    }
+    let mla = model.is_some_and(|m| m.mla.is_some());
     if !(knobs.mla_attention_dp && mla) {
-        return row.clone();
+        return out;
     }
     let dp = |l: Layout| if l.dp <= 1 && l.tp > 1 { Layout { dp: l.tp, tp: 1, ..l } } else { l };
-    let mut out = row.clone();
     out.mode = match row.mode {
         Mode::Agg { layout } => Mode::Agg { layout: dp(layout) },
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
@@ -665,6 +679,34 @@ mod tests {
             ttft_ms: 100.0,
             tpot_ms: 10.0,
         }
+    }
+
+    #[test]
+    fn gpt_oss_without_fp4_tensor_cores_replays_in_its_mxfp4_checkpoint_formats() {
+        let catalog = Catalog::builtin().unwrap();
+        let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 2, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l });
+        r.model = "openai/gpt-oss-120b".into();
+        r.precision = "fp4".into();
+        r.gemm_quant = "nvfp4".into();
+        r.moe_quant = "nvfp4".into();
+        let yaml = |r: &SiliconRow| {
+            scenario_yaml(&interpret(r, &catalog, &Knobs::default()), &Knobs::default(), false, None)
+        };
+        for (gpu, label) in [("h200_sxm", "nvfp4"), ("h100_sxm", "nvfp4"), ("h100_sxm", "fp8")] {
+            r.system = gpu.into();
+            r.gemm_quant = label.into();
+            r.moe_quant = label.into();
+            assert!(yaml(&r).contains("quantization: {kv_cache: fp8}"), "{gpu} {label}: {}", yaml(&r));
+        }
+        r.gemm_quant = "nvfp4".into();
+        r.moe_quant = "nvfp4".into();
+        // Blackwell runs NVFP4 kernels: the label stands, as for other models on Hopper.
+        r.system = "b200_sxm".into();
+        assert!(yaml(&r).contains("quantization: {gemm: nvfp4, moe: nvfp4, kv_cache: fp8}"), "{}", yaml(&r));
+        r.system = "h200_sxm".into();
+        r.model = "Qwen/Qwen3-30B-A3B".into();
+        assert!(yaml(&r).contains("gemm: nvfp4"), "{}", yaml(&r));
     }
 
     #[test]

@@ -350,6 +350,23 @@ impl OpLevelTimer {
                 }
                 return (best.0 / 1e3, best.1);
             }
+            // No slice at this split of the experts: the time measured at another split over
+            // as many GPUs (all expert-parallel, then all tensor-parallel), whose speed of light
+            // is the same (each GPU moves 1/(tp·ep) of the touched experts' weights and does
+            // 1/(tp·ep) of their work). AIConfigurator 0.12 measured gpt-oss's MXFP4 experts on
+            // Hopper at expert parallelism only, and its w4a16 kernel reaches about a third of
+            // the roofline at decode sizes (H200, 8 tokens over 2 GPUs: 0.154 ms against
+            // 0.055 ms): the roofline timed those layers 2-3x too fast.
+            for (otp, oep) in [(1, mtp * mep), (mtp * mep, 1)] {
+                if (otp, oep) == (mtp, mep) {
+                    continue;
+                }
+                key[6] = otp.to_string();
+                key[7] = oep.to_string();
+                if let Some((ms, _)) = slice(&key, &sol) {
+                    return (ms / 1e3, Source::Extrapolated);
+                }
+            }
         }
         (sol(&x) / self.s.constants.compute_efficiency, Source::Roofline)
     }

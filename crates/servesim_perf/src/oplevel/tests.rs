@@ -400,3 +400,43 @@ fn engine_releases_pick_their_calibration() {
     let c = OpConstants::for_backend("trtllm");
     assert_eq!((c.prefill_scale, c.frontend_s), (TRTLLM.prefill_scale, TRTLLM.frontend_s));
 }
+
+/// Experts split in a way the table did not measure take the time measured for the same
+/// GPU count split the other way (same speed of light), reported as extrapolated; with no
+/// such slice they fall back to the roofline.
+#[test]
+fn an_unmeasured_expert_split_takes_the_other_split_over_as_many_gpus() {
+    let mut rows: Vec<Row> = Vec::new();
+    for (t, ms) in [(1u64, 0.074), (8, 0.1536), (64, 0.2937), (4096, 2.1112)] {
+        let key = ["w4a16_mxfp4", "power_law_1.01", "4096", "2880", "4", "128", "1", "2"].map(str::to_string);
+        rows.push((key.to_vec(), vec![t], ms));
+    }
+    let mut db = PerfDb::default();
+    db.insert(Rc::new(Table::from_rows(Family::Moe, rows).unwrap()));
+    let db = Rc::new(db);
+    let mut s = setup(2);
+    s.model.moe = Some(Moe {
+        num_experts: 128,
+        experts_per_token: 4,
+        expert_intermediate_size: 2880,
+        shared_intermediate_size: 0,
+        dense_layers: 0,
+    });
+    s.moe = MoeQuant::W4a16Mxfp4;
+    // Measured as laid out: expert parallelism over 2 GPUs.
+    s.parallelism = Parallelism { tensor: 2, moe_tensor: 1, moe_expert: 2, ..Parallelism::SINGLE };
+    let ep = OpLevelTimer::new(s.clone(), db.clone()).moe_experts(8);
+    assert_eq!(ep, (0.1536 / 1e3, Source::Measured));
+    // Tensor parallelism over the same 2 GPUs: the expert-parallel time, extrapolated.
+    s.parallelism = Parallelism { tensor: 2, moe_tensor: 2, moe_expert: 1, ..Parallelism::SINGLE };
+    let tp = OpLevelTimer::new(s.clone(), db.clone());
+    assert_eq!(tp.moe_experts(8), (ep.0, Source::Extrapolated));
+    let (mid, src) = tp.moe_experts(30);
+    assert_eq!(src, Source::Extrapolated);
+    assert!(mid > 0.1536e-3 && mid < 0.2937e-3, "{mid}");
+    // Four GPUs: nothing measured over four, so the roofline, which is 2-3x faster here.
+    s.parallelism = Parallelism { tensor: 4, moe_tensor: 4, moe_expert: 1, ..Parallelism::SINGLE };
+    let (four, src) = OpLevelTimer::new(s, db).moe_experts(8);
+    assert_eq!(src, Source::Roofline);
+    assert!(four < ep.0 / 2.0, "{four}");
+}
