@@ -9,7 +9,10 @@
 //! closed loop phase-lock into waves that no real deployment keeps), prefix caching off,
 //! `max_batched_tokens` 8192 and `max_sequences` `max(256, concurrency per rank)` on the
 //! role that runs decode (prefill workers keep the row's prefill batch size). The KV cache is
-//! fp8 when the row runs in fp8 or fp4, else bf16. Everything else is the engine's default.
+//! fp8 when the row runs in fp8 or fp4, else bf16; an MXFP4 checkpoint on a GPU without FP4
+//! tensor cores keeps its own weight formats ([`interpret`]). A row of an engine release with
+//! its own calibration replays with it ([`release_knobs`]). Everything else is the engine's
+//! default.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

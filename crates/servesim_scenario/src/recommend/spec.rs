@@ -106,7 +106,7 @@ pub enum Strategy {
     /// Every candidate replayed in full.
     Exhaustive,
     /// Static estimates of every candidate, short replays of the best, full replays of the
-    /// best of those ([`stage_keep`]).
+    /// best of those ([`super::stage_keep`]).
     Staged,
 }
 
