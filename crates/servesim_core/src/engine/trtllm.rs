@@ -89,7 +89,8 @@ fn hold_context(
     reqs: &[Request],
     plan: &mut RankPlan,
 ) {
-    if wait.timeout_iters == 0 && wait.max_tokens_ratio <= 0.0 {
+    // Without a timeout nothing is ever held (PyExecutor stops waiting once iters >= timeout).
+    if wait.timeout_iters == 0 {
         return;
     }
     let (mut context, mut decodes) = (0u64, 0u64);
