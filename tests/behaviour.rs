@@ -524,6 +524,41 @@ fn a_full_cache_evicts_whole_blocks_and_without_prefix_caching_nothing_is_cached
     assert!(uncached.iter().all(|t| *t == 0), "{uncached:?}");
 }
 
+/// SGLang's receive interval holds new prompts while requests decode until the scheduler's
+/// next intake: every 30 decode steps in InferenceX's DeepSeek-R1 recipe, so a prompt waits
+/// about 15 steps on average (the first wave finds the engine idle and waits for nothing).
+/// Other engines refuse the key, naming it; 0 is out of range.
+#[test]
+fn sglang_recv_interval_holds_prompts_until_the_next_intake() {
+    let path = "tests/scenarios/sglang_recv_interval.yaml";
+    let held = predict_file_with(path, &[]).unwrap().summary;
+    let open = predict_file_with(path, &["engine.workers.aggregated.scheduler.scheduler_recv_interval=1"])
+        .unwrap()
+        .summary;
+    assert_eq!(held.completed_requests, open.completed_requests);
+    let added = held.ttft.mean - open.ttft.mean;
+    let fifteen_steps = 15.0 * held.tpot.mean;
+    assert!(
+        added > 0.6 * fifteen_steps && added < 1.2 * fifteen_steps,
+        "TTFT {} ms held against {} ms: {added} ms more, 15 steps are {fifteen_steps} ms",
+        held.ttft.mean,
+        open.ttft.mean
+    );
+    for (file, set, words) in [
+        (
+            "data/scenarios/default.yaml",
+            "engine.workers.aggregated.scheduler.scheduler_recv_interval=10",
+            "SGLang knob",
+        ),
+        (path, "engine.workers.aggregated.scheduler.scheduler_recv_interval=0", "between 1 and 1000"),
+    ] {
+        let err = predict_file_with(file, &[set]).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("scheduler_recv_interval") && text.contains(words), "{text}");
+    }
+}
+
 /// TensorRT-LLM batch waiting holds prompts back while decodes run: with InferenceX's 1k/1k
 /// settings at 8 clients every prompt waits for the timeout (the token ratio is never
 /// reached), which adds about the timeout in decode steps to TTFT; other engines and attention

@@ -51,7 +51,7 @@ pub const ENGINE: [Field; 5] = [
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last four are SGLang's
 /// and TensorRT-LLM's (the validator says so at the field under another engine).
-pub const ROLE: [Field; 13] = [
+pub const ROLE: [Field; 14] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -63,6 +63,7 @@ pub const ROLE: [Field; 13] = [
     field("scheduler.async_scheduling", "Async scheduling", Kind::Bool),
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
+    field("scheduler.scheduler_recv_interval", "Recv interval (SGLang)", Kind::Int),
     field("scheduler.batch_wait_timeout_iters", "Batch wait steps (TRT-LLM)", Kind::Int),
     field("scheduler.batch_wait_max_tokens_ratio", "Batch wait token share (TRT-LLM)", Kind::Float),
 ];

@@ -113,7 +113,7 @@ impl Router {
 }
 
 fn active(w: &Worker) -> usize {
-    w.ranks.iter().map(crate::engine::Rank::load).sum()
+    w.ranks.iter().map(crate::engine::Rank::load).sum::<usize>() + w.unreceived().len()
 }
 
 fn least_loaded(workers: &[Worker]) -> usize {
@@ -133,13 +133,12 @@ fn overlap_tokens(req: &Request, w: &Worker) -> u32 {
 
 /// Prefill tokens the worker still has to compute for the requests it holds.
 fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
+    let queued = w.ranks.iter().flat_map(|r| r.waiting.iter().chain(&r.running));
     let mut t = 0u64;
-    for r in &w.ranks {
-        for id in r.waiting.iter().chain(&r.running) {
-            if let Some(q) = reqs.get(*id as usize) {
-                if q.status != Status::Completed && !q.is_decoding() {
-                    t += u64::from(q.pending_tokens());
-                }
+    for id in queued.chain(w.unreceived()) {
+        if let Some(q) = reqs.get(*id as usize) {
+            if q.status != Status::Completed && !q.is_decoding() {
+                t += u64::from(q.pending_tokens());
             }
         }
     }

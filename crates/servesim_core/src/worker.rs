@@ -11,9 +11,11 @@
 //! Such a *run* of k steps is scheduled as one event. Its steps are applied in bulk, in
 //! O(requests + steps + new blocks) instead of O(requests × steps), whenever something must
 //! observe the worker (an arrival, a time-series sample, the run's end). An arrival routed
-//! here truncates the run after the step in flight. Allocation order, eviction order, token
-//! times and inter-token gaps are exactly those of stepping one token at a time; a test runs
-//! every golden scenario both ways and compares the reports byte for byte.
+//! here truncates the run after the step in flight; while arrivals wait for SGLang's next
+//! intake (`scheduler_recv_interval`), a run ends at the step after which it happens.
+//! Allocation order, eviction order, token times and inter-token gaps are exactly those of
+//! stepping one token at a time; a test runs every golden scenario both ways and compares the
+//! reports byte for byte.
 
 use alloc::vec::Vec;
 
@@ -181,6 +183,26 @@ pub struct Worker {
     run: Option<Run>,
     /// The last finished run, whose vectors the next one reuses.
     spare_run: Option<Run>,
+    /// Requests the engine process holds that its scheduler has not taken in yet.
+    recv: RecvGate,
+}
+
+/// SGLang's `scheduler_recv_interval` (`managers/scheduler_recv_skipper.py`): at the top of
+/// each iteration the scheduler adds the weight of the step it just ran to a counter, one for a
+/// decode step and 1,000 (more than any interval) for any other, and takes new requests in
+/// only when the counter reaches the interval, resetting it. Decode steps thus take requests in
+/// every `interval` steps, and right after a prefill step. An engine with nothing running spins
+/// through empty iterations in microseconds, so it takes requests in at once.
+#[derive(Clone, Debug, Default)]
+struct RecvGate {
+    /// Arrived, not yet taken in, in arrival order.
+    inbox: Vec<ReqId>,
+    /// The counter after the last check (below the interval).
+    counter: u32,
+    /// Decode steps finished since the last check.
+    decode_steps: u32,
+    /// Whether a step other than decode finished since the last check.
+    other_step: bool,
 }
 
 impl Worker {
@@ -204,6 +226,7 @@ impl Worker {
             loads: (0..n).map(|_| RankLoad::default()).collect(),
             run: None,
             spare_run: None,
+            recv: RecvGate::default(),
         }
     }
 
@@ -231,27 +254,73 @@ impl Worker {
         best
     }
 
-    /// Queues a newly routed request on its least-loaded rank (ties: lowest index).
+    /// Queues a newly routed request: on its least-loaded rank (ties: lowest index), or, with
+    /// a receive interval, in the engine process until the scheduler next takes requests in.
     pub fn enqueue(&mut self, id: ReqId, req: &mut Request) {
+        req.worker = self.id;
+        req.status = Status::Waiting;
+        if self.cfg.sglang.recv_interval > 1 {
+            self.recv.inbox.push(id);
+        } else {
+            self.place(id, req);
+        }
+    }
+
+    fn place(&mut self, id: ReqId, req: &mut Request) {
         let mut best = 0;
         for (i, r) in self.ranks.iter().enumerate() {
             if r.load() < self.ranks[best].load() {
                 best = i;
             }
         }
-        req.worker = self.id;
         #[allow(clippy::cast_possible_truncation)] // Rank counts are small.
         {
             req.rank = best as u32;
         }
-        req.status = Status::Waiting;
         self.ranks[best].waiting.push_back(id);
+    }
+
+    /// The scheduler's intake at the top of an iteration ([`RecvGate`]). A fast-forwarded run
+    /// of k decode steps passed k checks: the counter wrapped at each intake on the way, which
+    /// took nothing in (a run ends at the first check that has requests to take).
+    fn take_in(&mut self, reqs: &mut [Request]) {
+        let interval = self.cfg.sglang.recv_interval;
+        if interval <= 1 {
+            return;
+        }
+        let g = &mut self.recv;
+        let idle = self.ranks.iter().all(|r| r.running.is_empty());
+        let stepped = g.decode_steps > 0 || g.other_step;
+        let wrapped = (u64::from(g.counter) + u64::from(g.decode_steps)) % u64::from(interval);
+        #[allow(clippy::cast_possible_truncation)] // Below the interval, a u32.
+        {
+            g.counter = wrapped as u32;
+        }
+        let due = g.other_step || idle || (stepped && g.counter == 0);
+        g.decode_steps = 0;
+        g.other_step = false;
+        if !due {
+            return;
+        }
+        g.counter = 0;
+        let inbox = core::mem::take(&mut g.inbox);
+        for &id in &inbox {
+            self.place(id, &mut reqs[id as usize]);
+        }
+        self.recv.inbox = inbox;
+        self.recv.inbox.clear();
+    }
+
+    /// Requests the engine process holds that its scheduler has not taken in.
+    #[must_use]
+    pub fn unreceived(&self) -> &[ReqId] {
+        &self.recv.inbox
     }
 
     /// Requests waiting on all ranks.
     #[must_use]
     pub fn waiting(&self) -> usize {
-        self.ranks.iter().map(|r| r.waiting.len()).sum()
+        self.ranks.iter().map(|r| r.waiting.len()).sum::<usize>() + self.recv.inbox.len()
     }
 
     /// Requests running on all ranks.
@@ -284,6 +353,7 @@ impl Worker {
         timer: &mut dyn StepTimer,
         bounds: RunBounds,
     ) -> Result<Option<StepEnd>, TimingError> {
+        self.take_in(reqs);
         let mut any = false;
         for ((rank, plan), load) in self.ranks.iter_mut().zip(&mut self.plans).zip(&mut self.loads) {
             engine::schedule(&self.cfg, rank, reqs, plan);
@@ -336,6 +406,10 @@ impl Worker {
         max_end: SimTime,
     ) -> Result<Option<Run>, TimingError> {
         let mut k = MAX_RUN_STEPS;
+        if !self.recv.inbox.is_empty() {
+            // The run ends with the decode step after which the scheduler takes them in.
+            k = k.min(self.cfg.sglang.recv_interval.saturating_sub(self.recv.counter) as usize);
+        }
         for (rank, plan) in self.ranks.iter().zip(&self.plans) {
             let stable = rank.waiting.is_empty()
                 && rank.handoffs.is_empty()
@@ -586,6 +660,8 @@ impl Worker {
         out.finished.clear();
         out.handoffs.clear();
         if let Some(len) = self.run.as_ref().map(Run::len) {
+            self.recv.decode_steps =
+                self.recv.decode_steps.saturating_add(u32::try_from(len).unwrap_or(u32::MAX));
             self.apply_run_steps(len, reqs, itl);
             self.spare_run = self.run.take();
             for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
@@ -604,6 +680,11 @@ impl Worker {
             }
             self.busy = false;
             return;
+        }
+        if self.plans.iter().all(|p| p.items.iter().all(|i| i.decode)) {
+            self.recv.decode_steps = self.recv.decode_steps.saturating_add(1);
+        } else {
+            self.recv.other_step = true;
         }
         // Most emitting requests also emitted at the end of the previous step: count their
         // (equal) gaps once instead of one sample per request.

@@ -289,7 +289,8 @@ pub struct SchedulerKnobs {
     /// `--disable-overlap-schedule`): every step also waits for its host work.
     pub async_scheduling: bool,
     /// SGLang knobs (`schedule_policy`, `chunked_prefill_size`, `max_prefill_tokens`,
-    /// `schedule_conservativeness`: servesim extensions; `prefill_decode_interval`: AISimulate).
+    /// `schedule_conservativeness`, `scheduler_recv_interval`: servesim extensions, SGLang's
+    /// own names; `prefill_decode_interval`: AISimulate).
     pub sglang: servesim_core::engine::SglangKnobs,
     /// TensorRT-LLM batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`:
     /// servesim extensions, TensorRT-LLM's own names; off by default).

@@ -173,32 +173,46 @@ pub struct Recipe {
     pub max_batched_tokens: Option<u32>,
     /// TensorRT-LLM batch waiting: (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`).
     pub batch_wait: Option<(u32, f64)>,
+    /// SGLang's `scheduler_recv_interval`.
+    pub recv_interval: Option<u32>,
 }
 
-/// The published recipe of a row's benchmark, where servesim knows it. InferenceX (the
-/// dated `source_file=YYYY-MM-DD.csv` rows) serves Llama-3.1-70B with TensorRT-LLM through
-/// `benchmarks/70b_*_trt*.sh`: `trtllm-serve --max_num_tokens 16384`, and for 1k/1k below
-/// TP8 also `batch_wait_timeout_iters: 20` and `batch_wait_max_tokens_ratio: 0.9` ("will
-/// improve the performance" at 1k/1k, says the script).
+/// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
+/// the dated ones (`source_file=YYYY-MM-DD.csv`) and its database dump (`db-dump/…`).
+/// - Llama-3.1-70B with TensorRT-LLM (`benchmarks/70b_*_trt*.sh`): `trtllm-serve
+///   --max_num_tokens 16384`, and for 1k/1k below TP8 also `batch_wait_timeout_iters: 20` and
+///   `batch_wait_max_tokens_ratio: 0.9` ("will improve the performance" at 1k/1k, says the
+///   script).
+/// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`):
+///   `--scheduler-recv-interval` 10, or 30 from 16 clients up ("relax to ~30 requests between
+///   scheduler recv polls"); the fp8 script's TP4 layout keeps 10.
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
-    let inferencex = row
-        .source
-        .split(';')
-        .next()
-        .and_then(|s| s.trim().strip_prefix("source_file="))
+    let first = row.source.split(';').next().unwrap_or("").trim();
+    let dated = first
+        .strip_prefix("source_file=")
         .and_then(|f| f.strip_suffix(".csv"))
         .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+    let inferencex = dated || first.starts_with("db-dump/");
     let tp = match row.mode {
         Mode::Agg { layout } => layout.tp,
         Mode::Disagg { .. } => return Recipe::default(),
     };
-    if !(inferencex && row.backend == "trtllm" && row.model == "meta-llama/Llama-3.1-70B") {
+    if !inferencex {
         return Recipe::default();
     }
-    Recipe {
-        max_batched_tokens: Some(16_384),
-        batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
+    match (row.backend.as_str(), row.model.as_str()) {
+        ("trtllm", "meta-llama/Llama-3.1-70B") => Recipe {
+            max_batched_tokens: Some(16_384),
+            batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
+            recv_interval: None,
+        },
+        ("sglang", "deepseek-ai/DeepSeek-R1") if row.system == "b200_sxm" => {
+            let fp8_tp4 = row.precision == "fp8" && tp == 4;
+            let relaxed = row.concurrency >= 16 && !fp8_tp4;
+            Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() }
+        }
+        _ => Recipe::default(),
     }
 }
 
@@ -228,9 +242,12 @@ fn role_yaml(
         ""
     };
     let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
-    let wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
+    let mut wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
         format!(", batch_wait_timeout_iters: {iters}, batch_wait_max_tokens_ratio: {ratio}")
     });
+    if let Some(n) = recipe.recv_interval {
+        let _ = write!(wait, ", scheduler_recv_interval: {n}");
+    }
     let _ = writeln!(
         out,
         "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{sync}{wait}}}",
@@ -771,7 +788,8 @@ mod tests {
         r.model = "meta-llama/Llama-3.1-70B".into();
         r.source = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8".into();
         (r.isl, r.osl) = (1024, 1024);
-        let want = Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)) };
+        let want =
+            Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)), recv_interval: None };
         assert_eq!(recipe(&r), want);
         let y = scenario_yaml(&r, &Knobs::default(), true, None);
         assert!(
@@ -782,7 +800,7 @@ mod tests {
         let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, true, None);
         assert!(plain.contains("max_batched_tokens: 8192") && !plain.contains("batch_wait"), "{plain}");
         // Batch waiting only at 1k/1k below TP8; the larger budget throughout.
-        let only_budget = Recipe { max_batched_tokens: Some(16_384), batch_wait: None };
+        let only_budget = Recipe { max_batched_tokens: Some(16_384), ..Recipe::default() };
         r.mode = Mode::Agg { layout: l(8) };
         assert_eq!(recipe(&r), only_budget);
         (r.mode, r.osl) = (Mode::Agg { layout: l(2) }, 8192);
@@ -793,6 +811,41 @@ mod tests {
             |r: &mut SiliconRow| r.source = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/x.csv".into(),
             |r: &mut SiliconRow| r.backend = "vllm".into(),
             |r: &mut SiliconRow| r.model = "Qwen/Qwen3-32B".into(),
+        ] {
+            let mut other = r.clone();
+            change(&mut other);
+            assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() {
+        let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: tp, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l(8) });
+        (r.backend, r.model, r.system, r.precision) =
+            ("sglang".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp8".into());
+        r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=16".into();
+        let interval = |r: &SiliconRow| recipe(r).recv_interval;
+        r.concurrency = 16;
+        assert_eq!(interval(&r), Some(30));
+        let y = scenario_yaml(&r, &Knobs::default(), false, None);
+        assert!(y.contains("scheduler_recv_interval: 30"), "{y}");
+        let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, false, None);
+        assert!(!plain.contains("scheduler_recv_interval"), "{plain}");
+        // Below 16 clients, and the fp8 script's TP4 layout: every 10 steps.
+        r.concurrency = 8;
+        assert_eq!(interval(&r), Some(10));
+        (r.concurrency, r.mode) = (64, Mode::Agg { layout: l(4) });
+        assert_eq!(interval(&r), Some(10));
+        r.precision = "fp4".into();
+        assert_eq!(interval(&r), Some(30));
+        // The database dump is InferenceX too; other GPUs, engines and sources are not this recipe.
+        r.source = "db-dump/2026-04-27; config_id=1; silicon_concurrency=64".into();
+        assert_eq!(interval(&r), Some(30));
+        for change in [
+            |r: &mut SiliconRow| r.system = "h200_sxm".into(),
+            |r: &mut SiliconRow| r.backend = "trtllm".into(),
+            |r: &mut SiliconRow| r.source = "source_file=qwen3.5-397b-gap-analysis.csv".into(),
         ] {
             let mut other = r.clone();
             change(&mut other);

@@ -58,6 +58,8 @@ pub struct SglangKnobs {
     pub retract_decode_steps: u32,
     /// `prefill_decode_interval` (0): decode rounds forced after each prefill batch.
     pub prefill_decode_interval: u32,
+    /// `scheduler_recv_interval` (1): new requests are taken in every N decode steps.
+    pub recv_interval: u32,
 }
 
 impl Default for SglangKnobs {
@@ -72,6 +74,7 @@ impl Default for SglangKnobs {
             new_token_ratio_decay_steps: 600.0,
             retract_decode_steps: 20,
             prefill_decode_interval: 0,
+            recv_interval: 1,
         }
     }
 }

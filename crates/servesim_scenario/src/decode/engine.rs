@@ -438,10 +438,15 @@ const SCHEDULER_KEYS: &[&str] = &[
     "chunked_prefill_size",
     "max_prefill_tokens",
     "schedule_conservativeness",
+    "scheduler_recv_interval",
     "async_scheduling",
     "batch_wait_timeout_iters",
     "batch_wait_max_tokens_ratio",
 ];
+
+/// Largest `scheduler_recv_interval` accepted (SGLang takes any integer; recipes use 10–30,
+/// and a request held a thousand decode steps is already a misconfiguration).
+const MAX_RECV_INTERVAL: u32 = 1000;
 
 fn decode_scheduler(
     entry: Option<(&Node, String)>,
@@ -505,8 +510,13 @@ fn decode_scheduler(
             out.batch_wait.max_tokens_ratio = number_in(n, &p, cx, 0.0, 1.0).unwrap_or(0.0);
         }
     }
-    let sglang_only =
-        ["schedule_policy", "chunked_prefill_size", "max_prefill_tokens", "schedule_conservativeness"];
+    let sglang_only = [
+        "schedule_policy",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "schedule_conservativeness",
+        "scheduler_recv_interval",
+    ];
     for key in sglang_only {
         let Some((n, p)) = f.take(key) else { continue };
         if backend != Backend::Sglang {
@@ -531,6 +541,11 @@ fn decode_scheduler(
             "max_prefill_tokens" => {
                 if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
                     out.sglang.max_prefill_tokens = v;
+                }
+            }
+            "scheduler_recv_interval" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_RECV_INTERVAL) {
+                    out.sglang.recv_interval = v;
                 }
             }
             _ => {
