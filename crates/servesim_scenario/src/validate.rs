@@ -135,6 +135,55 @@ pub fn schedules_synchronously(backend: &str, version: &str) -> bool {
     backend == "vllm" && release_before(version, (0, 14))
 }
 
+/// Engine releases NVIDIA Dynamo's runtime containers bundle, from Dynamo's support matrix
+/// ("Backend Dependencies", docs.nvidia.com/dynamo): Dynamo release, then vLLM, SGLang and
+/// TensorRT-LLM.
+const DYNAMO_RUNTIMES: &[(&str, [&str; 3])] = &[
+    ("0.9.0", ["0.14.1", "0.5.8", "1.3.0rc1"]),
+    ("0.8.1.post3", ["0.12.0", "0.5.6.post2", "1.2.0rc6.post3"]),
+    ("0.8.1.post2", ["0.12.0", "0.5.6.post2", "1.2.0rc6.post2"]),
+    ("0.8.1.post1", ["0.12.0", "0.5.6.post2", "1.2.0rc6.post1"]),
+    ("0.8.1", ["0.12.0", "0.5.6.post2", "1.2.0rc6.post1"]),
+    ("0.8.0", ["0.12.0", "0.5.6.post2", "1.2.0rc6.post1"]),
+    ("0.7.1", ["0.11.0", "0.5.4.post3", "1.2.0rc3"]),
+    ("0.7.0.post1", ["0.11.0", "0.5.4.post3", "1.2.0rc3"]),
+    ("0.7.0", ["0.11.0", "0.5.4.post3", "1.2.0rc2"]),
+    ("0.6.1.post1", ["0.11.0", "0.5.3.post2", "1.1.0rc5"]),
+    ("0.6.1", ["0.11.0", "0.5.3.post2", "1.1.0rc5"]),
+    ("0.6.0", ["0.11.0", "0.5.3.post2", "1.1.0rc5"]),
+];
+
+/// The release of the engine a row ran. Rows served through NVIDIA Dynamo may record the
+/// Dynamo runtime's version instead (InferenceX's Dynamo TensorRT-LLM rows: `0.8.1.post2`,
+/// with `image=…/ai-dynamo/tensorrtllm-runtime:0.8.1.post2` or no image at all). A version
+/// that is a Dynamo release [`DYNAMO_RUNTIMES`] lists (or a patch of one, which takes its
+/// base release's), on a row whose Dynamo image carries that tag or on a TensorRT-LLM row
+/// (TensorRT-LLM's own 0.x releases predate its PyTorch backend and these harnesses: 0.8.0
+/// is read as Dynamo's), names the engine release that runtime bundles. Any other version is
+/// the engine's own, as recorded.
+#[must_use]
+pub fn engine_release(row: &SiliconRow) -> String {
+    let v = row.backend_version.trim();
+    let image_tag = row
+        .source
+        .split(';')
+        .filter_map(|f| f.trim().strip_prefix("image="))
+        .find(|img| img.contains("ai-dynamo/"))
+        .and_then(|img| img.rsplit_once(':'))
+        .map(|(_, tag)| tag.trim());
+    if !(image_tag == Some(v) || row.backend == "trtllm") {
+        return v.to_string();
+    }
+    let column = match row.backend.as_str() {
+        "vllm" => 0,
+        "sglang" => 1,
+        _ => 2,
+    };
+    let find = |tag: &str| DYNAMO_RUNTIMES.iter().find(|(d, _)| *d == tag).map(|(_, e)| e[column]);
+    let base = v.split_once(".post").map_or(v, |(b, _)| b);
+    find(v).or_else(|| find(base)).unwrap_or(v).to_string()
+}
+
 /// The knobs a row replays with: those given, and where they leave a constant unset, the
 /// calibration of the engine release the row ran when it differs from the default release's
 /// ([`EngineCalibration::for_release`]; TensorRT-LLM 1.0 has its own prefill scale and
@@ -142,7 +191,7 @@ pub fn schedules_synchronously(backend: &str, version: &str) -> bool {
 /// writes those constants out (`--show-scenarios` shows them).
 #[must_use]
 pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
-    let own = EngineCalibration::for_release(&row.backend, &row.backend_version);
+    let own = EngineCalibration::for_release(&row.backend, &engine_release(row));
     let default = EngineCalibration::for_release(&row.backend, "");
     let mut k = *knobs;
     if own.prefill_scale != default.prefill_scale {
@@ -154,15 +203,15 @@ pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
     k
 }
 
-/// The engine release whose kernel tables time the row: the one it ran, where the data holds
+/// The engine release whose kernel tables time the row: the one it ran ([`engine_release`]),
+/// where the data holds
 /// tables of that release for its GPU (AIConfigurator measured older releases only in part,
 /// often just the all-reduce; the default release fills the rest), else `None` (the default
 /// release throughout). Never chosen from the measurement.
 #[must_use]
 pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
-    let v = row.backend_version.trim();
-    (!v.is_empty() && crate::perfdata::holds_version(files, &row.system, &row.backend, v))
-        .then(|| v.to_string())
+    let v = engine_release(row);
+    (!v.is_empty() && crate::perfdata::holds_version(files, &row.system, &row.backend, &v)).then_some(v)
 }
 
 /// Engine options a row's benchmark set beyond the replay policy, from the benchmark's
@@ -236,7 +285,7 @@ fn role_yaml(
     // holds the running requests (decode, or the aggregated workers).
     let ranks = (replicas.max(1) * l.dp.max(1)).max(1);
     let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256).max(concurrency.div_ceil(ranks)) };
-    let sync = if schedules_synchronously(&row.backend, &row.backend_version) {
+    let sync = if schedules_synchronously(&row.backend, &engine_release(row)) {
         ", async_scheduling: false"
     } else {
         ""
@@ -851,6 +900,43 @@ mod tests {
             change(&mut other);
             assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
         }
+    }
+
+    #[test]
+    fn dynamo_rows_replay_with_the_engine_release_their_runtime_bundles() {
+        let l = Layout { tp: 4, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+        let mut r = row(Mode::Agg { layout: l });
+        let image = |tag: &str, engine: &str| {
+            format!("source_file=2026-03-25.csv; wip=False; image=nvcr.io/nvidia/ai-dynamo/{engine}-runtime:{tag}")
+        };
+        for (backend, version, source, want) in [
+            // InferenceX's Dynamo TensorRT-LLM rows record Dynamo's release, with or without the image.
+            ("trtllm", "0.8.1.post2", image("0.8.1.post2", "tensorrtllm"), "1.2.0rc6.post2"),
+            ("trtllm", "0.8.1.post1", "source_file=2026-04-06.csv".to_string(), "1.2.0rc6.post1"),
+            // A patch the matrix does not list takes its base release's; an unlisted release
+            // stays as recorded (TensorRT-LLM 0.21.0 is TensorRT-LLM's own).
+            ("trtllm", "0.7.0.post2", image("0.7.0.post2", "tensorrtllm"), "1.2.0rc2"),
+            ("trtllm", "0.5.1-rc0.pre3", String::new(), "0.5.1-rc0.pre3"),
+            ("sglang", "0.5.1-rc0.pre1", image("0.5.1-rc0.pre1", "sglang"), "0.5.1-rc0.pre1"),
+            ("trtllm", "0.21.0", String::new(), "0.21.0"),
+            ("vllm", "0.8.0", image("0.8.0", "vllm"), "0.12.0"),
+            // A row that records its engine's own release keeps it, in a Dynamo image or not.
+            ("vllm", "0.12.0", image("0.8.0", "vllm"), "0.12.0"),
+            ("trtllm", "1.3.0rc5", image("0.8.1", "tensorrtllm"), "1.3.0rc5"),
+            ("trtllm", "1.0.0rc3", String::new(), "1.0.0rc3"),
+        ] {
+            (r.backend, r.backend_version, r.source) = (backend.into(), version.into(), source);
+            assert_eq!(engine_release(&r), want, "{backend} {version}");
+        }
+        // A Dynamo 0.8 TensorRT-LLM row replays with the calibration of 1.1 and later, a
+        // TensorRT-LLM 1.0 row with its own.
+        (r.backend, r.backend_version, r.source) = ("trtllm".into(), "0.8.1.post2".into(), String::new());
+        assert_eq!(release_knobs(&r, &Knobs::default()), Knobs::default());
+        r.backend_version = "1.0.0rc3".into();
+        assert_eq!(release_knobs(&r, &Knobs::default()).prefill_scale, Some(1.25));
+        // vLLM 0.12 behind Dynamo 0.8 schedules synchronously, as vLLM 0.12 does.
+        (r.backend, r.backend_version, r.source) = ("vllm".into(), "0.8.0".into(), image("0.8.0", "vllm"));
+        assert!(scenario_yaml(&r, &Knobs::default(), true, None).contains("async_scheduling: false"));
     }
 
     #[test]
