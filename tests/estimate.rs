@@ -157,6 +157,41 @@ traffic:
     assert!(err("mean_ttft_ms", e.ttft_ms) < 0.25, "TTFT {} vs {}", e.ttft_ms, f(&j, "mean_ttft_ms"));
 }
 
+/// A prefill role runs one prompt a step unless told otherwise (its `max_sequences` defaults
+/// to 1), however many the token budget would hold: with short prompts and one prefill worker
+/// the estimate is bound by prefill at the replay's rate, not at eight prompts a step.
+#[test]
+fn a_prefill_role_runs_as_many_prompts_a_step_as_its_max_sequences() {
+    let yaml = "
+engine:
+  model: Qwen/Qwen3-32B-FP8
+  hardware: h200_sxm
+  backend: trtllm
+  mode: disaggregated
+  workers:
+    prefill: {parallelism: {replicas: 1, tensor: 2}}
+    decode: {parallelism: {replicas: 2, tensor: 2}}
+traffic:
+  source: {type: synthetic, input_tokens: {dist: uniform, min: 800, max: 1000}, output_tokens: {dist: uniform, min: 160, max: 200}}
+  load: {type: concurrency, concurrency: 128}
+  stop: {requests: 1280}
+";
+    let p = prepared(yaml);
+    let e = estimate(&p).unwrap();
+    let d = |k: &str| e.detail.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap();
+    // The prefill worker is the pool that binds.
+    assert!(d("prefill_capacity_rps") < 1.05 * e.request_rate_rps, "{}", e.summary());
+    let j = replay(&p);
+    let err = |k: &str, v: f64| (v / f(&j, k) - 1.0).abs();
+    assert!(
+        err("output_throughput_tok_s", e.output_tok_s) < 0.08,
+        "{} tok/s vs replay {}",
+        e.output_tok_s,
+        f(&j, "output_throughput_tok_s")
+    );
+    assert!(err("mean_ttft_ms", e.ttft_ms) < 0.25, "TTFT {} vs {}", e.ttft_ms, f(&j, "mean_ttft_ms"));
+}
+
 #[test]
 fn traffic_the_estimate_cannot_describe_is_a_clear_error() {
     let yaml = AGG.replace(

@@ -275,7 +275,9 @@ impl RoleSteps {
             }
             (chunks, 1)
         } else {
-            let fit = (f64::from(self.budget) - beside).max(0.0) / f64::from(new);
+            // As many whole prompts as the budget holds, and no more than may run at once (a
+            // prefill role runs one at a time by default, as its replay does).
+            let fit = ((f64::from(self.budget) - beside).max(0.0) / f64::from(new)).min(self.max_seqs);
             (vec![PrefillChunk { new_tokens: new, context_tokens: cached }], to_u32(fit.floor().max(1.0)))
         }
     }
