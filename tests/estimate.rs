@@ -192,6 +192,41 @@ traffic:
     assert!(err("mean_ttft_ms", e.ttft_ms) < 0.25, "TTFT {} vs {}", e.ttft_ms, f(&j, "mean_ttft_ms"));
 }
 
+/// SGLang's receive interval: a prompt waits for the next intake, half the interval in
+/// decode steps when prefill steps are rare; the estimate's TTFT tracks the replay's with and
+/// without it, and the interval's added wait is what the replay adds.
+#[test]
+fn the_estimate_waits_for_sglangs_next_intake() {
+    let yaml = |interval: u32| {
+        format!(
+            "
+engine:
+  model: meta-llama/Llama-3.1-8B-Instruct
+  hardware: h200_sxm
+  backend: sglang
+  workers:
+    aggregated: {{scheduler: {{scheduler_recv_interval: {interval}}}}}
+traffic:
+  source: {{type: synthetic, input_tokens: {{dist: uniform, min: 820, max: 1024}}, output_tokens: {{dist: uniform, min: 820, max: 1024}}}}
+  load: {{type: concurrency, concurrency: 16}}
+  stop: {{requests: 160}}
+"
+        )
+    };
+    let mut added = Vec::new();
+    for interval in [1, 30] {
+        let p = prepared(&yaml(interval));
+        let e = estimate(&p).unwrap();
+        let j = replay(&p);
+        let steady = |j: &serde_json::Value| f(j, "mean_ttft_ms");
+        added.push((e.steady_ttft_ms, e.ttft_ms, steady(&j)));
+        let err = (e.ttft_ms / steady(&j) - 1.0).abs();
+        assert!(err < 0.25, "interval {interval}: TTFT {} vs replay {}", e.ttft_ms, steady(&j));
+    }
+    let (est, rep) = (added[1].1 - added[0].1, added[1].2 - added[0].2);
+    assert!(est > 0.0 && (est / rep - 1.0).abs() < 0.3, "added {est} ms, replay {rep} ms");
+}
+
 #[test]
 fn traffic_the_estimate_cannot_describe_is_a_clear_error() {
     let yaml = AGG.replace(

@@ -394,6 +394,8 @@ pub(crate) struct Aggregated {
     pub(crate) b_max: f64,
     kv_limited: bool,
     frontend_ms: f64,
+    /// SGLang's `scheduler_recv_interval` (1 elsewhere): decode steps between intakes.
+    recv_interval: f64,
     /// Requests the traffic sends (the start-up wave's share of the mean).
     pub(crate) total_requests: f64,
 }
@@ -460,6 +462,11 @@ impl Aggregated {
             kv_limited: by_kv < steps.max_seqs,
             b_max,
             frontend_ms: p.frontend_delay.as_secs_f64() * 1000.0,
+            recv_interval: if p.config.engine.backend == Backend::Sglang {
+                f64::from(role.config.scheduler.sglang.recv_interval.max(1))
+            } else {
+                1.0
+            },
             total_requests: f64::from(p.traffic.max_requests()),
             steps,
             w,
@@ -493,7 +500,11 @@ impl Aggregated {
         let gen_steps = (cycle_steps - mix_steps).max(0.0);
         let cycle_ms = mix_steps * mix_ms + gen_steps * gen_ms;
         let mean_step = cycle_ms / cycle_steps;
-        let wait_ms = mean_step / 2.0 + (cycle_steps - life) * mean_step;
+        // A prompt waits for the scheduler's next intake: the next step (half a step on
+        // average), or with SGLang's receive interval the next of the intakes every that many
+        // decode steps and right after each prefill step, whichever comes first.
+        let intake_steps = self.recv_interval.min(cycle_steps / mix_steps.max(f64::MIN_POSITIVE)).max(1.0);
+        let wait_ms = intake_steps * mean_step / 2.0 + (cycle_steps - life) * mean_step;
         let tpot_ms = if osl > 1.0 { (cycle_ms - own_ms).max(0.0) / (cycle_steps - k).max(1.0) } else { 0.0 };
         let ttft_ms = self.frontend_ms + wait_ms + own_ms;
         Ok(AggPoint {
