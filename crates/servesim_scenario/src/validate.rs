@@ -204,10 +204,9 @@ pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
 }
 
 /// The engine release whose kernel tables time the row: the one it ran ([`engine_release`]),
-/// where the data holds
-/// tables of that release for its GPU (AIConfigurator measured older releases only in part,
-/// often just the all-reduce; the default release fills the rest), else `None` (the default
-/// release throughout). Never chosen from the measurement.
+/// where the data holds tables of that release for its GPU (AIConfigurator measured older
+/// releases only in part, often just the all-reduce; the default release fills the rest),
+/// else `None` (the default release throughout). Never chosen from the measurement.
 #[must_use]
 pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
     let v = engine_release(row);
