@@ -212,7 +212,8 @@ enum Command {
         #[arg(long)]
         mla_attention_dp: bool,
         /// Replay with the policy's engine options only, not those of a row's published
-        /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch waiting).
+        /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch
+        /// waiting, its SGLang DeepSeek-R1 receive interval on B200).
         #[arg(long)]
         no_recipes: bool,
         /// Print the prediction.yaml each row is replayed as, instead of running it.
