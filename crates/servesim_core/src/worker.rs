@@ -267,12 +267,7 @@ impl Worker {
     }
 
     fn place(&mut self, id: ReqId, req: &mut Request) {
-        let mut best = 0;
-        for (i, r) in self.ranks.iter().enumerate() {
-            if r.load() < self.ranks[best].load() {
-                best = i;
-            }
-        }
+        let best = self.least_loaded_rank();
         #[allow(clippy::cast_possible_truncation)] // Rank counts are small.
         {
             req.rank = best as u32;

@@ -1,0 +1,296 @@
+use super::*;
+
+fn row(mode: Mode) -> SiliconRow {
+    SiliconRow {
+        line: 2,
+        id: "r".into(),
+        source: String::new(),
+        backend: "vllm".into(),
+        backend_version: String::new(),
+        model: "Qwen/Qwen3-32B".into(),
+        system: "h100_sxm".into(),
+        precision: "fp8".into(),
+        gemm_quant: "fp8".into(),
+        moe_quant: "fp8".into(),
+        isl: 1024,
+        osl: 128,
+        concurrency: 8,
+        mode,
+        ttft_ms: 100.0,
+        tpot_ms: 10.0,
+    }
+}
+
+#[test]
+fn gpt_oss_without_fp4_tensor_cores_replays_in_its_mxfp4_checkpoint_formats() {
+    let catalog = Catalog::builtin().unwrap();
+    let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 2, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l });
+    r.model = "openai/gpt-oss-120b".into();
+    r.precision = "fp4".into();
+    r.gemm_quant = "nvfp4".into();
+    r.moe_quant = "nvfp4".into();
+    let yaml = |r: &SiliconRow| {
+        scenario_yaml(&interpret(r, &catalog, &Knobs::default()), &Knobs::default(), false, None)
+    };
+    for (gpu, label) in [("h200_sxm", "nvfp4"), ("h100_sxm", "nvfp4"), ("h100_sxm", "fp8")] {
+        r.system = gpu.into();
+        r.gemm_quant = label.into();
+        r.moe_quant = label.into();
+        assert!(yaml(&r).contains("quantization: {kv_cache: fp8}"), "{gpu} {label}: {}", yaml(&r));
+    }
+    r.gemm_quant = "nvfp4".into();
+    r.moe_quant = "nvfp4".into();
+    // Blackwell runs NVFP4 kernels: the label stands, as for other models on Hopper.
+    r.system = "b200_sxm".into();
+    assert!(yaml(&r).contains("quantization: {gemm: nvfp4, moe: nvfp4, kv_cache: fp8}"), "{}", yaml(&r));
+    r.system = "h200_sxm".into();
+    r.model = "Qwen/Qwen3-30B-A3B".into();
+    assert!(yaml(&r).contains("gemm: nvfp4"), "{}", yaml(&r));
+}
+
+#[test]
+fn mla_layouts_can_be_read_as_attention_data_parallel() {
+    let catalog = Catalog::builtin().unwrap();
+    let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 64 };
+    let mut r = row(Mode::Agg { layout: l });
+    r.model = "deepseek-ai/DeepSeek-R1".into();
+    let on = Knobs { mla_attention_dp: true, ..Knobs::default() };
+    let Mode::Agg { layout } = interpret(&r, &catalog, &on).mode else { panic!() };
+    assert_eq!((layout.tp, layout.dp, layout.moe_ep), (1, 8, 8));
+    // Off by default, and never for models without MLA.
+    assert_eq!(interpret(&r, &catalog, &Knobs::default()), r);
+    let dense = row(Mode::Agg { layout: l });
+    assert_eq!(interpret(&dense, &catalog, &on), dense);
+}
+
+#[test]
+fn rows_become_closed_loop_scenarios() {
+    let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true, None);
+    assert!(y.contains("concurrency: 8"), "{y}");
+    assert!(y.contains("requests: 80"), "{y}");
+    assert!(y.contains("input_tokens: 1024"), "{y}");
+    let sampled = scenario_yaml(
+        &row(Mode::Agg { layout: l }),
+        &Knobs { length_floor: Some(0.8), ..Knobs::default() },
+        true,
+        None,
+    );
+    assert!(sampled.contains("input_tokens: {dist: uniform, min: 820, max: 1024}"), "{sampled}");
+    assert!(y.contains("gemm: fp8"), "{y}");
+    assert!(y.contains("max_sequences: 256"), "{y}");
+    let d = scenario_yaml(
+        &row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) }),
+        &Knobs { prefill_scale: Some(1.5), ..Knobs::default() },
+        true,
+        None,
+    );
+    assert!(d.contains("timing: {prefill_scale: 1.5}"), "{d}");
+    assert!(d.contains("mode: disaggregated") && d.contains("replicas: 3"), "{d}");
+    // Decode ranks hold the running requests: max(256, concurrency per rank).
+    let mut big =
+        row(Mode::Disagg { prefill: l, prefill_workers: Some(2), decode: l, decode_workers: Some(3) });
+    big.concurrency = 4096;
+    let b = scenario_yaml(&big, &Knobs::default(), true, None);
+    assert!(b.contains("max_sequences: 1366"), "{b}");
+    assert!(!b.contains("async_scheduling"), "{b}");
+    assert!(!b.contains("backend_version"), "{b}");
+    let v = scenario_yaml(&big, &Knobs::default(), true, Some("1.0.0rc3"));
+    assert!(v.contains("  backend: vllm\n  backend_version: 1.0.0rc3\n"), "{v}");
+}
+
+#[test]
+fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
+    let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l(2) });
+    r.backend = "trtllm".into();
+    r.model = "meta-llama/Llama-3.1-70B".into();
+    r.source = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8".into();
+    (r.isl, r.osl) = (1024, 1024);
+    let want = Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)), recv_interval: None };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(
+        y.contains("max_batched_tokens: 16384")
+            && y.contains("batch_wait_timeout_iters: 20, batch_wait_max_tokens_ratio: 0.9"),
+        "{y}"
+    );
+    let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, true, None);
+    assert!(plain.contains("max_batched_tokens: 8192") && !plain.contains("batch_wait"), "{plain}");
+    // Batch waiting only at 1k/1k below TP8; the larger budget throughout.
+    let only_budget = Recipe { max_batched_tokens: Some(16_384), ..Recipe::default() };
+    r.mode = Mode::Agg { layout: l(8) };
+    assert_eq!(recipe(&r), only_budget);
+    (r.mode, r.osl) = (Mode::Agg { layout: l(2) }, 8192);
+    assert_eq!(recipe(&r), only_budget);
+    // Other sources, engines and models replay the policy.
+    r.osl = 1024;
+    for change in [
+        |r: &mut SiliconRow| r.source = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/x.csv".into(),
+        |r: &mut SiliconRow| r.backend = "vllm".into(),
+        |r: &mut SiliconRow| r.model = "Qwen/Qwen3-32B".into(),
+    ] {
+        let mut other = r.clone();
+        change(&mut other);
+        assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
+    }
+}
+
+#[test]
+fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() {
+    let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: tp, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l(8) });
+    (r.backend, r.model, r.system, r.precision) =
+        ("sglang".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp8".into());
+    r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=16".into();
+    let interval = |r: &SiliconRow| recipe(r).recv_interval;
+    r.concurrency = 16;
+    assert_eq!(interval(&r), Some(30));
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("scheduler_recv_interval: 30"), "{y}");
+    let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, false, None);
+    assert!(!plain.contains("scheduler_recv_interval"), "{plain}");
+    // Below 16 clients, and the fp8 script's TP4 layout: every 10 steps.
+    r.concurrency = 8;
+    assert_eq!(interval(&r), Some(10));
+    (r.concurrency, r.mode) = (64, Mode::Agg { layout: l(4) });
+    assert_eq!(interval(&r), Some(10));
+    r.precision = "fp4".into();
+    assert_eq!(interval(&r), Some(30));
+    // The database dump is InferenceX too; other GPUs, engines and sources are not this recipe.
+    r.source = "db-dump/2026-04-27; config_id=1; silicon_concurrency=64".into();
+    assert_eq!(interval(&r), Some(30));
+    for change in [
+        |r: &mut SiliconRow| r.system = "h200_sxm".into(),
+        |r: &mut SiliconRow| r.backend = "trtllm".into(),
+        |r: &mut SiliconRow| r.source = "source_file=qwen3.5-397b-gap-analysis.csv".into(),
+    ] {
+        let mut other = r.clone();
+        change(&mut other);
+        assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
+    }
+}
+
+#[test]
+fn dynamo_rows_replay_with_the_engine_release_their_runtime_bundles() {
+    let l = Layout { tp: 4, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l });
+    let image = |tag: &str, engine: &str| {
+        format!(
+            "source_file=2026-03-25.csv; wip=False; image=nvcr.io/nvidia/ai-dynamo/{engine}-runtime:{tag}"
+        )
+    };
+    for (backend, version, source, want) in [
+        // InferenceX's Dynamo TensorRT-LLM rows record Dynamo's release, with or without the image.
+        ("trtllm", "0.8.1.post2", image("0.8.1.post2", "tensorrtllm"), "1.2.0rc6.post2"),
+        ("trtllm", "0.8.1.post1", "source_file=2026-04-06.csv".to_string(), "1.2.0rc6.post1"),
+        // A patch the matrix does not list takes its base release's; an unlisted release
+        // stays as recorded (TensorRT-LLM 0.21.0 is TensorRT-LLM's own).
+        ("trtllm", "0.7.0.post2", image("0.7.0.post2", "tensorrtllm"), "1.2.0rc2"),
+        ("trtllm", "0.5.1-rc0.pre3", String::new(), "0.5.1-rc0.pre3"),
+        ("sglang", "0.5.1-rc0.pre1", image("0.5.1-rc0.pre1", "sglang"), "0.5.1-rc0.pre1"),
+        ("trtllm", "0.21.0", String::new(), "0.21.0"),
+        ("vllm", "0.8.0", image("0.8.0", "vllm"), "0.12.0"),
+        // A row that records its engine's own release keeps it, in a Dynamo image or not.
+        ("vllm", "0.12.0", image("0.8.0", "vllm"), "0.12.0"),
+        ("trtllm", "1.3.0rc5", image("0.8.1", "tensorrtllm"), "1.3.0rc5"),
+        ("trtllm", "1.0.0rc3", String::new(), "1.0.0rc3"),
+    ] {
+        (r.backend, r.backend_version, r.source) = (backend.into(), version.into(), source);
+        assert_eq!(engine_release(&r), want, "{backend} {version}");
+    }
+    // A Dynamo 0.8 TensorRT-LLM row replays with the calibration of 1.1 and later, a
+    // TensorRT-LLM 1.0 row with its own.
+    (r.backend, r.backend_version, r.source) = ("trtllm".into(), "0.8.1.post2".into(), String::new());
+    assert_eq!(release_knobs(&r, &Knobs::default()), Knobs::default());
+    r.backend_version = "1.0.0rc3".into();
+    assert_eq!(release_knobs(&r, &Knobs::default()).prefill_scale, Some(1.25));
+    // vLLM 0.12 behind Dynamo 0.8 schedules synchronously, as vLLM 0.12 does.
+    (r.backend, r.backend_version, r.source) = ("vllm".into(), "0.8.0".into(), image("0.8.0", "vllm"));
+    assert!(scenario_yaml(&r, &Knobs::default(), true, None).contains("async_scheduling: false"));
+}
+
+#[test]
+fn rows_from_vllm_before_0_14_replay_with_synchronous_scheduling() {
+    for (backend, version, sync) in [
+        ("vllm", "0.12.0", true),
+        ("vllm", "0.13.2", true),
+        ("vllm", "0.14.0", false),
+        ("vllm", "0.19.1", false),
+        ("vllm", "", false),
+        ("vllm", "nightly-5b8c30d", false),
+        ("sglang", "0.5.6.post2", false),
+        ("trtllm", "0.8.1.post2", false),
+    ] {
+        assert_eq!(schedules_synchronously(backend, version), sync, "{backend} {version}");
+    }
+    let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l });
+    r.backend_version = "0.12.0".into();
+    let y = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(y.contains("max_sequences: 256, async_scheduling: false}"), "{y}");
+}
+
+#[test]
+fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
+    let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l });
+    r.backend = "trtllm".into();
+    for (version, written) in [("1.0.0rc3", true), ("0.21.0", true), ("1.1.0rc2.post2", false), ("", false)] {
+        r.backend_version = version.into();
+        let y = scenario_yaml(&r, &Knobs::default(), true, None);
+        assert_eq!(y.contains("timing: {prefill_scale: 1.25, frontend_ms: 50}"), written, "{version}: {y}");
+    }
+    // A constant given on the command line wins over the release's.
+    r.backend_version = "1.0.0rc3".into();
+    let y = scenario_yaml(&r, &Knobs { prefill_scale: Some(1.1), ..Knobs::default() }, true, None);
+    assert!(y.contains("timing: {prefill_scale: 1.1, frontend_ms: 50}"), "{y}");
+    // Other engines' releases share one calibration.
+    r.backend = "sglang".into();
+    r.backend_version = "0.4.0".into();
+    assert!(!scenario_yaml(&r, &Knobs::default(), true, None).contains("timing:"));
+}
+
+#[test]
+fn groups_compute_mape_bias_and_coverage() {
+    let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let rows = vec![row(Mode::Agg { layout: l }), row(Mode::Agg { layout: l })];
+    let outs = vec![
+        Outcome { predicted: Some((110.0, 9.0)), error: None, sized: None },
+        Outcome { predicted: None, error: Some("refused".into()), sized: None },
+    ];
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    let g = &s.overall;
+    assert!((g.ttft_mape() - 10.0).abs() < 1e-9);
+    assert!((g.tpot_bias() + 10.0).abs() < 1e-9);
+    assert!((g.coverage() - 50.0).abs() < 1e-9);
+    assert!(table(&s).contains("dense aggregated"));
+}
+
+#[test]
+fn scatter_is_the_error_left_after_each_family_best_scale() {
+    let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let mut rows = vec![row(Mode::Agg { layout: l }); 5];
+    for r in &mut rows[3..] {
+        r.system = "h200_sxm".into();
+    }
+    // Family one: TTFT ratios 1.2, 1.2, 1.5 (best scale 1.2); family two: 0.5 and 0.7 (best
+    // scale 0.7: residual 2/7, where the median 0.6 would leave 1/3).
+    let out = |ttft: f64| Outcome {
+        predicted: Some((ttft * rows[0].ttft_ms, rows[0].tpot_ms)),
+        error: None,
+        sized: None,
+    };
+    let outs = vec![out(1.2), out(1.2), out(1.5), out(0.5), out(0.7)];
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    let first = s.by_config.values().find(|g| g.rows == 3).unwrap();
+    assert!((first.ttft_mape() - 30.0).abs() < 1e-9);
+    assert!((first.ttft_scatter() - 100.0 * 0.25 / 3.0).abs() < 1e-9, "{}", first.ttft_scatter());
+    // Pooled: each row against its own family's scale, not one for all rows.
+    let pooled = 100.0 * (0.25 + 2.0 / 7.0) / 5.0;
+    assert!((s.overall.ttft_scatter() - pooled).abs() < 1e-9, "{}", s.overall.ttft_scatter());
+    assert!((s.by_class["dense aggregated"].ttft_scatter() - pooled).abs() < 1e-9);
+    assert!(s.overall.tpot_scatter().abs() < 1e-12, "exact TPOT everywhere");
+    assert!(table(&s).contains("TTFT scatter"));
+}
