@@ -597,3 +597,91 @@ fn trtllm_batch_waiting_delays_prompts_by_up_to_its_timeout() {
         assert!(text.contains("batch_wait_") && text.contains(words), "{text}");
     }
 }
+
+/// Speculative decoding: a round emits 1 + the accepted drafts, so TPOT × tokens a round is
+/// the round's time, which costs more than a plain decode step (wider batch, draft layers)
+/// and far less than as many plain steps. Every engine, MTP/EAGLE (`nextn`) and vLLM's n-gram
+/// lookup; invalid settings are refused with the key named (exit 2).
+#[test]
+fn speculative_rounds_cost_more_than_a_step_and_emit_several_tokens() {
+    let off = ["engine.nextn=0", "engine.nextn_accepted=null"];
+    for (path, tokens, plain_sets) in [
+        ("tests/scenarios/spec_mtp_trtllm.yaml", 3.2, &off[..]),
+        ("tests/scenarios/spec_eagle_vllm.yaml", 2.8, &off[..]),
+        ("tests/scenarios/spec_eagle_sglang.yaml", 2.8, &off[..]),
+        ("tests/scenarios/spec_eagle_trtllm.yaml", 2.8, &off[..]),
+        ("tests/scenarios/spec_ngram_vllm.yaml", 2.472, &["engine.speculation=null"][..]),
+    ] {
+        let run = predict_file_with(path, &[]).unwrap();
+        let spec = run.summary;
+        let plain_run = predict_file_with(path, plain_sets).unwrap();
+        assert!(plain_run.json["servesim"]["speculation"].is_null(), "{path}");
+        let plain = plain_run.summary;
+        // The rounds emitted what the acceptance model expects (a sample of it, a little
+        // less where outputs end inside a round).
+        let sp = &run.json["servesim"]["speculation"];
+        let per_round = sp["tokens_per_round"].as_f64().unwrap();
+        assert!((sp["expected_tokens_per_round"].as_f64().unwrap() - tokens).abs() < 1e-9, "{path}");
+        assert!((per_round / tokens - 1.0).abs() < 0.03, "{path}: {per_round} tokens a round");
+        assert_eq!(spec.completed_requests, plain.completed_requests, "{path}");
+        assert_eq!(spec.total_output_tokens, plain.total_output_tokens, "{path}");
+        // Outputs end inside rounds, so a request's rounds emit a little fewer on average.
+        let round_ms = spec.tpot.mean * tokens;
+        assert!(
+            round_ms > plain.tpot.mean && round_ms < 0.8 * tokens * plain.tpot.mean,
+            "{path}: round {round_ms} ms vs plain step {} ms",
+            plain.tpot.mean
+        );
+        // One inter-token gap per round's chunk: ITL is the round time, not TPOT.
+        assert!(
+            spec.itl.median > 1.5 * spec.tpot.median,
+            "{path}: ITL {} TPOT {}",
+            spec.itl.median,
+            spec.tpot.median
+        );
+    }
+    let default = "data/scenarios/default.yaml";
+    for (file, sets, words) in [
+        (default, &["engine.nextn=6"][..], "between 0 and 5"),
+        (default, &["engine.nextn=3"][..], "nextn_accepted is required"),
+        (default, &["engine.nextn=3", "engine.nextn_accepted=3.5"][..], "between 0 and 3"),
+        (default, &["engine.nextn_accepted=1"][..], "needs nextn"),
+        (
+            "tests/scenarios/spec_mtp_trtllm.yaml",
+            &["engine.speculation={kind: ngram, num_speculative_tokens: 2, acceptance_rates: [0.5, 0.5]}"][..],
+            "exclusive",
+        ),
+        (
+            "tests/scenarios/spec_eagle_sglang.yaml",
+            &[
+                "engine.nextn=0",
+                "engine.nextn_accepted=null",
+                "engine.speculation={kind: ngram, num_speculative_tokens: 2, acceptance_rates: [0.5, 0.5]}",
+            ][..],
+            "vLLM's",
+        ),
+        (
+            "tests/scenarios/spec_ngram_vllm.yaml",
+            &["engine.speculation.acceptance_rates=[0.8, 0.6]"][..],
+            "one per draft position",
+        ),
+        (
+            "tests/scenarios/spec_ngram_vllm.yaml",
+            &["engine.speculation.acceptance_rates=[0.8, 1.6, 0.4]"][..],
+            "[1]",
+        ),
+        (
+            "tests/scenarios/fpm_vllm.yaml",
+            &["engine.nextn=2", "engine.nextn_accepted=1"][..],
+            "FPM cells time forward passes without drafts",
+        ),
+    ] {
+        let err = predict_file_with(file, sets).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(words) && (text.contains("nextn") || text.contains("speculation")),
+            "{sets:?}: {text}"
+        );
+    }
+}

@@ -341,3 +341,62 @@ fn a_frontend_queue_is_refused_by_the_estimate() {
         AGG.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4}\n      frontend: {processes: 2}");
     assert!(estimate(&prepared(&zero)).is_ok());
 }
+
+/// Speculative decoding: the estimate's decode steps verify the drafts and emit the expected
+/// tokens a round, so its TPOT and throughput track the replay's with MTP on an aggregated
+/// worker and on a disaggregated decode pool, and n-gram lookup on vLLM.
+#[test]
+fn speculative_estimates_track_their_replay() {
+    let agg = "
+engine:
+  model: deepseek-ai/DeepSeek-R1
+  hardware: b200_sxm
+  backend: trtllm
+  nextn: 3
+  nextn_accepted: 2.2
+  workers:
+    aggregated: {parallelism: {tensor: 8, moe_expert: 8}}
+traffic:
+  source: {type: synthetic, input_tokens: {dist: uniform, min: 820, max: 1024}, output_tokens: {dist: uniform, min: 820, max: 1024}}
+  load: {type: concurrency, concurrency: 32}
+  stop: {requests: 160}
+";
+    let disagg = "
+engine:
+  model: Qwen/Qwen3-32B-FP8
+  hardware: h200_sxm
+  backend: trtllm
+  mode: disaggregated
+  nextn: 2
+  nextn_accepted: 1.5
+  workers:
+    prefill: {parallelism: {replicas: 3, tensor: 4}}
+    decode: {parallelism: {replicas: 1, tensor: 4}}
+traffic:
+  source: {type: synthetic, input_tokens: {dist: uniform, min: 3600, max: 4400}, output_tokens: {dist: uniform, min: 450, max: 550}}
+  load: {type: concurrency, concurrency: 48}
+  stop: {requests: 480}
+";
+    let ngram = "
+engine:
+  model: meta-llama/Llama-3.1-8B-Instruct
+  hardware: h100_sxm
+  backend: vllm
+  speculation: {kind: ngram, num_speculative_tokens: 3, acceptance_rates: [0.8, 0.6, 0.4]}
+  workers:
+    aggregated: {}
+traffic:
+  source: {type: synthetic, input_tokens: 1000, output_tokens: 300}
+  load: {type: concurrency, concurrency: 16}
+  stop: {requests: 160}
+";
+    for yaml in [agg, disagg, ngram] {
+        let p = prepared(yaml);
+        let e = estimate(&p).unwrap();
+        let j = replay(&p);
+        let err = |k: &str, v: f64| (v / f(&j, k) - 1.0).abs();
+        let tpot = f(&j, "mean_tpot_ms");
+        assert!(err("mean_tpot_ms", e.tpot_ms) < 0.12, "{}: TPOT {} vs {tpot}", e.mode, e.tpot_ms);
+        assert!(err("output_throughput_tok_s", e.output_tok_s) < 0.12, "{}: throughput", e.mode);
+    }
+}

@@ -41,12 +41,14 @@ const fn field(path: &'static str, label: &'static str, kind: Kind) -> Field {
 }
 
 /// Engine fields (below `engine.`).
-pub const ENGINE: [Field; 5] = [
+pub const ENGINE: [Field; 7] = [
     field("model", "Model", Kind::Text),
     field("hardware", "GPU", Kind::Text),
     field("backend", "Engine", Kind::Choice(&["vllm", "sglang", "trtllm"])),
     field("backend_version", "Engine version", Kind::Text),
     field("enable_chunked_prefill", "Chunked prefill", Kind::Bool),
+    field("nextn", "MTP/EAGLE drafts (nextn)", Kind::Int),
+    field("nextn_accepted", "Drafts accepted per round", Kind::Float),
 ];
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last four are SGLang's

@@ -216,6 +216,13 @@ enum Command {
         /// waiting, its SGLang DeepSeek-R1 receive interval on B200).
         #[arg(long)]
         no_recipes: bool,
+        /// Replay every row with MTP/EAGLE speculative decoding, this many drafts a round (a
+        /// what-if for a filtered set of rows: the file does not record which runs speculated).
+        #[arg(long, requires = "nextn_accepted", value_parser = clap::value_parser!(u32).range(1..=5))]
+        nextn: Option<u32>,
+        /// With --nextn: drafts accepted per round on average (0 to nextn).
+        #[arg(long, requires = "nextn")]
+        nextn_accepted: Option<f64>,
         /// Print the prediction.yaml each row is replayed as, instead of running it.
         #[arg(long)]
         show_scenarios: bool,
@@ -364,6 +371,8 @@ fn main() -> ExitCode {
             length_floor,
             mla_attention_dp,
             no_recipes,
+            nextn,
+            nextn_accepted,
             show_scenarios,
         } => {
             let knobs = servesim_scenario::validate::Knobs {
@@ -376,6 +385,7 @@ fn main() -> ExitCode {
                 length_floor: Some(length_floor),
                 mla_attention_dp,
                 no_recipes,
+                speculation: nextn.zip(nextn_accepted),
             };
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate_requests(log, config, data_dir)

@@ -23,9 +23,10 @@ pub struct PrefillChunk {
 pub struct RankLoad {
     /// Prefill chunks, in scheduling order.
     pub prefill: Vec<PrefillChunk>,
-    /// Decode requests (one new token each).
+    /// Decode query rows: one per decode request, or 1 + its draft tokens under speculative
+    /// decoding (each verified position is a query).
     pub decode_requests: u32,
-    /// Sum over decode requests of their KV length including the new token.
+    /// Sum over decode query rows of the keys each sees (its KV length including itself).
     pub decode_kv_tokens: u64,
 }
 

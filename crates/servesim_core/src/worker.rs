@@ -36,8 +36,10 @@ pub struct WorkerStats {
     pub busy_ns: u64,
     /// Prefill tokens computed.
     pub prefill_tokens: u64,
-    /// Decode tokens computed.
+    /// Output tokens decode steps produced (several a round under speculative decoding).
     pub decode_tokens: u64,
+    /// Decode rounds run (one per decoding request per step).
+    pub decode_rounds: u64,
     /// Requests preempted.
     pub preemptions: u64,
     /// Cached KV tokens evicted to make room (filled in with the results).
@@ -363,8 +365,13 @@ impl Worker {
                     r.pd.decode_admit = now;
                 }
                 if p.decode {
-                    load.decode_requests += 1;
-                    load.decode_kv_tokens += u64::from(p.context_tokens) + 1;
+                    // Speculative decoding verifies 1 + drafts positions per request in one
+                    // pass: each is a query row, seeing one more key than the one before
+                    // (AIConfigurator scales the decode batch by nextn + 1 the same way).
+                    let q = 1 + self.cfg.speculation.draft_tokens;
+                    load.decode_requests += q;
+                    load.decode_kv_tokens +=
+                        u64::from(q) * (u64::from(p.context_tokens) + 1) + u64::from(q * (q - 1) / 2);
                 } else {
                     load.prefill
                         .push(PrefillChunk { new_tokens: p.new_tokens, context_tokens: p.context_tokens });
@@ -400,6 +407,10 @@ impl Worker {
         timer: &mut dyn StepTimer,
         max_end: SimTime,
     ) -> Result<Option<Run>, TimingError> {
+        if self.cfg.speculation.is_on() {
+            // Each round advances a request by a drawn number of tokens: step by step.
+            return Ok(None);
+        }
         let mut k = MAX_RUN_STEPS;
         if !self.recv.inbox.is_empty() {
             // The run ends with the decode step after which the scheduler takes them in.
@@ -639,6 +650,7 @@ impl Worker {
         self.stats.steps += u64::from(steps);
         self.stats.busy_ns += (last_end - run.step_start(first)).as_ns();
         self.stats.decode_tokens += u64::from(steps) * total;
+        self.stats.decode_rounds += u64::from(steps) * total;
         self.last_step_end = last_end;
         run.applied = m;
     }
@@ -684,12 +696,16 @@ impl Worker {
         // Most emitting requests also emitted at the end of the previous step: count their
         // (equal) gaps once instead of one sample per request.
         let mut common_gaps = 0u64;
+        let spec = self.cfg.speculation;
         for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
             for p in &plan.items {
                 let r = &mut reqs[p.req as usize];
+                // The drafts this step verified, as the policy counted them when it planned.
+                let drafts = if p.decode { spec.lookahead(r) } else { 0 };
                 r.computed += p.new_tokens;
                 if p.decode {
                     self.stats.decode_tokens += u64::from(p.new_tokens);
+                    self.stats.decode_rounds += 1;
                 } else {
                     self.stats.prefill_tokens += u64::from(p.new_tokens);
                 }
@@ -714,7 +730,18 @@ impl Worker {
                         itl.add(now - prev, 1);
                     }
                     out.emitted.push(p.req);
-                    if r.emit_token(now) {
+                    let mut done = r.emit_token(now);
+                    if drafts > 0 && !done {
+                        // The accepted drafts reach the client in the same streamed chunk as
+                        // the round's first token: one inter-token gap per chunk, as benchmark
+                        // clients (vLLM's `bench serve`) record it.
+                        let (extra, last) = accept_drafts(rank, r, &spec, p.req, drafts, now);
+                        self.stats.decode_tokens += u64::from(extra);
+                        done = last;
+                    } else if drafts > 0 {
+                        return_draft_slots(rank, r, drafts);
+                    }
+                    if done {
                         r.status = Status::Completed;
                         engine::release(rank, r);
                         out.finished.push(p.req);
@@ -742,12 +769,50 @@ impl Worker {
     }
 }
 
+/// Emits the drafts of `r`'s round that the target accepted (the round's first token was
+/// emitted already and was not its last): each accepted draft's KV was written by the pass,
+/// and the token after it is the target's own. Returns the drafts emitted and whether the
+/// request finished.
+fn accept_drafts(
+    rank: &mut engine::Rank,
+    r: &mut Request,
+    spec: &engine::Speculation,
+    id: ReqId,
+    drafts: u32,
+    now: SimTime,
+) -> (u32, bool) {
+    // The round follows the output token emitted before it.
+    let accepted = spec.accepted(id, r.emitted - 1).min(drafts);
+    let mut extra = 0;
+    let mut done = false;
+    while !done && extra < accepted {
+        r.computed += 1;
+        extra += 1;
+        done = r.emit_token(now);
+    }
+    if let KvStore::Paged(pool) = &mut rank.kv {
+        kvops::register_full_blocks(pool, r);
+    }
+    return_draft_slots(rank, r, drafts - extra);
+    (extra, done)
+}
+
+/// SGLang returns the slots of rejected drafts after the pass; a paged pool keeps its
+/// blocks for the next round's drafts.
+fn return_draft_slots(rank: &mut engine::Rank, r: &mut Request, rejected: u32) {
+    if let KvStore::Radix(cache) = &mut rank.kv {
+        cache.free_private(u64::from(rejected));
+        r.private_tokens -= rejected;
+    }
+}
+
 /// Moves the stamps of the token `r` emitted at `emitted` to when its client got it.
 fn delivered_at(r: &mut Request, emitted: SimTime, written: SimTime) {
     if r.stamps.first_token == emitted && r.emitted == 1 {
         r.stamps.first_token = written;
     }
-    if r.stamps.second_token == emitted && r.emitted == 2 {
+    // A speculative round may emit the second token together with later ones.
+    if r.stamps.second_token == emitted && r.emitted >= 2 {
         r.stamps.second_token = written;
     }
     r.stamps.last_token = written;

@@ -3,7 +3,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use servesim_core::engine::{Backend, BatchWait, SchedulerConfig, SglangKnobs};
+use servesim_core::engine::{Backend, BatchWait, SchedulerConfig, SglangKnobs, Speculation};
 use servesim_core::frontend::FrontendSpec;
 use servesim_core::metrics::{Fleet, Sla};
 use servesim_core::request::Status;
@@ -28,6 +28,7 @@ struct Case {
     fast_forward: bool,
     sample_interval: SimDur,
     recv_interval: u32,
+    speculation: Speculation,
 }
 
 impl Default for Case {
@@ -46,6 +47,7 @@ impl Default for Case {
             fast_forward: true,
             sample_interval: SimDur::from_ms(1),
             recv_interval: 1,
+            speculation: Speculation::default(),
         }
     }
 }
@@ -68,6 +70,7 @@ fn run(c: Case) -> RunResult {
         sglang: SglangKnobs { recv_interval: c.recv_interval, ..SglangKnobs::default() },
         batch_wait: BatchWait::default(),
         frontend: c.frontend,
+        speculation: c.speculation,
     };
     let radix = c.backend == Backend::Sglang;
     // SGLang's radix cache counts tokens: the same memory as blocks x block size.
@@ -392,6 +395,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         sglang: SglangKnobs::default(),
         batch_wait: BatchWait::default(),
         frontend: servesim_core::frontend::FrontendSpec::default(),
+        speculation: Speculation::default(),
     };
     let radix = backend == Backend::Sglang;
     let (blocks, bs) = if radix { (160_000, 1) } else { (10_000, 16) };
@@ -479,4 +483,80 @@ fn pd_concurrent_transfers_share_the_link() {
     assert!((act(&indep) - 3.99).abs() < 1e-9, "{}", act(&indep));
     assert!((act(&shared) - 4.98).abs() < 1e-9, "{}", act(&shared));
     assert!(shared.summary.ttft.mean > indep.summary.ttft.mean);
+}
+
+/// Speculative decoding with every draft accepted: after the 2 ms prefill (first token),
+/// each round verifies 1 + 2 positions in one step (1 ms + 3 × 0.1 ms = 1.3 ms) and emits
+/// 3 tokens, so tokens 2–7 take two rounds: E2E 2 + 2 × 1.3 = 4.6 ms, TPOT 2.6 / 6 ms. The
+/// accepted drafts arrive in their round's chunk: one inter-token gap of 1.3 ms per round.
+/// Every engine gives the same for one request; an output ending inside a round stops there
+/// (6 tokens: 4.6 ms too).
+#[test]
+fn speculative_rounds_emit_their_accepted_drafts_together() {
+    for backend in [Backend::Vllm, Backend::Sglang, Backend::TrtLlm] {
+        for output in [7, 6] {
+            let r = run(Case {
+                backend,
+                output,
+                speculation: Speculation::mean_accepted(2, 2.0, 7),
+                ..Case::default()
+            });
+            let s = &r.summary;
+            assert_eq!(s.completed_requests, 1, "{backend:?}");
+            assert_eq!(s.total_output_tokens, u64::from(output));
+            assert!((s.e2e_latency.mean - 4.6).abs() < 1e-9, "{backend:?} {output}: {}", s.e2e_latency.mean);
+            assert!((s.tpot.mean - 2.6 / f64::from(output - 1)).abs() < 1e-9, "{}", s.tpot.mean);
+            assert!((s.ttst.mean - 1.3).abs() < 1e-9);
+            assert_eq!(s.itl.count, 2);
+            assert!((s.itl.min - 1.3).abs() < 1e-9 && (s.itl.max - 1.3).abs() < 1e-9);
+        }
+    }
+}
+
+/// No draft accepted: every round emits one token but still verifies two drafts, so it costs
+/// 1.3 ms instead of 1.1 ms (speculation that never pays off is slower than none).
+#[test]
+fn rejected_drafts_cost_their_verification() {
+    let r = run(Case { output: 5, speculation: Speculation::mean_accepted(2, 0.0, 7), ..Case::default() });
+    assert!((r.summary.tpot.mean - 1.3).abs() < 1e-9, "{}", r.summary.tpot.mean);
+    let plain = run(Case { output: 5, ..Case::default() });
+    assert!((plain.summary.tpot.mean - 1.1).abs() < 1e-9);
+}
+
+/// Half the rounds accept their one draft: 1.5 tokens a round on average. One request alone
+/// runs one prefill step and then one step per round.
+#[test]
+fn fractional_acceptance_averages_out_over_rounds() {
+    for backend in [Backend::Vllm, Backend::Sglang, Backend::TrtLlm] {
+        let r = run(Case {
+            backend,
+            output: 3001,
+            speculation: Speculation::mean_accepted(1, 0.5, 11),
+            ..Case::default()
+        });
+        let rounds = r.worker_stats[0].steps - 1;
+        #[allow(clippy::cast_precision_loss)]
+        let per_round = 3000.0 / rounds as f64;
+        assert!((per_round - 1.5).abs() < 0.04, "{backend:?}: {per_round} tokens a round");
+    }
+}
+
+/// Under KV pressure the drafts' slots are taken and returned exactly: every request
+/// completes with its whole output (vLLM preempts, SGLang retracts, TensorRT-LLM waits).
+#[test]
+fn speculation_under_kv_pressure_completes_every_request() {
+    for backend in [Backend::Vllm, Backend::Sglang, Backend::TrtLlm] {
+        let r = run(Case {
+            backend,
+            output: 300,
+            requests: 40,
+            load: Load::Concurrency(8),
+            blocks: 100,
+            speculation: Speculation::conditional(&[0.8, 0.6, 0.4], 3),
+            ..Case::default()
+        });
+        let s = &r.summary;
+        assert_eq!(s.completed_requests, 40, "{backend:?}");
+        assert_eq!(s.total_output_tokens, 40 * 300, "{backend:?}");
+    }
 }

@@ -74,6 +74,9 @@ pub struct RooflineTimer {
     comm_per_token: f64,
     /// Pipeline stages (the figures above are one stage's).
     stages: u32,
+    /// Model layers, and the factor draft layers add ([`RooflineTimer::with_draft_layers`]).
+    layers: u32,
+    draft_scale: f64,
 }
 
 impl RooflineTimer {
@@ -131,8 +134,19 @@ impl RooflineTimer {
             comm_fixed,
             comm_per_token,
             stages: p.pipeline.max(1),
+            layers: model.num_layers.max(1),
+            draft_scale: 1.0,
             c,
         }
+    }
+
+    /// Speculative decoding's draft layers (MTP, EAGLE): each step also runs `n`
+    /// decoder-sized layers, scaling its model time by (layers + n) / layers as
+    /// AIConfigurator does for MTP.
+    #[must_use]
+    pub fn with_draft_layers(mut self, n: u32) -> Self {
+        self.draft_scale = f64::from(self.layers + n) / f64::from(self.layers);
+        self
     }
 
     /// The efficiency and latency constants in use.
@@ -199,7 +213,8 @@ impl RooflineTimer {
 impl StepTimer for RooflineTimer {
     fn step_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
         let mut stage = |r: &[RankLoad]| r.iter().map(|x| self.rank_seconds(x)).fold(0.0f64, f64::max);
-        let worst = servesim_core::timing::pipelined_seconds(ranks, self.stages, &mut stage);
+        let worst =
+            servesim_core::timing::pipelined_seconds(ranks, self.stages, &mut stage) * self.draft_scale;
         if !worst.is_finite() {
             return Err(TimingError {
                 message: format!("roofline produced a non-finite step time for {ranks:?}"),

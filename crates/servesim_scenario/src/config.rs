@@ -193,6 +193,42 @@ pub struct EngineConfig {
     pub workers: Workers,
     /// `kv_transfer` (disaggregated mode).
     pub kv_transfer: KvTransferConfig,
+    /// `nextn` / `nextn_accepted`, or `speculation` (off by default).
+    pub speculation: SpeculationConfig,
+}
+
+/// Speculative decoding (REF §1.2, §5.6).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum SpeculationConfig {
+    /// No drafts.
+    #[default]
+    Off,
+    /// MTP or EAGLE (`nextn`, `nextn_accepted`): drafts from draft layers, `accepted` of them
+    /// accepted per round on average.
+    DraftLayers {
+        /// Draft tokens per round (1–5).
+        nextn: u32,
+        /// Mean accepted drafts per round (0–`nextn`).
+        accepted: f64,
+    },
+    /// vLLM's n-gram prompt lookup (`speculation: {kind: ngram, ...}`): no draft model.
+    Ngram {
+        /// Conditional acceptance rate of each draft position.
+        rates: Vec<f64>,
+        /// Seed of the acceptance draws.
+        seed: u64,
+    },
+}
+
+impl SpeculationConfig {
+    /// Draft layers each step runs (MTP, EAGLE: one per draft token).
+    #[must_use]
+    pub fn draft_layers(&self) -> u32 {
+        match self {
+            SpeculationConfig::DraftLayers { nextn, .. } => *nextn,
+            _ => 0,
+        }
+    }
 }
 
 /// `engine.workers`.

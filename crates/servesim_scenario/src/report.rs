@@ -407,7 +407,35 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(f) = frontend_section(r) {
         section["frontend"] = f;
     }
+    if let Some(s) = speculation_section(p, r) {
+        section["speculation"] = s;
+    }
     section
+}
+
+/// Speculative decoding, when the engine speculates: its settings, the tokens a round emits
+/// by the acceptance model, and what the run's rounds emitted (fewer where outputs end inside
+/// a round).
+#[allow(clippy::cast_precision_loss)] // Token counts are far below 2^52.
+fn speculation_section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let s = p.speculation();
+    if !s.is_on() {
+        return None;
+    }
+    let kind = match &p.config.engine.speculation {
+        crate::config::SpeculationConfig::Ngram { .. } => "ngram",
+        _ => "draft_layers",
+    };
+    let tokens: u64 = r.worker_stats.iter().map(|w| w.decode_tokens).sum();
+    let rounds: u64 = r.worker_stats.iter().map(|w| w.decode_rounds).sum();
+    Some(json!({
+        "kind": kind,
+        "draft_tokens": s.draft_tokens,
+        "draft_layers": p.config.engine.speculation.draft_layers(),
+        "expected_tokens_per_round": s.expected_tokens(),
+        "tokens_per_round": if rounds > 0 { tokens as f64 / rounds as f64 } else { 0.0 },
+        "rounds": rounds,
+    }))
 }
 
 /// The serving processes' work over the run, when they were simulated: how busy they were,
@@ -608,6 +636,15 @@ pub fn summary_table(p: &Prediction) -> String {
         s.prefix_cache_reused_ratio * 100.0,
         s.num_preemptions
     ));
+    let sp = &p.json["servesim"]["speculation"];
+    if sp.is_object() {
+        out.push_str(&format!(
+            "speculative decoding: {} drafts a round, {:.2} tokens a round ({:.2} expected)\n",
+            sp["draft_tokens"].as_u64().unwrap_or(0),
+            sp["tokens_per_round"].as_f64().unwrap_or(0.0),
+            sp["expected_tokens_per_round"].as_f64().unwrap_or(0.0),
+        ));
+    }
     let fe = &p.json["servesim"]["frontend"];
     if fe.is_object() {
         out.push_str(&format!(

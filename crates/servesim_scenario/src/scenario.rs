@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use servesim_core::engine::SchedulerConfig;
+use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
 use servesim_core::metrics::Fleet;
 use servesim_core::router::Router;
@@ -29,8 +29,8 @@ use servesim_core::engine::Backend;
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, TimingKind,
-    TraceFormatConfig, TransferMode,
+    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, SpeculationConfig,
+    TimingKind, TraceFormatConfig, TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
@@ -514,6 +514,7 @@ pub fn prepare(
                             Backend::Sglang => GraphPolicy::sglang(par.tensor),
                             Backend::TrtLlm => GraphPolicy::trtllm(),
                         },
+                        draft_layers: engine.speculation.draft_layers(),
                         constants: {
                             let mut c = OpConstants::for_backend(backend);
                             if !role.scheduler.async_scheduling {
@@ -845,13 +846,34 @@ impl Prepared {
         match &role.timing {
             RoleTiming::OpLevel { setup, db } => Box::new(OpLevelTimer::new((**setup).clone(), db.clone())),
             RoleTiming::Fpm(m) => Box::new(FpmTimer::new(m.clone())),
-            RoleTiming::Roofline => Box::new(RooflineTimer::new(
-                self.model.clone(),
-                role.hardware.clone(),
-                role.parallelism,
-                self.gemm_dtype,
-                self.kv_dtype,
-            )),
+            RoleTiming::Roofline => Box::new(
+                RooflineTimer::new(
+                    self.model.clone(),
+                    role.hardware.clone(),
+                    role.parallelism,
+                    self.gemm_dtype,
+                    self.kv_dtype,
+                )
+                .with_draft_layers(self.config.engine.speculation.draft_layers()),
+            ),
+        }
+    }
+
+    /// The engine's speculative decoding, its acceptance draws keyed by the run's seed (MTP,
+    /// EAGLE) or by the n-gram block's own `seed`, as in AISimulate.
+    #[must_use]
+    pub fn speculation(&self) -> Speculation {
+        use servesim_core::rng::{Rng, Stream};
+        match &self.config.engine.speculation {
+            SpeculationConfig::Off => Speculation::default(),
+            SpeculationConfig::DraftLayers { nextn, accepted } => Speculation::mean_accepted(
+                *nextn,
+                *accepted,
+                Rng::stream(self.seed, Stream::Acceptance).next_u64(),
+            ),
+            SpeculationConfig::Ngram { rates, seed } => {
+                Speculation::conditional(rates, Rng::stream(*seed, Stream::Acceptance).next_u64())
+            }
         }
     }
 
@@ -872,6 +894,7 @@ impl Prepared {
                 sglang: rc.scheduler.sglang,
                 batch_wait: rc.scheduler.batch_wait,
                 frontend: self.frontend_spec(role),
+                speculation: self.speculation(),
             };
             for _ in 0..rc.parallelism.replicas {
                 let ranks = make_ranks(

@@ -19,6 +19,25 @@ fn errors(text: &str) -> (i32, String) {
 
 /// (config, exit code, every substring the message must contain)
 const CASES: &[(&str, i32, &[&str])] = &[
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  speculation: {kind: eagle, num_speculative_tokens: 9, acceptance_rates: 0.5, seeds: 1}\n  workers: {aggregated: {}}\n",
+        2,
+        &[
+            "engine.speculation.kind (line 4",
+            "not one of: ngram",
+            "engine.speculation.num_speculative_tokens",
+            "between 1 and 5",
+            "engine.speculation.acceptance_rates",
+            "expected a list",
+            "engine.speculation.seeds",
+            "did you mean 'seed'",
+        ],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  nextn: 2.5\n  nextn_accepted: 1\n  workers: {aggregated: {}}\n",
+        2,
+        &["engine.nextn (line 4, column 10)", "expected an integer"],
+    ),
     ("engine: [1, 2\n", 2, &["(document) (line"]),
     ("traffic: {}\n", 2, &["engine (line 1, column 1): required section is missing"]),
     ("engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n", 2, &["engine.workers (line 2, column 3): required"]),

@@ -98,6 +98,121 @@ pub struct SchedulerConfig {
     pub batch_wait: BatchWait,
     /// The serving processes' host work in front of this replica.
     pub frontend: crate::frontend::FrontendSpec,
+    /// Speculative decoding (off by default).
+    pub speculation: Speculation,
+}
+
+/// Most draft tokens one decode round verifies: AISimulate's bound on `nextn` and on
+/// `speculation.num_speculative_tokens` (REF §1.2).
+pub const MAX_DRAFT_TOKENS: usize = 5;
+
+/// Speculative decoding (REF §5.6). Each decode round runs one target pass over the pending
+/// token and `draft_tokens` proposed ones; the drafts are accepted in order until the first
+/// rejection, and the round emits the accepted drafts and the token the target samples after
+/// them. KV is held for the drafts while they are verified (vLLM's lookahead slots; SGLang
+/// frees the rejected ones after the pass).
+///
+/// Acceptance is drawn per request and round from a counter-based hash of the seed, the
+/// request and its output position, so a round's outcome does not depend on what else ran,
+/// and native and WebAssembly runs agree.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Speculation {
+    /// Draft tokens verified per decode round (0: off).
+    pub draft_tokens: u32,
+    /// `accept[i]`: probability that draft `i` is accepted given that every draft before it was.
+    pub accept: [f64; MAX_DRAFT_TOKENS],
+    /// Key of the acceptance draws (derived from a seed).
+    pub key: u64,
+}
+
+impl Default for Speculation {
+    fn default() -> Self {
+        Speculation { draft_tokens: 0, accept: [0.0; MAX_DRAFT_TOKENS], key: 0 }
+    }
+}
+
+impl Speculation {
+    /// Per-position conditional acceptance rates (vLLM's n-gram proposer in AISimulate:
+    /// `acceptance_rates`); at most [`MAX_DRAFT_TOKENS`] are used, each clamped to [0, 1].
+    #[must_use]
+    pub fn conditional(rates: &[f64], key: u64) -> Self {
+        let mut accept = [0.0; MAX_DRAFT_TOKENS];
+        let n = rates.len().min(MAX_DRAFT_TOKENS);
+        for (a, r) in accept.iter_mut().zip(rates) {
+            *a = r.clamp(0.0, 1.0);
+        }
+        #[allow(clippy::cast_possible_truncation)] // At most MAX_DRAFT_TOKENS.
+        Speculation { draft_tokens: n as u32, accept, key }
+    }
+
+    /// MTP or EAGLE with `nextn` drafts and `mean_accepted` accepted per round (AISimulate's
+    /// `nextn_accepted`): the integer part is always accepted and the fractional part is the
+    /// probability of one more (2.2 accepts 2 or 3 drafts, emitting 3 or 4 tokens).
+    #[must_use]
+    pub fn mean_accepted(nextn: u32, mean_accepted: f64, key: u64) -> Self {
+        let n = (nextn as usize).min(MAX_DRAFT_TOKENS);
+        let m = mean_accepted.clamp(0.0, n as f64);
+        let whole = libm::floor(m);
+        let mut rates = [0.0; MAX_DRAFT_TOKENS];
+        for (i, r) in rates.iter_mut().enumerate().take(n) {
+            #[allow(clippy::cast_precision_loss)] // i < 5.
+            let i = i as f64;
+            *r = if i < whole {
+                1.0
+            } else if i < whole + 1.0 {
+                m - whole
+            } else {
+                0.0
+            };
+        }
+        Self::conditional(&rates[..n], key)
+    }
+
+    /// True when decode rounds verify drafts.
+    #[must_use]
+    pub fn is_on(&self) -> bool {
+        self.draft_tokens > 0
+    }
+
+    /// Expected tokens a round emits when the output is not about to end:
+    /// 1 + a₁ + a₁a₂ + … (e.g. rates 0.8, 0.6, 0.4 give 2.472).
+    #[must_use]
+    pub fn expected_tokens(&self) -> f64 {
+        let mut p = 1.0;
+        let mut sum = 1.0;
+        for a in &self.accept[..self.draft_tokens as usize] {
+            p *= a;
+            sum += p;
+        }
+        sum
+    }
+
+    /// Drafts accepted in `req`'s round that follows output token `emitted`.
+    #[must_use]
+    pub fn accepted(&self, req: ReqId, emitted: u32) -> u32 {
+        /// 2^-53: maps the top 53 bits of a hash to [0, 1).
+        const UNIT: f64 = 1.0 / (1u64 << 53) as f64;
+        let base = crate::rng::mix2(self.key, u64::from(req));
+        for i in 0..self.draft_tokens {
+            let h = crate::rng::mix2(base, u64::from(emitted) << 3 | u64::from(i));
+            #[allow(clippy::cast_precision_loss)] // 53 bits are exact in an f64.
+            let u = (h >> 11) as f64 * UNIT;
+            if u >= self.accept[i as usize] {
+                return i;
+            }
+        }
+        self.draft_tokens
+    }
+
+    /// Draft tokens a decode step of `r` holds KV for: all of them, except where the output
+    /// ends sooner (a draft past the last output token would never be kept).
+    #[must_use]
+    pub fn lookahead(&self, r: &Request) -> u32 {
+        if !r.is_decoding() {
+            return 0;
+        }
+        self.draft_tokens.min(r.max_tokens().saturating_sub(r.computed + 1))
+    }
 }
 
 /// TensorRT-LLM's batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`;
@@ -410,5 +525,63 @@ pub fn release(rank: &mut Rank, req: &mut Request) {
     match &mut rank.kv {
         KvStore::Paged(pool) => kvops::free_all(pool, req),
         KvStore::Radix(cache) => sglang::release(cache, req),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Speculation;
+
+    /// Accepted-draft counts over many rounds, as a histogram by count.
+    fn histogram(s: &Speculation) -> [u32; 6] {
+        let mut h = [0u32; 6];
+        for req in 0..200u32 {
+            for emitted in 1..=500u32 {
+                h[s.accepted(req, emitted) as usize] += 1;
+            }
+        }
+        h
+    }
+
+    #[test]
+    #[allow(clippy::cast_precision_loss)]
+    fn conditional_rates_give_the_reference_expected_tokens() {
+        // REF §5.6: rates 0.8, 0.6, 0.4 give 1 + 0.8 + 0.48 + 0.192 = 2.472 tokens a round.
+        let s = Speculation::conditional(&[0.8, 0.6, 0.4], 42);
+        assert!((s.expected_tokens() - 2.472).abs() < 1e-12);
+        let h = histogram(&s);
+        let rounds = f64::from(h.iter().sum::<u32>());
+        let mean = h.iter().enumerate().map(|(i, n)| i as f64 * f64::from(*n)).sum::<f64>() / rounds;
+        assert!((1.0 + mean - 2.472).abs() < 0.01, "{mean}");
+        // P(no draft) = 0.2; P(all three) = 0.8 × 0.6 × 0.4.
+        assert!((f64::from(h[0]) / rounds - 0.2).abs() < 0.005);
+        assert!((f64::from(h[3]) / rounds - 0.192).abs() < 0.005);
+    }
+
+    #[test]
+    fn a_mean_accepted_count_takes_its_integer_part_always_and_one_more_at_its_fraction() {
+        let s = Speculation::mean_accepted(3, 2.2, 1);
+        assert_eq!((s.accept[0], s.accept[1], s.draft_tokens), (1.0, 1.0, 3));
+        assert!((s.accept[2] - 0.2).abs() < 1e-12);
+        let h = histogram(&s);
+        assert_eq!(h[0] + h[1], 0);
+        let rounds = f64::from(h[2] + h[3]);
+        assert!((f64::from(h[3]) / rounds - 0.2).abs() < 0.005, "{h:?}");
+        assert!((s.expected_tokens() - 3.2).abs() < 1e-12);
+        // Whole numbers and the bounds are exact; more than nextn is clamped.
+        assert_eq!(histogram(&Speculation::mean_accepted(2, 2.0, 5))[2], 100_000);
+        assert_eq!(histogram(&Speculation::mean_accepted(2, 0.0, 5))[0], 100_000);
+        assert_eq!(Speculation::mean_accepted(2, 7.0, 5).expected_tokens(), 3.0);
+        assert!(!Speculation::default().is_on());
+    }
+
+    #[test]
+    fn draws_depend_on_the_key_request_and_round_only() {
+        let a = Speculation::mean_accepted(1, 0.5, 9);
+        let b = Speculation::mean_accepted(1, 0.5, 10);
+        let seq = |s: &Speculation, req| (0..64).map(|e| s.accepted(req, e)).collect::<alloc::vec::Vec<_>>();
+        assert_eq!(seq(&a, 3), seq(&a, 3));
+        assert_ne!(seq(&a, 3), seq(&a, 4));
+        assert_ne!(seq(&a, 3), seq(&b, 3));
     }
 }

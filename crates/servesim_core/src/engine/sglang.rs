@@ -197,7 +197,8 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     if decoding.is_empty() {
         return;
     }
-    if cache.available_tokens() < decoding.len() as u64 {
+    let per_request = u64::from(1 + cfg.speculation.draft_tokens);
+    if cache.available_tokens() < decoding.len() as u64 * per_request {
         // Retract: fewest generated tokens first, then the longest prompt.
         decoding.sort_by(|a, b| {
             let (ra, rb) = (&reqs[*a as usize], &reqs[*b as usize]);
@@ -229,11 +230,14 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             .max(min_ratio);
     }
     for id in decoding {
-        if !cache.alloc(1) {
+        // With speculative decoding the drafts' slots are taken for the pass and the rejected
+        // ones returned after it (`Worker::finish_step`).
+        let slots = 1 + cfg.speculation.lookahead(&reqs[id as usize]);
+        if !cache.alloc(u64::from(slots)) {
             break;
         }
         let r = &mut reqs[id as usize];
-        r.private_tokens += 1;
+        r.private_tokens += slots;
         plan.items.push(Planned { req: id, new_tokens: 1, context_tokens: r.computed, decode: true });
     }
 }
@@ -280,6 +284,7 @@ mod tests {
             sglang: SglangKnobs::default(),
             batch_wait: BatchWait::default(),
             frontend: crate::frontend::FrontendSpec::default(),
+            speculation: crate::engine::Speculation::default(),
         };
         let mut plan = RankPlan::default();
         let mut fifo_rank = rank.clone();

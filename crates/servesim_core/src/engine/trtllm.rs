@@ -30,9 +30,12 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         }
         let r = &mut reqs[id as usize];
         let n = r.pending_tokens().min(budget);
+        // Draft tokens are verified in the same pass and count against `max_num_tokens`;
+        // they never reach past the request's reserved output.
+        let drafts = cfg.speculation.lookahead(r);
         // Growth was reserved at admission, so this succeeds unless the reservation was
         // undercut (then the request simply waits a step rather than evicting anyone).
-        if n == 0 || !kvops::try_grow(pool, r, r.computed + n) {
+        if n == 0 || !kvops::try_grow(pool, r, r.computed + n + drafts) {
             continue;
         }
         plan.items.push(Planned {
@@ -41,7 +44,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             context_tokens: r.computed,
             decode: r.is_decoding(),
         });
-        budget -= n;
+        budget -= (n + drafts).min(budget);
     }
 
     // Blocks running requests may still need to finish.
@@ -149,6 +152,7 @@ mod tests {
             sglang: crate::engine::SglangKnobs::default(),
             batch_wait: wait,
             frontend: crate::frontend::FrontendSpec::default(),
+            speculation: crate::engine::Speculation::default(),
         }
     }
 

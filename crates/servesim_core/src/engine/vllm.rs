@@ -9,6 +9,7 @@
 //!   starting from its longest cached prefix of full blocks. Admission is optimistic: only
 //!   the blocks needed now are allocated. No admissions in a step that preempted.
 //! - `prefill_schedule_interval` N > 1 (attention DP): new prompts only every N-th step.
+//! - With speculative decoding a decode also takes its draft tokens' budget and KV slots.
 
 use crate::engine::kvops;
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
@@ -27,7 +28,10 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         let id = running[i];
         let r = &reqs[id as usize];
         let n = r.pending_tokens().min(budget);
-        let target = r.computed + n;
+        // Draft tokens take budget and KV slots alongside the pending token (vLLM's
+        // `num_lookahead_tokens`).
+        let drafts = cfg.speculation.lookahead(r);
+        let target = r.computed + n + drafts;
         let mut scheduled = false;
         loop {
             if kvops::try_grow(pool, &mut reqs[id as usize], target) {
@@ -58,7 +62,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             context_tokens: r.computed,
             decode: r.is_decoding(),
         });
-        budget -= n;
+        budget -= (n + drafts).min(budget);
         i += 1;
     }
 

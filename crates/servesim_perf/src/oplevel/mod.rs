@@ -583,7 +583,8 @@ impl OpLevelTimer {
             return 0.0;
         }
         let stages = self.s.parallelism.pipeline.max(1);
-        servesim_core::timing::pipelined_seconds(ranks, stages, &mut |r| self.stage_seconds(r))
+        let draft = self.s.draft_scale();
+        servesim_core::timing::pipelined_seconds(ranks, stages, &mut |r| self.stage_seconds(r)) * draft
             + self.s.constants.step_overhead_s
             + self.host_seconds(ranks)
     }
@@ -694,6 +695,7 @@ impl StepTimer for OpLevelTimer {
             return Ok(());
         }
         if self.s.parallelism.pipeline > 1
+            || self.s.draft_layers > 0
             || loads.iter().any(|r| !r.prefill.is_empty())
             || loads.iter().all(RankLoad::is_empty)
         {

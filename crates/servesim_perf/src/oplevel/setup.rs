@@ -231,6 +231,19 @@ pub struct OpLevelSetup {
     pub graphs: GraphPolicy,
     /// Constants.
     pub constants: OpConstants,
+    /// Draft layers a step also runs under speculative decoding (MTP and EAGLE: one
+    /// decoder-sized layer per draft token; 0 otherwise).
+    pub draft_layers: u32,
+}
+
+impl OpLevelSetup {
+    /// What the draft layers add to a step's model time: AIConfigurator scales a step's
+    /// operators by (layers + nextn) / layers for MTP (`sdk/engine.py`, `apply_nextn`).
+    #[must_use]
+    pub fn draft_scale(&self) -> f64 {
+        let layers = self.model.num_layers.max(1);
+        f64::from(layers + self.draft_layers) / f64::from(layers)
+    }
 }
 
 /// Which forward steps an engine replays as CUDA graphs (launch-free kernels, graph-mode

@@ -53,6 +53,7 @@ fn setup(tp: u32) -> OpLevelSetup {
         attention_fp8: false,
         graphs: GraphPolicy::vllm(256),
         constants: OpConstants::default(),
+        draft_layers: 0,
     }
 }
 
@@ -439,4 +440,20 @@ fn an_unmeasured_expert_split_takes_the_other_split_over_as_many_gpus() {
     let (four, src) = OpLevelTimer::new(s, db).moe_experts(8);
     assert_eq!(src, Source::Roofline);
     assert!(four < ep.0 / 2.0, "{four}");
+}
+
+/// MTP's draft layers scale a step's model time by (layers + nextn) / layers, as
+/// AIConfigurator's `apply_nextn` does; the engine's per-step overhead is not scaled.
+#[test]
+fn draft_layers_scale_the_model_time_of_a_step() {
+    let mut plain = setup(1);
+    plain.constants.step_overhead_s = 0.002;
+    let mut mtp = plain.clone();
+    mtp.draft_layers = 3;
+    let loads = [RankLoad { prefill: vec![], decode_requests: 4 * 16, decode_kv_tokens: 4 * 16 * 900 }];
+    let db = Rc::new(decode_db());
+    let a = OpLevelTimer::new(plain, db.clone()).step_seconds(&loads);
+    let b = OpLevelTimer::new(mtp, db).step_seconds(&loads);
+    let want = (a - 0.002) * 35.0 / 32.0 + 0.002;
+    assert!((b - want).abs() < 1e-12, "{b} != {want}");
 }

@@ -6,8 +6,8 @@ use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
     Capacity, ContextLength, EngineConfig, FpmSource, FrontendConfig, KvCacheConfig, KvTransferConfig, Mode,
-    ParallelismConfig, Quantization, RoleConfig, SchedulerKnobs, TimingConfig, TimingKind, TransferMode,
-    Workers,
+    ParallelismConfig, Quantization, RoleConfig, SchedulerKnobs, SpeculationConfig, TimingConfig, TimingKind,
+    TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -101,12 +101,10 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
         }
         None => Some(KvTransferConfig::default()),
     };
-    for k in ["speculation", "nextn", "nextn_accepted", "afd", "kv_eviction_policy"] {
+    let speculation = decode_speculation(&mut f, backend, cx);
+    for k in ["afd", "kv_eviction_policy"] {
         if let Some((n, p)) = f.take(k) {
-            let zero = matches!(n.value, Value::Int(0)) && k == "nextn";
-            if !zero {
-                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
-            }
+            cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
         }
     }
     let quantization = match f.take("quantization") {
@@ -121,6 +119,20 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
             None
         }
     };
+    if let (Some(spec), Some(w)) = (&speculation, &workers) {
+        let key = if matches!(spec, SpeculationConfig::Ngram { .. }) { "speculation" } else { "nextn" };
+        for (name, role) in w.roles() {
+            if *spec != SpeculationConfig::Off && matches!(role.timing.kind, TimingKind::Fpm(_)) {
+                cx.unsupported(
+                    &crate::diag::join(path, key),
+                    node,
+                    format!(
+                        "speculative decoding with FPM timing (engine.workers.{name}.timing.forward_model: fpm):                          FPM cells time forward passes without drafts; use forward_model: op_level"
+                    ),
+                );
+            }
+        }
+    }
     f.finish(cx, ENGINE_KEYS, "");
     Some(EngineConfig {
         mode: mode?,
@@ -133,7 +145,124 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
         quantization: quantization?,
         workers: workers?,
         kv_transfer: kv_transfer?,
+        speculation: speculation?,
     })
+}
+
+/// `nextn` + `nextn_accepted` (MTP, EAGLE) or `speculation` (vLLM's n-gram lookup), REF §1.2.
+fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> Option<SpeculationConfig> {
+    const MAX: u32 = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
+    let nextn = f.take("nextn").map(|(n, p)| (u32_in(n, &p, cx, 0, MAX), n, p));
+    let accepted = f.take("nextn_accepted");
+    let ngram = f.take("speculation");
+    let mut out = Some(SpeculationConfig::Off);
+    match (nextn, accepted) {
+        (Some((Some(0), ..)), None) | (None, None) => {}
+        (Some((Some(0), n, p)), Some(_)) => {
+            cx.schema(&p, n, "nextn is 0 (no drafts), so nextn_accepted does not apply");
+            out = None;
+        }
+        (Some((Some(k), ..)), Some((a, pa))) => {
+            let mean = number_in(a, &pa, cx, 0.0, f64::from(k));
+            out = mean.map(|accepted| SpeculationConfig::DraftLayers { nextn: k, accepted });
+        }
+        (Some((Some(_), n, p)), None) => {
+            cx.schema(
+                &p,
+                n,
+                "nextn_accepted is required with nextn > 0: the mean number of drafts accepted per round                  (e.g. nextn: 3, nextn_accepted: 2.2)",
+            );
+            out = None;
+        }
+        (None, Some((a, pa))) => {
+            cx.schema(&pa, a, "nextn_accepted needs nextn (the draft tokens per round)");
+            out = None;
+        }
+        (Some((None, ..)), _) => out = None,
+    }
+    if let Some((n, p)) = ngram {
+        if !matches!(out, Some(SpeculationConfig::Off)) {
+            cx.schema(&p, n, "speculation (n-gram lookup) and nextn (MTP/EAGLE drafts) are exclusive");
+            return None;
+        }
+        if backend.is_some_and(|b| b != Backend::Vllm) {
+            cx.domain(
+                &p,
+                n,
+                "n-gram speculation (prompt lookup) is vLLM's; use nextn for MTP or EAGLE drafts",
+            );
+            return None;
+        }
+        return decode_ngram(n, &p, cx);
+    }
+    out
+}
+
+const SPECULATION_KEYS: &[&str] = &["kind", "num_speculative_tokens", "acceptance_rates", "seed"];
+
+/// `speculation: {kind: ngram, num_speculative_tokens, acceptance_rates, seed}`.
+fn decode_ngram(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfig> {
+    const MAX: u32 = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
+    let mut f = Fields::of(node, path, cx)?;
+    let kind = match f.take("kind") {
+        Some((n, p)) => choice(n, &p, cx, &["ngram"]).map(|_| ()),
+        None => {
+            cx.schema(&crate::diag::join(path, "kind"), node, "required: ngram");
+            None
+        }
+    };
+    let count = match f.take("num_speculative_tokens") {
+        Some((n, p)) => u32_in(n, &p, cx, 1, MAX).map(|k| (k, n, p)),
+        None => {
+            cx.schema(
+                &crate::diag::join(path, "num_speculative_tokens"),
+                node,
+                format!("required: 1 to {MAX}"),
+            );
+            None
+        }
+    };
+    let rates = match f.take("acceptance_rates") {
+        Some((n, p)) => match &n.value {
+            Value::Seq(items) => {
+                let rates: Vec<Option<f64>> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| number_in(x, &format!("{p}[{i}]"), cx, 0.0, 1.0))
+                    .collect();
+                rates.into_iter().collect::<Option<Vec<f64>>>().map(|r| (r, n, p))
+            }
+            other => {
+                cx.schema(&p, n, format!("expected a list of acceptance rates, found {}", other.kind()));
+                None
+            }
+        },
+        None => {
+            cx.schema(
+                &crate::diag::join(path, "acceptance_rates"),
+                node,
+                "required: one conditional acceptance rate per draft position, e.g. [0.8, 0.6, 0.4]",
+            );
+            None
+        }
+    };
+    let seed = match f.take("seed") {
+        Some((n, p)) => u64_min(n, &p, cx, 0),
+        // AISimulate's default.
+        None => Some(42),
+    };
+    f.finish(cx, SPECULATION_KEYS, "");
+    kind?;
+    let ((k, ..), (rates, rn, rp)) = (count?, rates?);
+    if rates.len() != k as usize {
+        cx.domain(
+            &rp,
+            rn,
+            format!("has {} rates for {k} speculative tokens: give one per draft position", rates.len()),
+        );
+        return None;
+    }
+    Some(SpeculationConfig::Ngram { rates, seed: seed? })
 }
 
 fn gemm_quant(node: &Node, path: &str, cx: &mut Cx) -> Option<GemmQuant> {

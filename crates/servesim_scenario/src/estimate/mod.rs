@@ -210,6 +210,11 @@ struct RoleSteps {
     max_seqs: f64,
     kv_tokens: f64,
     loads: Vec<RankLoad>,
+    /// Query rows a decode request takes in a step: 1 + its draft tokens when speculating.
+    rows: u32,
+    /// Output tokens a decode step emits per request on average (speculation's accepted
+    /// drafts plus one).
+    tokens_per_step: f64,
 }
 
 impl RoleSteps {
@@ -223,6 +228,8 @@ impl RoleSteps {
             max_seqs: f64::from(role.config.scheduler.max_sequences.max(1)),
             kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),
             loads: vec![RankLoad::default(); dp],
+            rows: 1 + p.speculation().draft_tokens,
+            tokens_per_step: p.speculation().expected_tokens(),
         }
     }
 
@@ -233,13 +240,17 @@ impl RoleSteps {
         decodes: u32,
         kv_per_decode: f64,
     ) -> Result<f64, ScenarioError> {
+        // A speculating request verifies `rows` positions, each seeing one more key than the
+        // one before, as the replay's worker lays them out.
+        let q = f64::from(self.rows);
+        let kv_per_request = q * kv_per_decode + q * (q - 1.0) / 2.0;
         for l in &mut self.loads {
             l.clear();
             l.prefill.extend_from_slice(chunks);
-            l.decode_requests = decodes;
+            l.decode_requests = decodes * self.rows;
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             {
-                l.decode_kv_tokens = (f64::from(decodes) * kv_per_decode).round() as u64;
+                l.decode_kv_tokens = (f64::from(decodes) * kv_per_request).round() as u64;
             }
         }
         let d = self.timer.step_time(&self.loads).map_err(|e| run_error(e.message))?;
@@ -256,6 +267,12 @@ impl RoleSteps {
         }
         let t_hi = self.step_ms(&[], to_u32(lo + 1.0), kv_per_decode)?;
         Ok(t_lo + (t_hi - t_lo) * (b - lo))
+    }
+
+    /// A decode-only step's time per output token for `b` requests (ms): the step over the
+    /// tokens a request emits in it.
+    fn token_ms(&mut self, b: f64, kv_per_decode: f64) -> Result<f64, ScenarioError> {
+        Ok(self.gen_ms(b, kv_per_decode)? / self.tokens_per_step)
     }
 
     /// How a prompt of `new` tokens after `cached` ones is split into chunks when `beside`
@@ -476,9 +493,12 @@ impl Aggregated {
     fn point(&mut self, b: f64) -> Result<AggPoint, ScenarioError> {
         let b = b.max(1.0);
         let osl = self.w.osl;
-        let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, b - 1.0);
+        let rows = f64::from(self.steps.rows);
+        let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, (b - 1.0) * rows);
         let k = chunks.len() as f64;
-        let life = k + osl - 1.0;
+        // Decode steps emit `tokens_per_step` tokens each (more than one when speculating).
+        let per_step = self.steps.tokens_per_step;
+        let life = k + (osl - 1.0) / per_step;
         // Prompts share a step only when more of them start per step than one: about b·k/life
         // requests enter prefill each step in steady state.
         let q = (b * k / life).ceil().clamp(1.0, f64::from(fit).min(b));
@@ -505,7 +525,11 @@ impl Aggregated {
         // decode steps and right after each prefill step, whichever comes first.
         let intake_steps = self.recv_interval.min(cycle_steps / mix_steps.max(f64::MIN_POSITIVE)).max(1.0);
         let wait_ms = intake_steps * mean_step / 2.0 + (cycle_steps - life) * mean_step;
-        let tpot_ms = if osl > 1.0 { (cycle_ms - own_ms).max(0.0) / (cycle_steps - k).max(1.0) } else { 0.0 };
+        let tpot_ms = if osl > 1.0 {
+            (cycle_ms - own_ms).max(0.0) / (cycle_steps - k).max(1.0) / per_step
+        } else {
+            0.0
+        };
         let ttft_ms = self.frontend_ms + wait_ms + own_ms;
         Ok(AggPoint {
             ttft_ms,
@@ -651,6 +675,8 @@ pub(crate) struct Disaggregated {
 struct PdPoint {
     ttft_ms: f64,
     tpot_ms: f64,
+    /// A decode step (a round of every request), which TPOT divides among its tokens.
+    step_ms: f64,
     e2e_ms: f64,
     prefill_ms: f64,
     prefill_queue_ms: f64,
@@ -737,9 +763,15 @@ impl Disaggregated {
         self.dec.gen_ms(b, self.kv_mean)
     }
 
+    /// Decode time per output token at `b` requests per rank (ms): the step time, or less
+    /// when speculation emits several tokens a step.
+    pub(crate) fn decode_token_ms(&mut self, b: f64) -> Result<f64, ScenarioError> {
+        self.dec.token_ms(b, self.kv_mean)
+    }
+
     /// Requests per second the decode pool can serve.
     fn decode_capacity(&mut self) -> Result<f64, ScenarioError> {
-        let t = self.dec.gen_ms(self.dec_b_max, self.kv_mean)?;
+        let t = self.dec.token_ms(self.dec_b_max, self.kv_mean)?;
         Ok(self.dec_b_max / (self.w.osl * t / 1000.0) * self.dec_ranks)
     }
 
@@ -755,7 +787,7 @@ impl Disaggregated {
         let (mut lo, mut hi) = (0.0, self.dec_b_max);
         for _ in 0..BISECTION_STEPS {
             let mid = (lo + hi) / 2.0;
-            let resident = per_dec * self.w.osl * self.dec.gen_ms(mid, self.kv_mean)? / 1000.0;
+            let resident = per_dec * self.w.osl * self.dec.token_ms(mid, self.kv_mean)? / 1000.0;
             if resident > mid {
                 lo = mid;
             } else {
@@ -763,17 +795,19 @@ impl Disaggregated {
             }
         }
         let b = hi;
-        let tpot_ms = self.dec.gen_ms(b, self.kv_mean)?;
+        let tpot_ms = self.dec.token_ms(b, self.kv_mean)?;
+        let step_ms = self.dec.gen_ms(b, self.kv_mean)?;
         // Prompts queue for a prefill rank: Kingman's G/D/1 wait with the arrivals' variability.
         let mu = self.pre_rank_rps;
         let u = per_pre / mu;
         let queue_ms =
             if u < 1.0 { self.arrival_ca2 / 2.0 * u / (1.0 - u) * 1000.0 / mu } else { f64::INFINITY };
         // An idle prefill rank starts a prompt at once; waiting behind busy ones is the queue.
-        let ttft_ms = self.frontend_ms + queue_ms + prefill_ms + self.transfer_ms + tpot_ms * 1.5;
+        let ttft_ms = self.frontend_ms + queue_ms + prefill_ms + self.transfer_ms + step_ms * 1.5;
         Ok(PdPoint {
             ttft_ms,
             tpot_ms,
+            step_ms,
             e2e_ms: ttft_ms + (self.w.osl - 1.0) * tpot_ms,
             prefill_ms,
             prefill_queue_ms: queue_ms,
@@ -822,7 +856,7 @@ impl Disaggregated {
                 let q = if self.chunks.len() > 1 { 1 } else { to_u32(self.fit).max(1) };
                 let chunks = self.chunks.clone();
                 let wait = wave_wait_ms(&mut self.pre, &chunks, q, n / self.pre_ranks)?;
-                let wave = self.frontend_ms + wait + self.transfer_ms + at.tpot_ms * 1.5;
+                let wave = self.frontend_ms + wait + self.transfer_ms + at.step_ms * 1.5;
                 (wave, wave_share(&self.w, n, self.total_requests))
             }
             _ => (0.0, 0.0),
@@ -856,7 +890,7 @@ impl Disaggregated {
                 ("prefill_capacity_rps", pre_cap),
                 ("decode_batch_per_rank", at.decode_batch),
                 ("max_decode_batch_per_rank", self.dec_b_max),
-                ("decode_step_ms", at.tpot_ms),
+                ("decode_step_ms", at.step_ms),
                 ("decode_capacity_rps", dec_cap),
                 ("kv_transfer_ms", self.transfer_ms),
                 ("prefill_new_tokens", self.new_tokens),

@@ -318,8 +318,8 @@ pub fn default_sweep(spec: &SweepSpec, catalog: &Catalog, files: &dyn Files) -> 
             let pre_ms = d.prefill_ms(1.0)?;
             let b_max = d.dec_b_max;
             for b in BATCHES.into_iter().filter(|b| f64::from(*b) <= b_max) {
-                let tpot = d.decode_step_ms(f64::from(b))?;
-                let ttft = d.frontend_ms + pre_ms + d.transfer_ms + 1.5 * tpot;
+                let tpot = d.decode_token_ms(f64::from(b))?;
+                let ttft = d.frontend_ms + pre_ms + d.transfer_ms + 1.5 * d.decode_step_ms(f64::from(b))?;
                 if tpot > spec.tpot_ms || ttft > spec.ttft_ms {
                     out.disagg_screened += 1;
                     continue;

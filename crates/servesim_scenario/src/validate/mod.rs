@@ -54,6 +54,10 @@ pub struct Knobs {
     /// Replay every row with the replay policy's engine options only, ignoring what its
     /// benchmark's published recipe sets ([`recipe`]).
     pub no_recipes: bool,
+    /// Replay every row with MTP/EAGLE speculative decoding: `nextn` drafts a round,
+    /// `nextn_accepted` accepted on average. The file does not record which runs speculated,
+    /// so this is a what-if for a filtered set of rows, never a default.
+    pub speculation: Option<(u32, f64)>,
 }
 
 impl Knobs {
@@ -344,6 +348,10 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     let low = matches!(row.precision.as_str(), "fp8" | "fp4" | "int4");
     q.push(format!("kv_cache: {}", if low { "fp8" } else { "bf16" }));
     let _ = writeln!(y, "  quantization: {{{}}}", q.join(", "));
+    if let Some((nextn, accepted)) = knobs.speculation {
+        let _ = writeln!(y, "  nextn: {nextn}");
+        let _ = writeln!(y, "  nextn_accepted: {accepted}");
+    }
     match row.mode {
         Mode::Agg { layout } => {
             let _ = writeln!(y, "  workers:");

@@ -294,3 +294,23 @@ fn scatter_is_the_error_left_after_each_family_best_scale() {
     assert!(s.overall.tpot_scatter().abs() < 1e-12, "exact TPOT everywhere");
     assert!(table(&s).contains("TTFT scatter"));
 }
+
+/// `--nextn`/`--nextn-accepted` replay a row with MTP drafts: the scenario names them, and it
+/// is a valid prediction.yaml that speculates; without the knob nothing speculates.
+#[test]
+fn the_speculation_what_if_replays_rows_with_drafts() {
+    let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l });
+    r.model = "deepseek-ai/DeepSeek-R1".into();
+    r.system = "b200_sxm".into();
+    r.backend = "trtllm".into();
+    let knobs = Knobs { speculation: Some((3, 2.2)), ..Knobs::default() };
+    let y = scenario_yaml(&r, &knobs, false, None);
+    assert!(y.contains("  nextn: 3\n  nextn_accepted: 2.2\n"), "{y}");
+    let root = crate::scenario::parse_with_overrides(&y, "row.yaml", &[]).unwrap();
+    let mut cx = crate::diag::Cx::default();
+    let config = crate::decode::decode(&root, &mut cx).expect("a valid prediction.yaml");
+    let want = crate::config::SpeculationConfig::DraftLayers { nextn: 3, accepted: 2.2 };
+    assert_eq!(config.engine.speculation, want);
+    assert!(!scenario_yaml(&r, &Knobs::default(), false, None).contains("nextn"));
+}
