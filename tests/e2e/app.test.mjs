@@ -177,6 +177,31 @@ test('the form and the YAML stay in step both ways, and problems show at their f
   await page.close();
 });
 
+test('speculative decoding set in the form runs, is summarised, and equals the CLI', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  // nextn alone is a problem named at its field; with the accepted count it runs.
+  await page.fill('#f-engine-nextn', '2');
+  await page.press('#f-engine-nextn', 'Tab');
+  const err = page.locator('#f-engine-nextn-error');
+  await err.waitFor({ timeout: 30000 });
+  assert.match(await err.textContent(), /nextn_accepted is required/);
+  await page.fill('#f-engine-nextn-accepted', '1.5');
+  await page.press('#f-engine-nextn-accepted', 'Tab');
+  await err.waitFor({ state: 'detached', timeout: 30000 });
+  assert.match(await page.inputValue('#scenario-yaml'), /nextn: 2\n\s*nextn_accepted: 1\.5/);
+  const before = await page.textContent('#prediction-json');
+  await page.click('#run');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  assert.match(await page.textContent('#speculation'), /^draft layers \(MTP\/EAGLE\): 2 drafts a round · [0-9.]+ tokens a round \(2\.50 expected\)$/);
+  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-spec-'));
+  writeFileSync(join(dir, 'scenario.yaml'), await page.inputValue('#scenario-yaml'));
+  execFileSync(BIN, ['predict', '-c', join(dir, 'scenario.yaml'), '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
+  await page.close();
+});
+
 test('an invalid scenario shows every problem and the app stays usable', async () => {
   const page = await openPage();
   await waitDone(page);

@@ -111,6 +111,22 @@ pub fn frontend(p: &Value) -> String {
     )
 }
 
+/// Speculative decoding, as text (`off` when the engine does not speculate).
+#[must_use]
+pub fn speculation(p: &Value) -> String {
+    let s = &p["servesim"]["speculation"];
+    if !s.is_object() {
+        return "off".into();
+    }
+    let kind = if s["kind"] == "ngram" { "n-gram lookup" } else { "draft layers (MTP/EAGLE)" };
+    format!(
+        "{kind}: {} drafts a round · {} tokens a round ({} expected)",
+        fmt_num(&s["draft_tokens"], 0),
+        fmt_num(&s["tokens_per_round"], 2),
+        fmt_num(&s["expected_tokens_per_round"], 2)
+    )
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -129,6 +145,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     <dt>"Prefix cache reuse"</dt><dd id="prefix-reuse">{with(|p| p["prefix_cache_reused_ratio"].as_f64().map_or_else(|| "–".into(), |r| format!("{:.1}%", 100.0 * r)))}</dd>
                     <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
                     <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
+                    <dt>"Speculative decoding"</dt><dd id="speculation">{with(speculation)}</dd>
                 </dl>
                 <div class="table-wrap">
                     <table id="latency-table" class="compact">
@@ -205,6 +222,15 @@ mod tests {
         assert_eq!(
             frontend(&queued),
             "85% busy (2 processes) · requests wait 1.50 ms · tokens 12.25 ms late"
+        );
+        assert_eq!(speculation(&p), "off");
+        let mtp = serde_json::json!({"servesim": {"speculation": {
+            "kind": "draft_layers", "draft_tokens": 3, "draft_layers": 3,
+            "expected_tokens_per_round": 3.2, "tokens_per_round": 3.2137, "rounds": 27539
+        }}});
+        assert_eq!(
+            speculation(&mtp),
+            "draft layers (MTP/EAGLE): 3 drafts a round · 3.21 tokens a round (3.20 expected)"
         );
     }
 }
