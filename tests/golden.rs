@@ -99,6 +99,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("trtllm_tp4_poisson", "tests/scenarios/trtllm_tp4_poisson.yaml"),
     ("pd_vllm", "tests/scenarios/pd_vllm.yaml"),
     ("pd_sglang_kv_aware", "tests/scenarios/pd_sglang_kv_aware.yaml"),
+    ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
 ];
 
 #[test]

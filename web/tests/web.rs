@@ -112,6 +112,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/scenarios/pd_sglang_kv_aware.yaml"),
             include_str!("../../tests/golden/pd_sglang_kv_aware.prediction.json"),
         ),
+        (
+            include_str!("../../tests/scenarios/spec_eagle_sglang.yaml"),
+            include_str!("../../tests/golden/spec_eagle_sglang.prediction.json"),
+        ),
     ];
     let files = data();
     for (i, (config, want)) in cases.into_iter().enumerate() {
