@@ -255,6 +255,8 @@ fn readme_case() -> SweepSpec {
         prefix: 500,
         ttft_ms: 300.0,
         tpot_ms: 10.0,
+        nextn: 0,
+        nextn_accepted: 0.0,
     }
 }
 
@@ -399,4 +401,24 @@ traffic:
         assert!(err("mean_tpot_ms", e.tpot_ms) < 0.12, "{}: TPOT {} vs {tpot}", e.mode, e.tpot_ms);
         assert!(err("output_throughput_tok_s", e.output_tok_s) < 0.12, "{}: throughput", e.mode);
     }
+}
+
+/// The sweep with MTP: every candidate speculates (its replay configs say so), decode steps
+/// emit the expected tokens, so under the same TPOT limit the best deployments serve more
+/// per GPU; out-of-range draft settings are refused by name.
+#[test]
+fn the_default_sweep_with_mtp_serves_more_under_the_same_limits() {
+    let catalog = Catalog::builtin().unwrap();
+    let spec = SweepSpec { total_gpus: 8, ..readme_case() };
+    let plain = default_sweep(&spec, &catalog, &DataOnly).unwrap();
+    let mtp = SweepSpec { nextn: 2, nextn_accepted: 1.5, ..spec.clone() };
+    let fast = default_sweep(&mtp, &catalog, &DataOnly).unwrap();
+    let best = |l: &[servesim_scenario::estimate::sweep::SweepPoint]| {
+        l.first().map_or(0.0, |p| p.estimate.per_gpu())
+    };
+    assert!(best(&fast.agg) > 1.2 * best(&plain.agg), "{} vs {}", best(&fast.agg), best(&plain.agg));
+    assert!(fast.agg.iter().all(|p| p.yaml.contains("nextn: 2\n  nextn_accepted: 1.5")));
+    let e = |s: SweepSpec| default_sweep(&s, &catalog, &DataOnly).unwrap_err().to_string();
+    assert!(e(SweepSpec { nextn: 6, ..mtp.clone() }).contains("--nextn 6"));
+    assert!(e(SweepSpec { nextn_accepted: 2.5, ..mtp }).contains("--nextn-accepted 2.5"));
 }

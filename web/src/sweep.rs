@@ -59,6 +59,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
     let prefix = RwSignal::new("500".to_string());
     let ttft = RwSignal::new("300".to_string());
     let tpot = RwSignal::new("10".to_string());
+    let nextn = RwSignal::new("0".to_string());
+    let nextn_accepted = RwSignal::new("0".to_string());
 
     let phase = RwSignal::new(Phase::Idle);
     let answer: RwSignal<Option<Answer>> = RwSignal::new(None);
@@ -132,6 +134,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
             prefix: num("prefix", &prefix.get_untracked())?,
             ttft_ms: num("TTFT limit", &ttft.get_untracked())?,
             tpot_ms: num("TPOT limit", &tpot.get_untracked())?,
+            nextn: num("MTP/EAGLE drafts", &nextn.get_untracked())?,
+            nextn_accepted: num("drafts accepted", &nextn_accepted.get_untracked())?,
         };
         if q.total_gpus == 0 {
             return Err("GPUs: must be at least 1".into());
@@ -224,6 +228,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                     <NumField id="def-prefix" label="Shared prefix" value=prefix />
                     <NumField id="def-ttft" label="TTFT limit (ms)" value=ttft />
                     <NumField id="def-tpot" label="TPOT limit (ms)" value=tpot />
+                    <NumField id="def-nextn" label="MTP/EAGLE drafts" value=nextn />
+                    <NumField id="def-nextn-accepted" label="Drafts accepted" value=nextn_accepted />
                 </div>
                 <div class="actions">
                     <button id="def-run" on:click=move |_| run() disabled=busy>"Find best"</button>

@@ -53,6 +53,8 @@ pub(crate) fn default_sweep(
         prefix: a.prefix,
         ttft_ms: a.ttft,
         tpot_ms: a.tpot,
+        nextn: a.nextn,
+        nextn_accepted: a.nextn_accepted,
     };
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };

@@ -267,6 +267,12 @@ pub(crate) struct DefaultSweepArgs {
     /// Mean TPOT limit (ms).
     #[arg(long, default_value_t = 30.0)]
     pub(crate) tpot: f64,
+    /// MTP/EAGLE speculative decoding: draft tokens a round (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) nextn: u32,
+    /// With --nextn: drafts accepted per round on average.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) nextn_accepted: f64,
     /// Winners per mode confirmed by a full replay (0: estimate only).
     #[arg(long, default_value_t = 1)]
     pub(crate) replay_top: usize,

@@ -200,6 +200,8 @@ fn a_default_sweep_across_workers_reports_what_the_library_reports() {
         prefix: 0,
         ttft_ms: 500.0,
         tpot_ms: 20.0,
+        nextn: 0,
+        nextn_accepted: 0.0,
     };
     let files = data_for("");
     let mut coordinator = WorkerState::default();

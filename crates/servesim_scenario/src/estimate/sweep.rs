@@ -59,6 +59,12 @@ pub struct SweepSpec {
     pub ttft_ms: f64,
     /// Mean TPOT limit (ms).
     pub tpot_ms: f64,
+    /// MTP/EAGLE draft tokens a round (0: no speculative decoding), as `engine.nextn`.
+    #[serde(default)]
+    pub nextn: u32,
+    /// Drafts accepted per round on average, as `engine.nextn_accepted`.
+    #[serde(default)]
+    pub nextn_accepted: f64,
 }
 
 /// One worker layout.
@@ -156,6 +162,10 @@ fn config_yaml(
     let _ = writeln!(y, "  backend: {}", spec.backend);
     let mode = if roles.len() == 2 { "disaggregated" } else { "aggregated" };
     let _ = writeln!(y, "  mode: {mode}");
+    if spec.nextn > 0 {
+        let _ = writeln!(y, "  nextn: {}", spec.nextn);
+        let _ = writeln!(y, "  nextn_accepted: {}", spec.nextn_accepted);
+    }
     let _ = writeln!(y, "  workers:");
     for (role, shape, replicas, seqs) in roles {
         role_yaml(&mut y, role, shape, *replicas, *seqs);
@@ -222,6 +232,17 @@ fn check(spec: &SweepSpec, catalog: &Catalog) -> Result<bool, ScenarioError> {
     }
     if !(spec.ttft_ms > 0.0 && spec.tpot_ms > 0.0) {
         return Err(bad("--ttft and --tpot must be positive".into()));
+    }
+    #[allow(clippy::cast_possible_truncation)] // MAX_DRAFT_TOKENS is 5.
+    let most = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
+    if spec.nextn > most {
+        return Err(bad(format!("--nextn {} must be between 0 and {most}", spec.nextn)));
+    }
+    if spec.nextn > 0 && !(0.0..=f64::from(spec.nextn)).contains(&spec.nextn_accepted) {
+        return Err(bad(format!(
+            "--nextn-accepted {} must be between 0 and --nextn {}",
+            spec.nextn_accepted, spec.nextn
+        )));
     }
     Ok(model.moe.is_some())
 }
