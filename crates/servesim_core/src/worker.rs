@@ -731,15 +731,13 @@ impl Worker {
                     }
                     out.emitted.push(p.req);
                     let mut done = r.emit_token(now);
-                    if drafts > 0 && !done {
+                    if drafts > 0 {
                         // The accepted drafts reach the client in the same streamed chunk as
                         // the round's first token: one inter-token gap per chunk, as benchmark
                         // clients (vLLM's `bench serve`) record it.
-                        let (extra, last) = accept_drafts(rank, r, &spec, p.req, drafts, now);
+                        let extra;
+                        (extra, done) = accept_drafts(rank, r, &spec, p.req, drafts, done, now);
                         self.stats.decode_tokens += u64::from(extra);
-                        done = last;
-                    } else if drafts > 0 {
-                        return_draft_slots(rank, r, drafts);
                     }
                     if done {
                         r.status = Status::Completed;
@@ -770,21 +768,21 @@ impl Worker {
 }
 
 /// Emits the drafts of `r`'s round that the target accepted (the round's first token was
-/// emitted already and was not its last): each accepted draft's KV was written by the pass,
-/// and the token after it is the target's own. Returns the drafts emitted and whether the
-/// request finished.
+/// emitted already; `done` if it was the last): each accepted draft's KV was written by the
+/// pass, and the token after it is the target's own. The rejected drafts' slots go back.
+/// Returns the drafts emitted and whether the request finished.
 fn accept_drafts(
     rank: &mut engine::Rank,
     r: &mut Request,
     spec: &engine::Speculation,
     id: ReqId,
     drafts: u32,
+    mut done: bool,
     now: SimTime,
 ) -> (u32, bool) {
     // The round follows the output token emitted before it.
     let accepted = spec.accepted(id, r.emitted - 1).min(drafts);
     let mut extra = 0;
-    let mut done = false;
     while !done && extra < accepted {
         r.computed += 1;
         extra += 1;

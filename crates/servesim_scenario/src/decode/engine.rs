@@ -149,9 +149,12 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
     })
 }
 
+/// Most draft tokens a round (AISimulate's bound, as the core keeps it).
+#[allow(clippy::cast_possible_truncation)] // 5.
+const MAX: u32 = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
+
 /// `nextn` + `nextn_accepted` (MTP, EAGLE) or `speculation` (vLLM's n-gram lookup), REF §1.2.
 fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> Option<SpeculationConfig> {
-    const MAX: u32 = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
     let nextn = f.take("nextn").map(|(n, p)| (u32_in(n, &p, cx, 0, MAX), n, p));
     let accepted = f.take("nextn_accepted");
     let ngram = f.take("speculation");
@@ -202,7 +205,6 @@ const SPECULATION_KEYS: &[&str] = &["kind", "num_speculative_tokens", "acceptanc
 
 /// `speculation: {kind: ngram, num_speculative_tokens, acceptance_rates, seed}`.
 fn decode_ngram(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfig> {
-    const MAX: u32 = servesim_core::engine::MAX_DRAFT_TOKENS as u32;
     let mut f = Fields::of(node, path, cx)?;
     let kind = match f.take("kind") {
         Some((n, p)) => choice(n, &p, cx, &["ngram"]).map(|_| ()),

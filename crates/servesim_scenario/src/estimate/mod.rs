@@ -220,6 +220,7 @@ struct RoleSteps {
 impl RoleSteps {
     fn new(p: &Prepared, role: &PreparedRole) -> Self {
         let dp = role.parallelism.attention_data.max(1) as usize;
+        let spec = p.speculation();
         RoleSteps {
             timer: p.timer(role),
             dp,
@@ -228,8 +229,8 @@ impl RoleSteps {
             max_seqs: f64::from(role.config.scheduler.max_sequences.max(1)),
             kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),
             loads: vec![RankLoad::default(); dp],
-            rows: 1 + p.speculation().draft_tokens,
-            tokens_per_step: p.speculation().expected_tokens(),
+            rows: 1 + spec.draft_tokens,
+            tokens_per_step: spec.expected_tokens(),
         }
     }
 

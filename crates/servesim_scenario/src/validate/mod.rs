@@ -576,66 +576,51 @@ impl Group {
         (side(|r| r.0), side(|r| r.1))
     }
 
+    /// `sum` as a percentage mean over the predicted rows (NaN when none was predicted).
+    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
+    fn per_predicted_row(&self, sum: f64) -> f64 {
+        if self.predicted == 0 {
+            return f64::NAN;
+        }
+        100.0 * sum / self.predicted as f64
+    }
+
     /// TTFT scatter (%): the MAPE left after scaling each deployment family's predictions by
     /// the one constant that fits that family best, i.e. the error no per-family constant can
     /// remove (the rest is bias).
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn ttft_scatter(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.scatter_abs.0 / self.predicted as f64
+        self.per_predicted_row(self.scatter_abs.0)
     }
 
     /// TPOT scatter (%), as [`Group::ttft_scatter`].
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn tpot_scatter(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.scatter_abs.1 / self.predicted as f64
+        self.per_predicted_row(self.scatter_abs.1)
     }
 
     /// TTFT MAPE (%) over predicted rows.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn ttft_mape(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.ttft_abs / self.predicted as f64
+        self.per_predicted_row(self.ttft_abs)
     }
 
     /// TPOT MAPE (%) over predicted rows.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn tpot_mape(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.tpot_abs / self.predicted as f64
+        self.per_predicted_row(self.tpot_abs)
     }
 
     /// Mean signed TTFT error (%): positive means servesim predicts slower than measured.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn ttft_bias(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.ttft_signed / self.predicted as f64
+        self.per_predicted_row(self.ttft_signed)
     }
 
     /// Mean signed TPOT error (%).
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn tpot_bias(&self) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.tpot_signed / self.predicted as f64
+        self.per_predicted_row(self.tpot_signed)
     }
 
     /// Rows predicted / rows (%).
