@@ -89,6 +89,15 @@ pub(crate) enum Format {
     Json,
 }
 
+/// `servesim validate --allreduce`: which kernels time the all-reduce.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AllReduceArg {
+    /// The engine's custom all-reduce kernels.
+    Custom,
+    /// NCCL.
+    Nccl,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Replay traffic through a simulated deployment and report latency, throughput and more.
@@ -198,6 +207,9 @@ enum Command {
         /// Replay with this host time per sequence (µs) for engines that schedule synchronously.
         #[arg(long)]
         host_us_per_sequence: Option<f64>,
+        /// Replay with this all-reduce implementation instead of the engines' calibrated one.
+        #[arg(long, value_enum)]
+        allreduce: Option<AllReduceArg>,
         /// Replay aggregated rows with this serving-process time per request (ms).
         #[arg(long)]
         frontend_request_ms: Option<f64>,
@@ -372,6 +384,7 @@ fn main() -> ExitCode {
             step_overhead_ms,
             frontend_ms,
             host_us_per_sequence,
+            allreduce,
             frontend_request_ms,
             frontend_chunk_us,
             length_floor,
@@ -386,6 +399,10 @@ fn main() -> ExitCode {
                 step_overhead_ms,
                 frontend_ms,
                 host_us_per_sequence,
+                allreduce: allreduce.map(|a| match a {
+                    AllReduceArg::Custom => servesim_perf::oplevel::AllReduceImpl::Custom,
+                    AllReduceArg::Nccl => servesim_perf::oplevel::AllReduceImpl::Nccl,
+                }),
                 frontend_request_ms,
                 frontend_chunk_us,
                 length_floor: Some(length_floor),

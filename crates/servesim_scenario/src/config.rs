@@ -4,6 +4,7 @@
 use servesim_core::engine::Backend;
 use servesim_core::metrics::Sla;
 use servesim_core::traffic::LengthDist;
+use servesim_perf::oplevel::AllReduceImpl;
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 /// A whole validated config.
@@ -416,6 +417,9 @@ pub struct TimingConfig {
     /// `host_us_per_sequence` (servesim extension): host time per scheduled sequence a step
     /// waits for when the engine schedules synchronously (`scheduler.async_scheduling: false`).
     pub host_us_per_sequence: Option<f64>,
+    /// `allreduce` (servesim extension): `custom` (the engine's own kernels) or `nccl`;
+    /// default: the engine's calibrated choice.
+    pub allreduce: Option<AllReduceImpl>,
 }
 
 /// `forward_model: fpm`: where the whole-forward tables are.

@@ -530,6 +530,9 @@ pub fn prepare(
                             if let Some(us) = role.timing.host_us_per_sequence {
                                 c.host_s_per_sequence = us / 1e6;
                             }
+                            if let Some(a) = role.timing.allreduce {
+                                c.allreduce = a;
+                            }
                             c
                         },
                     }),

@@ -38,6 +38,16 @@ const CASES: &[(&str, i32, &[&str])] = &[
         2,
         &["engine.nextn (line 4, column 10)", "expected an integer"],
     ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers:\n    aggregated: {timing: {allreduce: ring}}\n",
+        2,
+        &["engine.workers.aggregated.timing.allreduce (line 5", "not one of: custom, nccl"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers:\n    aggregated: {timing: {type: roofline, allreduce: nccl}}\n",
+        2,
+        &["engine.workers.aggregated.timing.allreduce", "op-level model's tables"],
+    ),
     ("engine: [1, 2\n", 2, &["(document) (line"]),
     ("traffic: {}\n", 2, &["engine (line 1, column 1): required section is missing"]),
     ("engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n", 2, &["engine.workers (line 2, column 3): required"]),

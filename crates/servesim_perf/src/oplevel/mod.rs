@@ -44,7 +44,7 @@ use ops::GenAttention;
 mod setup;
 
 pub use setup::{
-    release_before, EngineCalibration, GraphPolicy, OpConstants, OpLevelSetup, SGLANG,
+    release_before, AllReduceImpl, EngineCalibration, GraphPolicy, OpConstants, OpLevelSetup, SGLANG,
     SYNC_HOST_S_PER_SEQUENCE, SYNC_HOST_S_PER_STEP, TRTLLM, TRTLLM_1_0, VLLM,
 };
 

@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use crate::spec::{Dtype, GemmQuant, MoeQuant};
 use crate::tables::{Family, Grid, GridLine, LookupCache, Scale, Source, Table};
 
-use super::{OpLevelSetup, OpLevelTimer};
+use super::{AllReduceImpl, OpLevelSetup, OpLevelTimer};
 
 impl OpLevelTimer {
     /// Seconds of an element-wise kernel moving `bytes` (AIConfigurator's empirical rule).
@@ -130,7 +130,7 @@ impl OpLevelTimer {
     }
 
     /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`, in a CUDA graph or
-    /// launched eagerly.
+    /// launched eagerly, by the implementation [`OpConstants::allreduce`] names.
     #[allow(clippy::cast_precision_loss)]
     #[must_use]
     pub fn allreduce(&self, elems: u64, gpus: u32, graph: bool) -> (f64, Source) {
@@ -142,13 +142,22 @@ impl OpLevelTimer {
         let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
         let lat = self.s.constants.link_latency_s;
         let n = f64::from(gpus);
-        let sol = move |c: &[f64]| 2.0 * (c[0] - 1.0) / c[0] * c[1] * 2.0 / link + lat;
-        let x = [n, elems as f64];
-        let mode = if graph { "graph" } else { "eager" };
-        let table = self.db.table(Family::AllReduce);
-        let slice =
-            table.and_then(|t| t.slice(&["bfloat16", mode]).or_else(|| t.slice(&["bfloat16", "graph"])));
+        // The custom kernels' table counts elements, NCCL's counts bytes (AICDB §3.3; NCCL's
+        // largest all-reduce, 512 MiB on 8 H100s in 2.67 ms, is 352 GB/s of ring bandwidth as
+        // bytes and an impossible 704 GB/s as bf16 elements).
+        let (x, slice, bytes_per_unit) = if self.s.constants.allreduce == AllReduceImpl::Nccl {
+            let slice = self.db.table(Family::Nccl).and_then(|t| t.slice(&["all_reduce", "half"]));
+            ([n, (elems * 2) as f64], slice, 1.0)
+        } else {
+            let mode = if graph { "graph" } else { "eager" };
+            let table = self.db.table(Family::AllReduce);
+            let slice =
+                table.and_then(|t| t.slice(&["bfloat16", mode]).or_else(|| t.slice(&["bfloat16", "graph"])));
+            ([n, elems as f64], slice, 2.0)
+        };
+        let sol = move |c: &[f64]| 2.0 * (c[0] - 1.0) / c[0] * c[1] * bytes_per_unit / link + lat;
         if let Some(g) = slice {
+            // Both tables interpolate linearly in GPUs and message size.
             if let Some((ms, src)) = g.lookup(&x, Family::AllReduce.scales(), sol) {
                 return (ms / 1e3, src);
             }

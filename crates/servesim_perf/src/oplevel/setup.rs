@@ -50,6 +50,22 @@ pub struct OpConstants {
     /// efficiency at that shape. Calibrated per engine (see [`TRTLLM`]); `None` keeps the
     /// quantized tables as measured.
     pub quantized_gemm_floor: Option<f64>,
+    /// Which kernels run the tensor-parallel all-reduce.
+    pub allreduce: AllReduceImpl,
+}
+
+/// The implementation of a tensor-parallel all-reduce.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllReduceImpl {
+    /// The engine's own kernels (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's
+    /// one-shot/two-shot), timed from the engine's `custom_allreduce` table: what every engine
+    /// runs by default inside one NVLink domain.
+    #[default]
+    Custom,
+    /// NCCL's ring/tree all-reduce, timed from the `nccl` table: what an engine runs with its
+    /// custom kernels disabled (vLLM and SGLang `--disable-custom-all-reduce`, TensorRT-LLM
+    /// `allreduce_strategy: NCCL`) or when it cannot use them.
+    Nccl,
 }
 
 impl OpConstants {
@@ -205,6 +221,7 @@ impl Default for OpConstants {
             host_s_per_step: 0.0,
             host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,
+            allreduce: AllReduceImpl::Custom,
         }
     }
 }

@@ -457,3 +457,47 @@ fn draft_layers_scale_the_model_time_of_a_step() {
     let want = (a - 0.002) * 35.0 / 32.0 + 0.002;
     assert!((b - want).abs() < 1e-12, "{b} != {want}");
 }
+
+/// `allreduce: nccl` times every all-reduce from the NCCL table, whose message size is in
+/// bytes, where the engine's custom-kernel table counts elements.
+#[test]
+fn the_allreduce_implementation_picks_its_table() {
+    let (custom_ms, nccl_ms) = (0.004, 0.020);
+    let mut db = gemm_db();
+    let mut custom = Vec::new();
+    let mut nccl = Vec::new();
+    for gpus in [2u64, 4, 8] {
+        for size in [1u64 << 10, 1 << 14, 1 << 18, 1 << 22] {
+            custom.push((vec!["bfloat16".to_string(), "graph".to_string()], vec![gpus, size], custom_ms));
+            // Twice the time per byte beyond the latency, so a unit mix-up shows.
+            #[allow(clippy::cast_precision_loss)]
+            let ms = nccl_ms + size as f64 * 1e-9;
+            nccl.push((vec!["all_reduce".to_string(), "half".to_string()], vec![gpus, size], ms));
+        }
+    }
+    db.insert(Rc::new(Table::from_rows(Family::AllReduce, custom).unwrap()));
+    db.insert(Rc::new(Table::from_rows(Family::Nccl, nccl).unwrap()));
+    let db = Rc::new(db);
+    let mut s = setup(4);
+    let t = OpLevelTimer::new(s.clone(), db.clone());
+    let (ms, src) = t.allreduce(8 * 4096, 4, true);
+    assert!((ms * 1e3 - custom_ms).abs() < 1e-12 && src == Source::Interpolated, "{ms} {src:?}");
+    s.constants.allreduce = AllReduceImpl::Nccl;
+    let t = OpLevelTimer::new(s.clone(), db.clone());
+    // 8 tokens × 4096 bf16 values = 65,536 bytes: between the 16 KiB and 256 KiB rows.
+    let (ms, src) = t.allreduce(8 * 4096, 4, true);
+    let want = nccl_ms + 65_536.0 * 1e-9;
+    assert!((ms * 1e3 - want).abs() < 1e-9 && src == Source::Interpolated, "{ms} vs {want}, {src:?}");
+    // A decode step pays the difference at each of the layer's two all-reduces.
+    let load = RankLoad { decode_requests: 8, decode_kv_tokens: 8000, ..RankLoad::default() };
+    let mut fast = OpLevelTimer::new(setup(4), db.clone());
+    let mut slow = OpLevelTimer::new(s, db);
+    let slow_ms = slow.step_time(core::slice::from_ref(&load)).unwrap().as_secs_f64() * 1e3;
+    let gap_ms = slow_ms - fast.step_time(&[load]).unwrap().as_secs_f64() * 1e3;
+    let want_gap_ms = 2.0 * 32.0 * (want - custom_ms);
+    assert!((gap_ms - want_gap_ms).abs() < 1e-3, "{gap_ms} vs {want_gap_ms} ms");
+    // Without an NCCL table the all-reduce falls to the roofline.
+    let mut s = setup(4);
+    s.constants.allreduce = AllReduceImpl::Nccl;
+    assert_eq!(OpLevelTimer::new(s, Rc::new(gemm_db())).allreduce(8 * 4096, 4, true).1, Source::Roofline);
+}

@@ -2,6 +2,7 @@
 //! parallelism, scheduler knobs, KV cache, capacity and timing model.
 
 use servesim_core::engine::Backend;
+use servesim_perf::oplevel::AllReduceImpl;
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
@@ -853,6 +854,16 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
     out.frontend_ms = f.take("frontend_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
     out.host_us_per_sequence =
         f.take("host_us_per_sequence").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
+    if let Some((n, p)) = f.take("allreduce") {
+        out.allreduce = match choice(n, &p, cx, &["custom", "nccl"]) {
+            Some("nccl") => Some(AllReduceImpl::Nccl),
+            Some(_) => Some(AllReduceImpl::Custom),
+            None => None,
+        };
+        if out.allreduce.is_some() && out.kind != TimingKind::OpLevel {
+            cx.domain(&p, n, "allreduce chooses the op-level model's tables (forward_model: op_level)");
+        }
+    }
     f.finish(
         cx,
         &[
@@ -866,6 +877,7 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
             "step_overhead_ms",
             "frontend_ms",
             "host_us_per_sequence",
+            "allreduce",
         ],
         "",
     );

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
-use servesim_perf::oplevel::{release_before, EngineCalibration};
+use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration};
 use servesim_perf::spec::MoeQuant;
 
 use crate::catalog::Catalog;
@@ -39,6 +39,8 @@ pub struct Knobs {
     pub frontend_ms: Option<f64>,
     /// `timing.host_us_per_sequence`.
     pub host_us_per_sequence: Option<f64>,
+    /// `timing.allreduce`.
+    pub allreduce: Option<AllReduceImpl>,
     /// `frontend.request_ms` (aggregated rows).
     pub frontend_request_ms: Option<f64>,
     /// `frontend.chunk_us` (aggregated rows).
@@ -74,6 +76,11 @@ impl Knobs {
         }
         if let Some(x) = self.host_us_per_sequence {
             v.push(format!("host_us_per_sequence: {x}"));
+        }
+        match self.allreduce {
+            Some(AllReduceImpl::Nccl) => v.push("allreduce: nccl".into()),
+            Some(AllReduceImpl::Custom) => v.push("allreduce: custom".into()),
+            None => {}
         }
         v.join(", ")
     }

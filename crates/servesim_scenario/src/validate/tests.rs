@@ -240,12 +240,14 @@ fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
     for (version, written) in [("1.0.0rc3", true), ("0.21.0", true), ("1.1.0rc2.post2", false), ("", false)] {
         r.backend_version = version.into();
         let y = scenario_yaml(&r, &Knobs::default(), true, None);
-        assert_eq!(y.contains("timing: {prefill_scale: 1.25, frontend_ms: 50}"), written, "{version}: {y}");
+        let release = "timing: {prefill_scale: 1.25, frontend_ms: 50}";
+        assert_eq!(y.contains(release), written, "{version}: {y}");
     }
     // A constant given on the command line wins over the release's.
     r.backend_version = "1.0.0rc3".into();
-    let y = scenario_yaml(&r, &Knobs { prefill_scale: Some(1.1), ..Knobs::default() }, true, None);
-    assert!(y.contains("timing: {prefill_scale: 1.1, frontend_ms: 50}"), "{y}");
+    let mine = Knobs { prefill_scale: Some(1.1), allreduce: Some(AllReduceImpl::Custom), ..Knobs::default() };
+    let y = scenario_yaml(&r, &mine, true, None);
+    assert!(y.contains("timing: {prefill_scale: 1.1, frontend_ms: 50, allreduce: custom}"), "{y}");
     // Other engines' releases share one calibration.
     r.backend = "sglang".into();
     r.backend_version = "0.4.0".into();
