@@ -348,6 +348,40 @@ test('Agg vs disagg: the AIConfigurator README case in the page equals servesim 
   await page.close();
 });
 
+test('Agg vs disagg with MTP drafts: the page equals estimate --default --nextn, and a bad draft count is refused by name', async () => {
+  const args = ['estimate', '--default', '--model', 'Qwen/Qwen3-32B-FP8', '--system', 'h200_sxm', '--total-gpus', '8',
+    '--isl', '4000', '--osl', '500', '--prefix', '500', '--ttft', '300', '--tpot', '10',
+    '--nextn', '2', '--nextn-accepted', '1.5', '--format', 'json'];
+  const cli = JSON.parse(execFileSync(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-sweep');
+  const finish = () => page.waitForFunction(() => {
+    const s = document.querySelector('#def-status')?.textContent ?? '';
+    return s.startsWith('Done') || s.includes('failed');
+  }, null, { timeout: 180000 });
+  await page.fill('#def-gpus', '8');
+  await page.fill('#def-nextn', '6');
+  await page.fill('#def-nextn-accepted', '1.5');
+  await page.click('#def-run');
+  await finish();
+  assert.match(await page.textContent('#def-error'), /--nextn 6/);
+  await page.fill('#def-nextn', '2');
+  await page.click('#def-run');
+  await finish();
+  assert.match(await page.textContent('#def-status'), /^Done in/);
+  const got = JSON.parse(await page.textContent('#def-json'));
+  delete got.wall_seconds;
+  delete cli.wall_seconds;
+  assert.deepEqual(got, cli);
+  // Every candidate speculates: the winner's config carries the drafts into Predict.
+  await page.click('.winners li:first-child .open-predict');
+  await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 120000 });
+  assert.match(await page.inputValue('#scenario-yaml'), /nextn: 2\n\s*nextn_accepted: 1\.5/);
+  assert.match(await page.textContent('#speculation'), /^draft layers \(MTP\/EAGLE\): 2 drafts a round · [0-9.]+ tokens a round \(2\.50 expected\)$/);
+  await page.close();
+});
+
 test('a share link reproduces the run, and ?embed shows it compactly', async () => {
   const page = await openPage();
   await waitDone(page);

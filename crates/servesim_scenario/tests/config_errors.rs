@@ -48,6 +48,11 @@ const CASES: &[(&str, i32, &[&str])] = &[
         2,
         &["engine.workers.aggregated.timing.allreduce", "op-level model's tables"],
     ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  nextn: 9\n  speculation: {kind: ngram, num_speculative_tokens: 2, acceptance_rates: [0.5, 0.4]}\n  workers: {aggregated: {}}\n",
+        2,
+        &["engine.nextn (line 5", "between 0 and 5"],
+    ),
     ("engine: [1, 2\n", 2, &["(document) (line"]),
     ("traffic: {}\n", 2, &["engine (line 1, column 1): required section is missing"]),
     ("engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n", 2, &["engine.workers (line 2, column 3): required"]),
@@ -151,6 +156,15 @@ fn every_bad_config_is_explained() {
             assert!(msg.contains(n), "missing '{n}' in:\n{msg}\nfor:\n{text}");
         }
     }
+}
+
+#[test]
+fn an_invalid_nextn_beside_an_ngram_block_is_reported_once() {
+    let text = "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  nextn: 9\n  speculation: {kind: ngram, num_speculative_tokens: 2, acceptance_rates: [0.5, 0.4]}\n  workers: {aggregated: {}}\n";
+    let (_, msg) = errors(text);
+    assert!(!msg.contains("exclusive"), "{msg}");
+    let text = text.replace("nextn: 9", "nextn: 2\n  nextn_accepted: 1");
+    assert!(errors(&text).1.contains("exclusive"));
 }
 
 #[test]

@@ -128,7 +128,7 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
                     &crate::diag::join(path, key),
                     node,
                     format!(
-                        "speculative decoding with FPM timing (engine.workers.{name}.timing.forward_model: fpm):                          FPM cells time forward passes without drafts; use forward_model: op_level"
+                        "speculative decoding with FPM timing (engine.workers.{name}.timing.forward_model: fpm): FPM cells time forward passes without drafts; use forward_model: op_level"
                     ),
                 );
             }
@@ -159,6 +159,8 @@ fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> 
     let nextn = f.take("nextn").map(|(n, p)| (u32_in(n, &p, cx, 0, MAX), n, p));
     let accepted = f.take("nextn_accepted");
     let ngram = f.take("speculation");
+    // Drafts asked for: an invalid nextn is reported on its own, not also as a conflict.
+    let drafts = matches!(nextn, Some((Some(k), ..)) if k > 0);
     let mut out = Some(SpeculationConfig::Off);
     match (nextn, accepted) {
         (Some((Some(0), ..)), None) | (None, None) => {}
@@ -174,7 +176,7 @@ fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> 
             cx.schema(
                 &p,
                 n,
-                "nextn_accepted is required with nextn > 0: the mean number of drafts accepted per round                  (e.g. nextn: 3, nextn_accepted: 2.2)",
+                "nextn_accepted is required with nextn > 0: the mean number of drafts accepted per round (e.g. nextn: 3, nextn_accepted: 2.2)",
             );
             out = None;
         }
@@ -185,10 +187,12 @@ fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> 
         (Some((None, ..)), _) => out = None,
     }
     if let Some((n, p)) = ngram {
-        if !matches!(out, Some(SpeculationConfig::Off)) {
+        if drafts {
             cx.schema(&p, n, "speculation (n-gram lookup) and nextn (MTP/EAGLE drafts) are exclusive");
             return None;
         }
+        // Another speculation error was reported already.
+        out.as_ref()?;
         if backend.is_some_and(|b| b != Backend::Vllm) {
             cx.domain(
                 &p,
