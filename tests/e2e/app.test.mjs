@@ -157,8 +157,11 @@ test('the form and the YAML stay in step both ways, and problems show at their f
   await page.waitForSelector('#f-engine-workers-decode-parallelism-tensor');
   await page.fill('#f-engine-workers-decode-parallelism-tensor', '2');
   await page.press('#f-engine-workers-decode-parallelism-tensor', 'Tab');
+  // The decode pool's all-reduces timed as NCCL's (custom all-reduce off).
+  await page.selectOption('#f-engine-workers-decode-timing-allreduce', 'nccl');
   const yaml = await page.inputValue('#scenario-yaml');
   assert.match(yaml, /mode: disaggregated/);
+  assert.match(yaml, /timing: \{allreduce: nccl\}/);
   // A syntax error disables the form and says why; the app stays usable.
   await page.fill('#scenario-yaml', yaml + 'oops: [\n');
   await page.waitForSelector('#form-syntax');
