@@ -207,7 +207,7 @@ enum Command {
         /// Replay with this host time per sequence (µs) for engines that schedule synchronously.
         #[arg(long)]
         host_us_per_sequence: Option<f64>,
-        /// Replay with this all-reduce implementation instead of the engines' calibrated one.
+        /// Replay with this all-reduce implementation (default: the engines' custom kernels).
         #[arg(long, value_enum)]
         allreduce: Option<AllReduceArg>,
         /// Replay aggregated rows with this serving-process time per request (ms).

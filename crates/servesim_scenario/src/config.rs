@@ -417,8 +417,8 @@ pub struct TimingConfig {
     /// `host_us_per_sequence` (servesim extension): host time per scheduled sequence a step
     /// waits for when the engine schedules synchronously (`scheduler.async_scheduling: false`).
     pub host_us_per_sequence: Option<f64>,
-    /// `allreduce` (servesim extension): `custom` (the engine's own kernels) or `nccl`;
-    /// default: the engine's calibrated choice.
+    /// `allreduce` (servesim extension): `custom` (the engine's own kernels, the default) or
+    /// `nccl` (its custom all-reduce turned off).
     pub allreduce: Option<AllReduceImpl>,
 }
 

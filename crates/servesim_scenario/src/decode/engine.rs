@@ -865,7 +865,11 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
             None => None,
         };
         if out.allreduce.is_some() && out.kind != TimingKind::OpLevel {
-            cx.domain(&p, n, "allreduce chooses the op-level model's tables (forward_model: op_level)");
+            cx.domain(
+                &p,
+                n,
+                "allreduce picks one of the op-level model's tables; roofline and FPM timing do not use it",
+            );
         }
     }
     f.finish(
