@@ -68,6 +68,26 @@ pub enum AllReduceImpl {
     Nccl,
 }
 
+impl AllReduceImpl {
+    /// Every implementation by its config name (`timing.allreduce`).
+    pub const NAMES: [&'static str; 2] = ["custom", "nccl"];
+
+    /// The config name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            AllReduceImpl::Custom => "custom",
+            AllReduceImpl::Nccl => "nccl",
+        }
+    }
+
+    /// The implementation of a config name, if it is one.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        [AllReduceImpl::Custom, AllReduceImpl::Nccl].into_iter().find(|a| a.name() == name)
+    }
+}
+
 impl OpConstants {
     /// The constants for an engine (`vllm`, `sglang`, `trtllm`): shared efficiencies and
     /// latencies, plus the engine's calibrated per-step overhead.

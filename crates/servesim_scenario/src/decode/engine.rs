@@ -859,11 +859,7 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
     out.host_us_per_sequence =
         f.take("host_us_per_sequence").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
     if let Some((n, p)) = f.take("allreduce") {
-        out.allreduce = match choice(n, &p, cx, &["custom", "nccl"]) {
-            Some("nccl") => Some(AllReduceImpl::Nccl),
-            Some(_) => Some(AllReduceImpl::Custom),
-            None => None,
-        };
+        out.allreduce = choice(n, &p, cx, &AllReduceImpl::NAMES).and_then(AllReduceImpl::from_name);
         if out.allreduce.is_some() && out.kind != TimingKind::OpLevel {
             cx.domain(
                 &p,

@@ -77,10 +77,8 @@ impl Knobs {
         if let Some(x) = self.host_us_per_sequence {
             v.push(format!("host_us_per_sequence: {x}"));
         }
-        match self.allreduce {
-            Some(AllReduceImpl::Nccl) => v.push("allreduce: nccl".into()),
-            Some(AllReduceImpl::Custom) => v.push("allreduce: custom".into()),
-            None => {}
+        if let Some(a) = self.allreduce {
+            v.push(format!("allreduce: {}", a.name()));
         }
         v.join(", ")
     }
