@@ -22,7 +22,7 @@ pub mod tables;
 
 #[cfg(test)]
 mod tests {
-    use super::memory::{plan, MemoryInputs, Parallelism, GIB};
+    use super::memory::{plan, FractionOf, MemoryInputs, Parallelism, GIB};
     use super::roofline::RooflineTimer;
     use super::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
     use alloc::string::String;
@@ -82,6 +82,7 @@ mod tests {
                 expert_dtype: Dtype::Fp8,
                 kv_dtype: Dtype::Fp8,
                 memory_fraction: 0.9,
+                fraction_of: FractionOf::Total,
                 max_batched_tokens: 8192,
                 block_size: 64,
                 cuda_graph_reserved_bytes: 0,
@@ -111,6 +112,7 @@ mod tests {
                     expert_dtype: Dtype::Fp8,
                     kv_dtype: Dtype::Fp8,
                     memory_fraction: 0.9,
+                    fraction_of: FractionOf::Total,
                     max_batched_tokens: 8192,
                     block_size: 64,
                     cuda_graph_reserved_bytes: 0,
@@ -121,6 +123,42 @@ mod tests {
             assert!(used <= last);
             last = used;
         }
+    }
+
+    /// TensorRT-LLM's fraction is of the memory left after the fixed costs, so a deployment
+    /// whose weights nearly fill the GPUs keeps a usable KV cache where a fraction of the
+    /// whole HBM would leave almost none.
+    #[test]
+    fn a_fraction_of_free_memory_applies_after_the_fixed_costs() {
+        let inputs = |fraction_of| MemoryInputs {
+            parallelism: Parallelism::SINGLE,
+            weight_dtype: Dtype::Fp8,
+            expert_dtype: Dtype::Fp8,
+            kv_dtype: Dtype::Fp8,
+            memory_fraction: 0.9,
+            fraction_of,
+            max_batched_tokens: 8192,
+            block_size: 64,
+            cuda_graph_reserved_bytes: 0,
+        };
+        let mut small = h200();
+        small.hbm_bytes = 48 * GIB;
+        let total = plan(&qwen3_32b_fp8(), &small, &inputs(FractionOf::Total)).unwrap();
+        let free = plan(&qwen3_32b_fp8(), &small, &inputs(FractionOf::Free)).unwrap();
+        let fixed = free.weights_bytes
+            + free.activations_bytes
+            + free.runtime_overhead_bytes
+            + free.comm_overhead_bytes
+            + free.cuda_graph_reserved_bytes;
+        // 0.9 x (HBM - fixed) against 0.9 x HBM - fixed: 0.1 x fixed more.
+        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let expected = (0.9 * (small.hbm_bytes - fixed) as f64) as u64;
+        assert_eq!(free.kv_cache_bytes, expected);
+        assert!(free.kv_cache_bytes > total.kv_cache_bytes + fixed / 11, "{free:?} vs {total:?}");
+        // With nothing left after the fixed costs it still refuses, naming the rule.
+        small.hbm_bytes = 30 * GIB;
+        let e = plan(&qwen3_32b_fp8(), &small, &inputs(FractionOf::Free)).unwrap_err();
+        assert!(e.message.contains("the KV cache gets 0.9 of what is left"), "{}", e.message);
     }
 
     #[test]
@@ -136,6 +174,7 @@ mod tests {
                 expert_dtype: Dtype::Fp8,
                 kv_dtype: Dtype::Fp8,
                 memory_fraction: 0.9,
+                fraction_of: FractionOf::Total,
                 max_batched_tokens: 8192,
                 block_size: 64,
                 cuda_graph_reserved_bytes: 0,

@@ -3,7 +3,8 @@
 //! The budget follows AISimulate's captured memory detail (REF §2.1, Qwen3-32B-FP8 on one
 //! H200): KV bytes = `memory_fraction × HBM − weights − activations − runtime overhead`,
 //! tokens = ⌊KV bytes / bytes per token⌋, blocks = ⌊tokens / block size⌋. The unit test
-//! reproduces those published figures to the byte.
+//! reproduces those published figures to the byte. TensorRT-LLM takes its fraction of the
+//! memory left once the model is loaded instead ([`FractionOf::Free`]).
 
 use alloc::format;
 use alloc::string::String;
@@ -44,6 +45,18 @@ impl Parallelism {
     }
 }
 
+/// What an engine's memory fraction is a fraction of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FractionOf {
+    /// The whole HBM: the engine's weights, activations and KV together stay under it
+    /// (vLLM `gpu_memory_utilization`, SGLang `mem_fraction_static`).
+    Total,
+    /// The memory still free after weights, activations and overheads; the KV cache takes
+    /// that fraction of it (TensorRT-LLM `free_gpu_memory_fraction`, sized after the model
+    /// is loaded and a profiling step has run; AICDB §5.6 point 6).
+    Free,
+}
+
 /// Inputs of the memory plan beyond model and hardware.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryInputs {
@@ -55,8 +68,10 @@ pub struct MemoryInputs {
     pub expert_dtype: Dtype,
     /// KV-cache format.
     pub kv_dtype: Dtype,
-    /// Fraction of HBM the engine may use (`gpu_memory_utilization` and friends).
+    /// The engine's memory fraction (`gpu_memory_utilization` and friends).
     pub memory_fraction: f64,
+    /// What `memory_fraction` is a fraction of.
+    pub fraction_of: FractionOf,
     /// Largest token count of one step (sizes activations).
     pub max_batched_tokens: u32,
     /// KV block size in tokens.
@@ -171,24 +186,30 @@ pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<Memory
         + RUNTIME_OVERHEAD_BYTES
         + comm_overhead_bytes
         + m.cuda_graph_reserved_bytes;
-    let usable = m.memory_fraction * hw.hbm_bytes as f64;
+    let hbm = hw.hbm_bytes as f64;
+    let (usable, kv_cache) = match m.fraction_of {
+        FractionOf::Total => (m.memory_fraction * hbm, m.memory_fraction * hbm - fixed as f64),
+        FractionOf::Free => (hbm, m.memory_fraction * (hbm - fixed as f64)),
+    };
     let kv_bytes_per_token = kv_bytes_per_token(model, p, m.kv_dtype);
-    let kv_cache = usable - fixed as f64;
     let kv_cache_bytes = if kv_cache > 0.0 { kv_cache as u64 } else { 0 };
     let kv_tokens = kv_cache_bytes / kv_bytes_per_token.max(1);
     let kv_blocks = kv_tokens / u64::from(m.block_size.max(1));
     if kv_blocks == 0 {
         return Err(DoesNotFit {
             message: format!(
-                "{} on {} x{} does not fit: usable {:.2} GiB ({} x {:.1} GiB HBM) but weights {:.2} GiB + activations \
+                "{} on {} x{} does not fit: usable {:.2} GiB ({}) but weights {:.2} GiB + activations \
                  {:.2} GiB + runtime {:.2} GiB + NCCL {:.2} GiB + CUDA graphs {:.2} GiB leave no room for one KV block of \
                  {} tokens ({} bytes/token)",
                 model.id,
                 hw.id,
                 p.gpus(),
                 usable / GIB as f64,
-                m.memory_fraction,
-                hw.hbm_bytes as f64 / GIB as f64,
+                match m.fraction_of {
+                    FractionOf::Total =>
+                        format!("{} x {:.1} GiB HBM", m.memory_fraction, hbm / GIB as f64),
+                    FractionOf::Free => format!("all HBM; the KV cache gets {} of what is left", m.memory_fraction),
+                },
                 weights_bytes as f64 / GIB as f64,
                 activations_bytes as f64 / GIB as f64,
                 RUNTIME_OVERHEAD_BYTES as f64 / GIB as f64,

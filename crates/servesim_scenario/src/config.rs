@@ -339,7 +339,8 @@ pub struct SchedulerKnobs {
 pub enum Capacity {
     /// `type: default` — from the memory model.
     Default {
-        /// `memory_fraction` (vLLM/TRT-LLM 0.9, SGLang 0.88).
+        /// `memory_fraction` (vLLM/TRT-LLM 0.9, SGLang 0.88): of the whole HBM for vLLM and
+        /// SGLang, of the memory left after weights and overheads for TensorRT-LLM.
         memory_fraction: f64,
         /// `cuda_graph_reserved_bytes` (0).
         cuda_graph_reserved_bytes: u64,

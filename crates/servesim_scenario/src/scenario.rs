@@ -17,7 +17,7 @@ use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
 use servesim_data::trace::TraceFormat;
 use servesim_perf::fpm::{FpmModel, FpmTimer};
-use servesim_perf::memory::{self, MemoryInputs, MemoryPlan, Parallelism};
+use servesim_perf::memory::{self, FractionOf, MemoryInputs, MemoryPlan, Parallelism};
 use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
@@ -429,6 +429,11 @@ pub fn prepare(
                 expert_dtype: moe_quant.dtype(),
                 kv_dtype,
                 memory_fraction,
+                fraction_of: if engine.backend == Backend::TrtLlm {
+                    FractionOf::Free
+                } else {
+                    FractionOf::Total
+                },
                 max_batched_tokens: role.scheduler.max_batched_tokens,
                 block_size: role.kv_cache.block_size,
                 cuda_graph_reserved_bytes: graphs,
