@@ -22,7 +22,9 @@ pub mod tables;
 
 #[cfg(test)]
 mod tests {
-    use super::memory::{plan, FractionOf, MemoryInputs, Parallelism, GIB};
+    use super::memory::{
+        plan, sglang_default_fraction, FractionOf, MemoryInputs, Parallelism, SglangReserve, GIB,
+    };
     use super::roofline::RooflineTimer;
     use super::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
     use alloc::string::String;
@@ -159,6 +161,67 @@ mod tests {
         small.hbm_bytes = 30 * GIB;
         let e = plan(&qwen3_32b_fp8(), &small, &inputs(FractionOf::Free)).unwrap_err();
         assert!(e.message.contains("the KV cache gets 0.9 of what is left"), "{}", e.message);
+    }
+
+    /// SGLang's fraction holds the weights and the KV pool only: the KV gets the fraction of
+    /// the HBM less the weights, whatever the activations and overheads are.
+    #[test]
+    fn an_sglang_fraction_holds_weights_and_kv_alone() {
+        let inputs = MemoryInputs {
+            parallelism: Parallelism::SINGLE,
+            weight_dtype: Dtype::Fp8,
+            expert_dtype: Dtype::Fp8,
+            kv_dtype: Dtype::Fp8,
+            memory_fraction: 0.88,
+            fraction_of: FractionOf::WeightsAndKv,
+            max_batched_tokens: 8192,
+            block_size: 1,
+            cuda_graph_reserved_bytes: 0,
+        };
+        let p = plan(&qwen3_32b_fp8(), &h200(), &inputs).unwrap();
+        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let expected = (0.88 * h200().hbm_bytes as f64 - p.weights_bytes as f64) as u64;
+        assert_eq!(p.kv_cache_bytes, expected);
+        let total =
+            plan(&qwen3_32b_fp8(), &h200(), &MemoryInputs { fraction_of: FractionOf::Total, ..inputs });
+        let fixed_but_weights = p.activations_bytes + p.runtime_overhead_bytes + p.comm_overhead_bytes;
+        assert_eq!(total.unwrap().kv_cache_bytes + fixed_but_weights, p.kv_cache_bytes);
+        // Weights beyond the fraction refuse, naming the rule.
+        let mut small = h200();
+        small.hbm_bytes = 30 * GIB;
+        let e = plan(&qwen3_32b_fp8(), &small, &inputs).unwrap_err();
+        assert!(
+            e.message.contains("0.88 x 30.0 GiB HBM for weights and KV alone) but weights"),
+            "{}",
+            e.message
+        );
+    }
+
+    /// SGLang's default fraction, worked by hand from `_handle_gpu_memory_settings` (MiB).
+    #[test]
+    fn sglang_derives_its_default_fraction_from_the_gpu() {
+        let r = |gib: u64, chunk, tensor, attention_data, draft_mib| {
+            sglang_default_fraction(&SglangReserve {
+                hbm_bytes: gib * GIB,
+                chunked_prefill_tokens: chunk,
+                tensor,
+                pipeline: 1,
+                attention_data,
+                draft_mib,
+            })
+        };
+        // 80 GiB, TP1: 512 + 8192 x 1.5 + 256 x 2 + 128 = 13,440 of 81,920.
+        assert!((r(80, 8192, 1, 1, 0.0) - 0.836).abs() < 1e-12);
+        // 180 GiB, TP4: 512 + 12,288 + 512 x 2 + 512 = 14,336 of 184,320.
+        assert!((r(180, 8192, 4, 1, 0.0) - 0.922).abs() < 1e-12);
+        // A draft model's 2,048 more: 16,384.
+        assert!((r(180, 8192, 4, 1, 2048.0) - 0.911).abs() < 1e-12);
+        // Attention DP over 8 GPUs: + 512 x 8 x 3 + 512 x 8 x 1.5 = 33,280.
+        assert!((r(180, 8192, 8, 8, 0.0) - 0.819).abs() < 1e-12);
+        // 24 GiB, TP1, a 2,048 chunk: 512 + 3,072 + 24 x 2 + 128 = 3,760, no 10 GiB floor.
+        assert!((r(24, 2048, 1, 1, 0.0) - 0.847).abs() < 1e-12);
+        // 80 GiB with a small chunk: the 10 GiB floor.
+        assert!((r(80, 1024, 1, 1, 0.0) - 0.875).abs() < 1e-12);
     }
 
     #[test]

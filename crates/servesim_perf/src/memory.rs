@@ -4,7 +4,8 @@
 //! H200): KV bytes = `memory_fraction × HBM − weights − activations − runtime overhead`,
 //! tokens = ⌊KV bytes / bytes per token⌋, blocks = ⌊tokens / block size⌋. The unit test
 //! reproduces those published figures to the byte. TensorRT-LLM takes its fraction of the
-//! memory left once the model is loaded instead ([`FractionOf::Free`]).
+//! memory left once the model is loaded instead ([`FractionOf::Free`]), and SGLang's holds the
+//! weights and KV alone ([`FractionOf::WeightsAndKv`]).
 
 use alloc::format;
 use alloc::string::String;
@@ -49,12 +50,85 @@ impl Parallelism {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FractionOf {
     /// The whole HBM: the engine's weights, activations and KV together stay under it
-    /// (vLLM `gpu_memory_utilization`, SGLang `mem_fraction_static`).
+    /// (vLLM `gpu_memory_utilization`).
     Total,
+    /// The whole HBM, for the weights and the KV pool alone; activations, CUDA graphs and
+    /// runtime buffers live in the rest (SGLang `mem_fraction_static`, which its server
+    /// arguments define as "(model weights + KV cache pool) / GPU memory capacity").
+    WeightsAndKv,
     /// The memory still free after weights, activations and overheads; the KV cache takes
     /// that fraction of it (TensorRT-LLM `free_gpu_memory_fraction`, sized after the model
     /// is loaded and a profiling step has run; AICDB §5.6 point 6).
     Free,
+}
+
+/// What SGLang's default `mem_fraction_static` depends on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SglangReserve {
+    /// HBM of one GPU.
+    pub hbm_bytes: u64,
+    /// `chunked_prefill_size`: the most prompt tokens one step takes.
+    pub chunked_prefill_tokens: u32,
+    /// Tensor-parallel degree.
+    pub tensor: u32,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// Attention data-parallel ranks (1 without attention DP).
+    pub attention_data: u32,
+    /// Extra memory a speculative draft holds, MiB (EAGLE/MTP draft layers 2,048; none 0).
+    pub draft_mib: f64,
+}
+
+/// SGLang's default `mem_fraction_static` from 0.5.3 on (PR #10975, `server_args.py`
+/// `_handle_gpu_memory_settings`): the GPU's memory less a reserve for activations and CUDA
+/// graphs, all in MiB. The reserve is 512 for metadata, 1.5 per token of the prefill chunk
+/// (at least 2,048), 2 per CUDA-graph batch slot, 1,024 per 8 GPUs of TP × PP, with attention
+/// DP 3 per slot and rank (4.5 above 300 slots), at least 10,240 on GPUs above 60 GiB, plus the
+/// draft's. The graph's largest batch follows the GPU: 8 below 20 GiB, 24 (80 from TP4) below
+/// 35, 32 (160) below 60, 256 (512) below 160, and 512 above. Rounded to three decimals.
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn sglang_default_fraction(r: &SglangReserve) -> f64 {
+    let gpu_mib = r.hbm_bytes as f64 / f64::from(1u32 << 20);
+    let gib = |g: f64| g * 1024.0;
+    let wide = r.tensor >= 4;
+    let graph_bs: f64 = if gpu_mib < gib(20.0) {
+        8.0
+    } else if gpu_mib < gib(35.0) {
+        if wide {
+            80.0
+        } else {
+            24.0
+        }
+    } else if gpu_mib < gib(60.0) {
+        if wide {
+            160.0
+        } else {
+            32.0
+        }
+    } else if gpu_mib < gib(160.0) {
+        if wide {
+            512.0
+        } else {
+            256.0
+        }
+    } else {
+        512.0
+    };
+    let mut reserved = 512.0 + f64::from(r.chunked_prefill_tokens.max(2048)) * 1.5 + graph_bs * 2.0;
+    reserved += f64::from(r.tensor.max(1) * r.pipeline.max(1)) / 8.0 * 1024.0;
+    if r.attention_data > 1 {
+        let dp = f64::from(r.attention_data);
+        reserved += graph_bs * dp * 3.0;
+        if graph_bs > 300.0 {
+            reserved += graph_bs * dp * 1.5;
+        }
+    }
+    if gpu_mib > gib(60.0) {
+        reserved = reserved.max(gib(10.0));
+    }
+    reserved += r.draft_mib;
+    libm::round((gpu_mib - reserved) / gpu_mib * 1000.0) / 1000.0
 }
 
 /// Inputs of the memory plan beyond model and hardware.
@@ -189,6 +263,7 @@ pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<Memory
     let hbm = hw.hbm_bytes as f64;
     let (usable, kv_cache) = match m.fraction_of {
         FractionOf::Total => (m.memory_fraction * hbm, m.memory_fraction * hbm - fixed as f64),
+        FractionOf::WeightsAndKv => (m.memory_fraction * hbm, m.memory_fraction * hbm - weights_bytes as f64),
         FractionOf::Free => (hbm, m.memory_fraction * (hbm - fixed as f64)),
     };
     let kv_bytes_per_token = kv_bytes_per_token(model, p, m.kv_dtype);
@@ -196,25 +271,34 @@ pub fn plan(model: &ModelArch, hw: &Hardware, m: &MemoryInputs) -> Result<Memory
     let kv_tokens = kv_cache_bytes / kv_bytes_per_token.max(1);
     let kv_blocks = kv_tokens / u64::from(m.block_size.max(1));
     if kv_blocks == 0 {
+        let g = |b: u64| b as f64 / GIB as f64;
+        let hbm_gib = hbm / GIB as f64;
+        let costs = format!(
+            "weights {:.2} GiB + activations {:.2} GiB + runtime {:.2} GiB + NCCL {:.2} GiB + CUDA graphs {:.2} GiB",
+            g(weights_bytes),
+            g(activations_bytes),
+            g(RUNTIME_OVERHEAD_BYTES),
+            g(comm_overhead_bytes),
+            g(m.cuda_graph_reserved_bytes)
+        );
+        let (rule, costs) = match m.fraction_of {
+            FractionOf::Total => (format!("{} x {hbm_gib:.1} GiB HBM", m.memory_fraction), costs),
+            FractionOf::WeightsAndKv => (
+                format!("{} x {hbm_gib:.1} GiB HBM for weights and KV alone", m.memory_fraction),
+                format!("weights {:.2} GiB", g(weights_bytes)),
+            ),
+            FractionOf::Free => {
+                (format!("all HBM; the KV cache gets {} of what is left", m.memory_fraction), costs)
+            }
+        };
         return Err(DoesNotFit {
             message: format!(
-                "{} on {} x{} does not fit: usable {:.2} GiB ({}) but weights {:.2} GiB + activations \
-                 {:.2} GiB + runtime {:.2} GiB + NCCL {:.2} GiB + CUDA graphs {:.2} GiB leave no room for one KV block of \
-                 {} tokens ({} bytes/token)",
+                "{} on {} x{} does not fit: usable {:.2} GiB ({rule}) but {costs} leave no room for one KV block \
+                 of {} tokens ({} bytes/token)",
                 model.id,
                 hw.id,
                 p.gpus(),
                 usable / GIB as f64,
-                match m.fraction_of {
-                    FractionOf::Total =>
-                        format!("{} x {:.1} GiB HBM", m.memory_fraction, hbm / GIB as f64),
-                    FractionOf::Free => format!("all HBM; the KV cache gets {} of what is left", m.memory_fraction),
-                },
-                weights_bytes as f64 / GIB as f64,
-                activations_bytes as f64 / GIB as f64,
-                RUNTIME_OVERHEAD_BYTES as f64 / GIB as f64,
-                comm_overhead_bytes as f64 / GIB as f64,
-                m.cuda_graph_reserved_bytes as f64 / GIB as f64,
                 m.block_size,
                 kv_bytes_per_token
             ),

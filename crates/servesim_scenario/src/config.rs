@@ -339,9 +339,11 @@ pub struct SchedulerKnobs {
 pub enum Capacity {
     /// `type: default` — from the memory model.
     Default {
-        /// `memory_fraction` (vLLM/TRT-LLM 0.9, SGLang 0.88): of the whole HBM for vLLM and
-        /// SGLang, of the memory left after weights and overheads for TensorRT-LLM.
-        memory_fraction: f64,
+        /// `memory_fraction`: of the whole HBM for vLLM (default 0.92, 0.9 before 0.20); of
+        /// the memory left after weights and overheads for TensorRT-LLM (0.9); of the whole
+        /// HBM for SGLang's weights and KV alone (0.88 before 0.5.3; from then on `None`,
+        /// derived from the GPU as SGLang does).
+        memory_fraction: Option<f64>,
         /// `cuda_graph_reserved_bytes` (0).
         cuda_graph_reserved_bytes: u64,
     },

@@ -17,7 +17,7 @@ use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
 use servesim_data::trace::TraceFormat;
 use servesim_perf::fpm::{FpmModel, FpmTimer};
-use servesim_perf::memory::{self, FractionOf, MemoryInputs, MemoryPlan, Parallelism};
+use servesim_perf::memory::{self, FractionOf, MemoryInputs, MemoryPlan, Parallelism, SglangReserve};
 use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
@@ -418,8 +418,19 @@ pub fn prepare(
             Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
                 (memory_fraction, cuda_graph_reserved_bytes)
             }
-            Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (0.9, 0),
+            Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (Some(0.9), 0),
         };
+        // Only SGLang leaves its fraction to be derived from the GPU and the layout.
+        let memory_fraction = memory_fraction.unwrap_or_else(|| {
+            memory::sglang_default_fraction(&SglangReserve {
+                hbm_bytes: hw.hbm_bytes,
+                chunked_prefill_tokens: role.scheduler.max_batched_tokens,
+                tensor: par.tensor,
+                pipeline: par.pipeline,
+                attention_data: par.attention_data,
+                draft_mib: sglang_draft_mib(&engine.speculation),
+            })
+        });
         let mut memory = memory::plan(
             model,
             hw,
@@ -429,10 +440,10 @@ pub fn prepare(
                 expert_dtype: moe_quant.dtype(),
                 kv_dtype,
                 memory_fraction,
-                fraction_of: if engine.backend == Backend::TrtLlm {
-                    FractionOf::Free
-                } else {
-                    FractionOf::Total
+                fraction_of: match engine.backend {
+                    Backend::Vllm => FractionOf::Total,
+                    Backend::Sglang => FractionOf::WeightsAndKv,
+                    Backend::TrtLlm => FractionOf::Free,
                 },
                 max_batched_tokens: role.scheduler.max_batched_tokens,
                 block_size: role.kv_cache.block_size,
@@ -612,6 +623,16 @@ pub fn prepare(
 }
 
 /// Reads and parses every trace file of a trace source.
+/// The memory SGLang reserves for a speculative draft when it derives its memory fraction,
+/// MiB: 2,048 for EAGLE and MTP draft layers ("eagle draft models and cuda graphs" in
+/// `_handle_gpu_memory_settings`), none for n-gram lookup.
+fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
+    match speculation {
+        SpeculationConfig::DraftLayers { .. } => 2048.0,
+        SpeculationConfig::Off | SpeculationConfig::Ngram { .. } => 0.0,
+    }
+}
+
 fn load_traces(
     paths: &[(String, Origin)],
     format: TraceFormatConfig,

@@ -199,14 +199,18 @@ impl EngineCalibration {
 /// Whether `version` (`major.minor[.patch...]`, any suffix) is older than `major.minor`.
 #[must_use]
 pub fn release_before(version: &str, (major, minor): (u32, u32)) -> bool {
+    release_triple(version).is_some_and(|(a, b, _)| (a, b) < (major, minor))
+}
+
+/// `(major, minor, patch)` of a release such as `0.5.6.post2` or `1.0.0rc3` (each part's
+/// leading digits; patch 0 when absent), or `None` when major or minor does not parse.
+#[must_use]
+pub fn release_triple(version: &str) -> Option<(u32, u32, u32)> {
     let mut parts = version.trim().split('.').map(|p| {
         let digits = p.bytes().take_while(u8::is_ascii_digit).count();
-        p[..digits].parse::<u32>()
+        p[..digits].parse::<u32>().ok()
     });
-    match (parts.next(), parts.next()) {
-        (Some(Ok(a)), Some(Ok(b))) => (a, b) < (major, minor),
-        _ => false,
-    }
+    Some((parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
 }
 
 /// Host time of a step that an engine scheduling synchronously adds to every step, seconds

@@ -2,7 +2,7 @@
 //! parallelism, scheduler knobs, KV cache, capacity and timing model.
 
 use servesim_core::engine::Backend;
-use servesim_perf::oplevel::AllReduceImpl;
+use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl};
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
@@ -114,7 +114,15 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
     };
     let backend_for_defaults = backend.unwrap_or(Backend::Vllm);
     let workers = match f.take("workers") {
-        Some((n, p)) => decode_workers(n, &p, cx, backend_for_defaults, mode.unwrap_or(Mode::Aggregated)),
+        Some((n, p)) => {
+            let fraction = default_memory_fraction(backend_for_defaults, backend_version.as_deref());
+            let defaults = RoleDefaults {
+                backend: backend_for_defaults,
+                memory_fraction: fraction,
+                mode: mode.unwrap_or(Mode::Aggregated),
+            };
+            decode_workers(n, &p, cx, defaults)
+        }
         None => {
             cx.schema(&crate::diag::join(path, "workers"), node, "required: e.g. workers: {aggregated: {}}");
             None
@@ -337,15 +345,41 @@ fn decode_quantization(node: &Node, path: &str, cx: &mut Cx) -> Option<Quantizat
     })
 }
 
-fn decode_workers(node: &Node, path: &str, cx: &mut Cx, backend: Backend, mode: Mode) -> Option<Workers> {
+/// The engine's default memory fraction: TensorRT-LLM's `free_gpu_memory_fraction` 0.9,
+/// vLLM's `gpu_memory_utilization` 0.92 from 0.20 on and 0.9 before (AICDB §5.6 point 6;
+/// vLLM's engine arguments give 0.92), SGLang's `mem_fraction_static` 0.88 before 0.5.3 and
+/// from then on `None`: derived from the GPU's memory and the layout when the memory is
+/// planned ([`servesim_perf::memory::sglang_default_fraction`]). A release that does not parse,
+/// or none, is taken as recent.
+pub(crate) fn default_memory_fraction(backend: Backend, version: Option<&str>) -> Option<f64> {
+    match backend {
+        Backend::Sglang if version.and_then(release_triple).is_some_and(|v| v < (0, 5, 3)) => Some(0.88),
+        Backend::Sglang => None,
+        Backend::TrtLlm => Some(0.9),
+        Backend::Vllm if version.is_some_and(|v| release_before(v, (0, 20))) => Some(0.9),
+        Backend::Vllm => Some(0.92),
+    }
+}
+
+/// What a worker role inherits from the engine block.
+#[derive(Clone, Copy)]
+struct RoleDefaults {
+    backend: Backend,
+    /// The release's default memory fraction ([`default_memory_fraction`]).
+    memory_fraction: Option<f64>,
+    mode: Mode,
+}
+
+fn decode_workers(node: &Node, path: &str, cx: &mut Cx, defaults: RoleDefaults) -> Option<Workers> {
+    let mode = defaults.mode;
     let mut f = Fields::of(node, path, cx)?;
     // A bare `role:` (null) means "all defaults", like `role: {}`.
     let role = |f: &mut Fields, name: &str, cx: &mut Cx, prefill: bool| -> Option<RoleConfig> {
         let p = crate::diag::join(path, name);
         match f.take(name) {
-            Some((n, _)) => decode_role(n, &p, cx, backend, mode, prefill),
+            Some((n, _)) => decode_role(n, &p, cx, defaults, prefill),
             None if node.get(name).is_some() => {
-                decode_role(&Node::builtin(Value::Null), &p, cx, backend, mode, prefill)
+                decode_role(&Node::builtin(Value::Null), &p, cx, defaults, prefill)
             }
             None => {
                 cx.schema(
@@ -393,10 +427,10 @@ fn decode_role(
     node: &Node,
     path: &str,
     cx: &mut Cx,
-    backend: Backend,
-    mode: Mode,
+    defaults: RoleDefaults,
     prefill: bool,
 ) -> Option<RoleConfig> {
+    let RoleDefaults { backend, memory_fraction, mode } = defaults;
     let mut f = Fields::of(node, path, cx)?;
     let parallelism = match f.take("parallelism") {
         Some((n, p)) => decode_parallelism(n, &p, cx),
@@ -419,7 +453,13 @@ fn decode_role(
         dp,
         prefill,
     );
-    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
+    let kv_cache = decode_kv_cache(
+        f.take("kv_cache"),
+        &crate::diag::join(path, "kv_cache"),
+        cx,
+        backend,
+        memory_fraction,
+    );
     let timing = match f.take("timing") {
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
@@ -700,13 +740,13 @@ fn decode_kv_cache(
     path: &str,
     cx: &mut Cx,
     backend: Backend,
+    default_fraction: Option<f64>,
 ) -> Option<KvCacheConfig> {
     let default_block = match backend {
         Backend::Vllm => 64,
         Backend::Sglang => 1,
         Backend::TrtLlm => 32,
     };
-    let default_fraction = if backend == Backend::Sglang { 0.88 } else { 0.9 };
     let defaults = KvCacheConfig {
         block_size: default_block,
         prefix_caching: true,
@@ -766,7 +806,7 @@ fn decode_kv_cache(
     })
 }
 
-fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: f64) -> Option<Capacity> {
+fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: Option<f64>) -> Option<Capacity> {
     let mut f = Fields::of(node, path, cx)?;
     let kind = match f.take("type") {
         Some((n, p)) => choice(n, &p, cx, &["default", "fixed"])?,
@@ -774,7 +814,7 @@ fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: f64) 
     };
     let out = if kind == "default" {
         let fraction = match f.take("memory_fraction") {
-            Some((n, p)) => number_in(n, &p, cx, 0.01, 1.0),
+            Some((n, p)) => number_in(n, &p, cx, 0.01, 1.0).map(Some),
             None => Some(default_fraction),
         };
         let graphs = match f.take("cuda_graph_reserved_bytes") {

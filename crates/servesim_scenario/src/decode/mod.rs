@@ -7,7 +7,7 @@ use crate::config::{Config, EvaluationConfig, RouterConfig, RouterPolicy};
 use crate::diag::{choice, number_in, positive, string, Cx, Fields};
 use crate::node::{Node, Value};
 
-mod engine;
+pub(crate) mod engine;
 mod traffic;
 
 use engine::decode_engine;

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use servesim_core::engine::Backend;
 use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
 use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration};
@@ -232,17 +233,32 @@ pub struct Recipe {
     pub batch_wait: Option<(u32, f64)>,
     /// SGLang's `scheduler_recv_interval`.
     pub recv_interval: Option<u32>,
+    /// The running-request cap (`--max-running-requests`), when the script sets one.
+    pub max_sequences: Option<u32>,
+    /// The engine's memory fraction (`--mem-fraction-static`, `free_gpu_memory_fraction`),
+    /// when the script sets one.
+    pub memory_fraction: Option<f64>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
-/// the dated ones (`source_file=YYYY-MM-DD.csv`) and its database dump (`db-dump/…`).
+/// the dated ones (`source_file=YYYY-MM-DD.csv`) and its database dump (`db-dump/…`), whose
+/// DeepSeek-V3 rows are its DeepSeek-R1 benchmarks (`dsr1_…` ids) too.
 /// - Llama-3.1-70B with TensorRT-LLM (`benchmarks/70b_*_trt*.sh`): `trtllm-serve
 ///   --max_num_tokens 16384`, and for 1k/1k below TP8 also `batch_wait_timeout_iters: 20` and
 ///   `batch_wait_max_tokens_ratio: 0.9` ("will improve the performance" at 1k/1k, says the
 ///   script).
 /// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`):
 ///   `--scheduler-recv-interval` 10, or 30 from 16 clients up ("relax to ~30 requests between
-///   scheduler recv polls"); the fp8 script's TP4 layout keeps 10.
+///   scheduler recv polls"). The fp8 script's TP4 layout (8k/1k only) keeps 10 and sets
+///   `--mem-fraction-static 0.95`, `--max-running-requests 32` and `--chunked-prefill-size
+///   8192`: the weights take 157 GiB of each GPU's 180, which the default 0.88 cannot hold.
+///   Its TP8 limits (128 running requests) are left out: the 256-client rows measure 2.1 s
+///   TTFTs that such a cap would make tens of seconds, so they ran under another revision.
+/// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
+///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
+///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
+///   (fp8 on B200: 0.7 from 256 clients at 1k/1k and 1k/8k, 0.75 at 8k/1k on TP4; H200: 0.75);
+///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8).
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
     let first = row.source.split(';').next().unwrap_or("").trim();
@@ -258,18 +274,54 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
     if !inferencex {
         return Recipe::default();
     }
-    match (row.backend.as_str(), row.model.as_str()) {
-        ("trtllm", "meta-llama/Llama-3.1-70B") => Recipe {
+    let deepseek = matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
+    match row.backend.as_str() {
+        "trtllm" if row.model == "meta-llama/Llama-3.1-70B" => Recipe {
             max_batched_tokens: Some(16_384),
             batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
-            recv_interval: None,
+            ..Recipe::default()
         },
-        ("sglang", "deepseek-ai/DeepSeek-R1") if row.system == "b200_sxm" => {
+        "sglang" if deepseek && row.system == "b200_sxm" => {
             let fp8_tp4 = row.precision == "fp8" && tp == 4;
             let relaxed = row.concurrency >= 16 && !fp8_tp4;
-            Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() }
+            let interval = Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() };
+            if fp8_tp4 {
+                Recipe {
+                    max_batched_tokens: Some(8192),
+                    max_sequences: Some(32),
+                    memory_fraction: Some(0.95),
+                    ..interval
+                }
+            } else {
+                interval
+            }
+        }
+        "trtllm" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "h200_sxm") => {
+            trtllm_deepseek_recipe(row, tp)
         }
         _ => Recipe::default(),
+    }
+}
+
+/// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]).
+fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32) -> Recipe {
+    let many = row.concurrency >= 256;
+    let (fraction, batch_wait) = match (row.system.as_str(), row.precision.as_str()) {
+        ("h200_sxm", _) => (0.75, None),
+        (_, "fp8") => match (row.isl, row.osl) {
+            (1024, 1024 | 8192) if many => (0.7, None),
+            (1024, 1024) if row.concurrency >= 64 => (0.8, Some((40, 0.8))),
+            (8192, 1024) if tp == 4 => (0.75, None),
+            _ => (0.8, None),
+        },
+        _ => (0.8, None),
+    };
+    let budget = (row.concurrency + row.isl + 64).div_ceil(64) * 64;
+    Recipe {
+        max_batched_tokens: Some(budget.max(8192)),
+        batch_wait,
+        memory_fraction: Some(fraction),
+        ..Recipe::default()
     }
 }
 
@@ -292,13 +344,14 @@ fn role_yaml(
     // REF §7: max_num_seqs = max(256, concurrency), per attention-DP rank of the role that
     // holds the running requests (decode, or the aggregated workers).
     let ranks = (replicas.max(1) * l.dp.max(1)).max(1);
-    let seqs = if prefill { l.batch.max(1) } else { l.batch.max(256).max(concurrency.div_ceil(ranks)) };
+    let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
+    let policy_seqs = l.batch.max(256).max(concurrency.div_ceil(ranks));
+    let seqs = if prefill { l.batch.max(1) } else { recipe.max_sequences.unwrap_or(policy_seqs) };
     let sync = if schedules_synchronously(&row.backend, &engine_release(row)) {
         ", async_scheduling: false"
     } else {
         ""
     };
-    let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
     let mut wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
         format!(", batch_wait_timeout_iters: {iters}, batch_wait_max_tokens_ratio: {ratio}")
     });
@@ -310,7 +363,22 @@ fn role_yaml(
         "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{sync}{wait}}}",
         recipe.max_batched_tokens.unwrap_or(8192)
     );
-    let _ = writeln!(out, "      kv_cache: {{prefix_caching: false}}");
+    // The memory fraction follows the row's release even where the data has no tables of it
+    // (then the scenario names no `backend_version` and would take the recent default).
+    let release = engine_release(row);
+    let backend = match row.backend.as_str() {
+        "vllm" => Backend::Vllm,
+        "sglang" => Backend::Sglang,
+        _ => Backend::TrtLlm,
+    };
+    let fraction = recipe.memory_fraction.or_else(|| {
+        (!release.is_empty())
+            .then(|| crate::decode::engine::default_memory_fraction(backend, Some(&release)))
+            .flatten()
+    });
+    let capacity =
+        fraction.map_or(String::new(), |f| format!(", capacity: {{type: default, memory_fraction: {f}}}"));
+    let _ = writeln!(out, "      kv_cache: {{prefix_caching: false{capacity}}}");
     let k = knobs.yaml();
     if !k.is_empty() {
         let _ = writeln!(out, "      timing: {{{k}}}");

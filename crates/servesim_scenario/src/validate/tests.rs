@@ -108,7 +108,7 @@ fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
     r.model = "meta-llama/Llama-3.1-70B".into();
     r.source = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8".into();
     (r.isl, r.osl) = (1024, 1024);
-    let want = Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)), recv_interval: None };
+    let want = Recipe { max_batched_tokens: Some(16_384), batch_wait: Some((20, 0.9)), ..Recipe::default() };
     assert_eq!(recipe(&r), want);
     let y = scenario_yaml(&r, &Knobs::default(), true, None);
     assert!(
@@ -156,14 +156,31 @@ fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() 
     assert_eq!(interval(&r), Some(10));
     (r.concurrency, r.mode) = (64, Mode::Agg { layout: l(4) });
     assert_eq!(interval(&r), Some(10));
+    // The fp8 script's TP4 layout also raises the memory fraction the weights need, and caps
+    // the running requests and the prefill chunk.
+    let tp4 = Recipe {
+        max_batched_tokens: Some(8192),
+        recv_interval: Some(10),
+        max_sequences: Some(32),
+        memory_fraction: Some(0.95),
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), tp4);
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("max_batched_tokens: 8192, max_sequences: 32,"), "{y}");
+    assert!(y.contains("capacity: {type: default, memory_fraction: 0.95}"), "{y}");
     r.precision = "fp4".into();
     assert_eq!(interval(&r), Some(30));
-    // The database dump is InferenceX too; other GPUs, engines and sources are not this recipe.
+    assert_eq!(recipe(&r).memory_fraction, None);
+    // The database dump is InferenceX too, and its DeepSeek-V3 rows are these benchmarks;
+    // other GPUs, engines and sources are not this recipe.
     r.source = "db-dump/2026-04-27; config_id=1; silicon_concurrency=64".into();
+    assert_eq!(interval(&r), Some(30));
+    r.model = "deepseek-ai/DeepSeek-V3".into();
     assert_eq!(interval(&r), Some(30));
     for change in [
         |r: &mut SiliconRow| r.system = "h200_sxm".into(),
-        |r: &mut SiliconRow| r.backend = "trtllm".into(),
+        |r: &mut SiliconRow| r.backend = "vllm".into(),
         |r: &mut SiliconRow| r.source = "source_file=qwen3.5-397b-gap-analysis.csv".into(),
     ] {
         let mut other = r.clone();
@@ -315,4 +332,87 @@ fn the_speculation_what_if_replays_rows_with_drafts() {
     let want = crate::config::SpeculationConfig::DraftLayers { nextn: 3, accepted: 2.2 };
     assert_eq!(config.engine.speculation, want);
     assert!(!scenario_yaml(&r, &Knobs::default(), false, None).contains("nextn"));
+}
+
+/// vLLM's default `gpu_memory_utilization` rose from 0.9 to 0.92 in 0.20, and SGLang derives
+/// its own from 0.5.3 on: a config that names its release gets that release's default, and
+/// validate writes the row's release's fraction.
+#[test]
+fn the_default_memory_fraction_follows_the_engine_release() {
+    use crate::config::{Capacity, Workers};
+    let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
+    let fraction_of = |backend: &str, version: Option<&str>| {
+        let mut r = row(Mode::Agg { layout: l });
+        r.backend = backend.into();
+        let y = scenario_yaml(&r, &Knobs::default(), false, version);
+        let root = crate::scenario::parse_with_overrides(&y, "row.yaml", &[]).unwrap();
+        let mut cx = crate::diag::Cx::default();
+        let config = crate::decode::decode(&root, &mut cx).expect("a valid prediction.yaml");
+        let Workers::Aggregated(role) = config.engine.workers else { panic!("aggregated") };
+        let Capacity::Default { memory_fraction, .. } = role.kv_cache.capacity else { panic!("default") };
+        memory_fraction
+    };
+    assert_eq!(fraction_of("vllm", Some("0.19.1")), Some(0.9));
+    assert_eq!(fraction_of("vllm", Some("0.20.0")), Some(0.92));
+    assert_eq!(fraction_of("vllm", None), Some(0.92));
+    assert_eq!(fraction_of("trtllm", Some("1.0.0rc3")), Some(0.9));
+    // SGLang derives its own from 0.5.3 on (then the memory plan does, from the GPU).
+    assert_eq!(fraction_of("sglang", Some("0.5.2")), Some(0.88));
+    assert_eq!(fraction_of("sglang", Some("0.4.9.post1")), Some(0.88));
+    assert_eq!(fraction_of("sglang", Some("0.5.6.post2")), None);
+    assert_eq!(fraction_of("sglang", None), None);
+    // Without tables of the release the scenario names no version, but the row's fraction.
+    let mut r = row(Mode::Agg { layout: l });
+    r.backend_version = "0.11.0".into();
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("capacity: {type: default, memory_fraction: 0.9}"), "{y}");
+    r.backend_version = "0.20.2".into();
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("capacity: {type: default, memory_fraction: 0.92}"), "{y}");
+}
+
+/// InferenceX's TensorRT-LLM DeepSeek-R1 scripts size the token budget to the clients and
+/// the prompt, and set the KV memory fraction by GPU, precision and workload.
+#[test]
+fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
+    let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: 1, moe_ep: tp, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l(8) });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp8".into());
+    r.source = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64".into();
+    (r.isl, r.osl, r.concurrency) = (8192, 1024, 64);
+    // (64 + 8192 + 64) rounded up to 64.
+    let want = Recipe { max_batched_tokens: Some(8320), memory_fraction: Some(0.8), ..Recipe::default() };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("max_batched_tokens: 8320,"), "{y}");
+    assert!(y.contains("capacity: {type: default, memory_fraction: 0.8}"), "{y}");
+    r.mode = Mode::Agg { layout: l(4) };
+    assert_eq!(recipe(&r).memory_fraction, Some(0.75));
+    // 1k prompts keep the 8,192 floor; 1k/1k waits for batches from 64 to 255 clients, and
+    // from 256 the KV fraction drops to 0.7.
+    (r.isl, r.osl, r.mode) = (1024, 1024, Mode::Agg { layout: l(8) });
+    let at = |r: &mut SiliconRow, c: u32| {
+        r.concurrency = c;
+        recipe(r)
+    };
+    assert_eq!(
+        at(&mut r, 32),
+        Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.8), ..Recipe::default() }
+    );
+    assert_eq!(at(&mut r, 64).batch_wait, Some((40, 0.8)));
+    assert_eq!(
+        at(&mut r, 256),
+        Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.7), ..Recipe::default() }
+    );
+    // fp4 on B200 keeps 0.8; H200 takes 0.75; the database dump's DeepSeek-V3 rows too.
+    r.precision = "fp4".into();
+    assert_eq!(at(&mut r, 256).memory_fraction, Some(0.8));
+    (r.system, r.precision, r.model) = ("h200_sxm".into(), "fp8".into(), "deepseek-ai/DeepSeek-V3".into());
+    r.source = "db-dump/2026-04-27; config_id=9; silicon_concurrency=64".into();
+    assert_eq!(at(&mut r, 64).memory_fraction, Some(0.75));
+    assert_eq!(recipe(&r).batch_wait, None);
+    // Other GPUs are not these scripts.
+    r.system = "gb200".into();
+    assert_eq!(recipe(&r), Recipe::default());
 }
