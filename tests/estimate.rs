@@ -257,6 +257,7 @@ fn readme_case() -> SweepSpec {
         tpot_ms: 10.0,
         nextn: 0,
         nextn_accepted: 0.0,
+        allreduce: None,
     }
 }
 
@@ -421,4 +422,27 @@ fn the_default_sweep_with_mtp_serves_more_under_the_same_limits() {
     let e = |s: SweepSpec| default_sweep(&s, &catalog, &DataOnly).unwrap_err().to_string();
     assert!(e(SweepSpec { nextn: 6, ..mtp.clone() }).contains("--nextn 6"));
     assert!(e(SweepSpec { nextn_accepted: 2.5, ..mtp }).contains("--nextn-accepted 2.5"));
+}
+
+/// `--allreduce nccl`: every candidate's workers time their all-reduces with NCCL (their
+/// replay configs say so), which changes the multi-GPU estimates; an unknown name is refused.
+#[test]
+fn the_default_sweep_times_all_reduces_with_the_chosen_kernels() {
+    let catalog = Catalog::builtin().unwrap();
+    let spec = SweepSpec { total_gpus: 8, ..readme_case() };
+    let plain = default_sweep(&spec, &catalog, &DataOnly).unwrap();
+    let nccl = SweepSpec { allreduce: Some("nccl".into()), ..spec.clone() };
+    let with = default_sweep(&nccl, &catalog, &DataOnly).unwrap();
+    assert!(!with.agg.is_empty());
+    assert!(with.agg.iter().chain(&with.disagg).all(|p| p.yaml.contains("timing: {allreduce: nccl}")));
+    assert!(plain.agg.iter().all(|p| !p.yaml.contains("allreduce")));
+    let per_gpu = |l: &[servesim_scenario::estimate::sweep::SweepPoint], label: &str| {
+        l.iter().find(|p| p.label == label).map(|p| p.estimate.per_gpu())
+    };
+    let label = &with.agg.iter().find(|p| !p.label.contains("tp1,")).unwrap().label;
+    assert_ne!(per_gpu(&with.agg, label), per_gpu(&plain.agg, label), "{label}");
+    let e = default_sweep(&SweepSpec { allreduce: Some("mpi".into()), ..spec }, &catalog, &DataOnly)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--allreduce mpi must be one of custom, nccl"), "{e}");
 }

@@ -193,6 +193,7 @@ test('speculative decoding set in the form runs, is summarised, and equals the C
   await page.press('#f-engine-nextn-accepted', 'Tab');
   await err.waitFor({ state: 'detached', timeout: 30000 });
   assert.match(await page.inputValue('#scenario-yaml'), /nextn: 2\n\s*nextn_accepted: 1\.5/);
+  assert.match(await page.inputValue('#scenario-yaml'), /timing: \{allreduce: nccl\}/);
   const before = await page.textContent('#prediction-json');
   await page.click('#run');
   await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
@@ -351,10 +352,10 @@ test('Agg vs disagg: the AIConfigurator README case in the page equals servesim 
   await page.close();
 });
 
-test('Agg vs disagg with MTP drafts: the page equals estimate --default --nextn, and a bad draft count is refused by name', async () => {
+test('Agg vs disagg with MTP drafts and NCCL: the page equals estimate --default --nextn --allreduce, and a bad draft count is refused by name', async () => {
   const args = ['estimate', '--default', '--model', 'Qwen/Qwen3-32B-FP8', '--system', 'h200_sxm', '--total-gpus', '8',
     '--isl', '4000', '--osl', '500', '--prefix', '500', '--ttft', '300', '--tpot', '10',
-    '--nextn', '2', '--nextn-accepted', '1.5', '--format', 'json'];
+    '--nextn', '2', '--nextn-accepted', '1.5', '--allreduce', 'nccl', '--format', 'json'];
   const cli = JSON.parse(execFileSync(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
   const page = await openPage();
   await waitDone(page);
@@ -370,6 +371,7 @@ test('Agg vs disagg with MTP drafts: the page equals estimate --default --nextn,
   await finish();
   assert.match(await page.textContent('#def-error'), /--nextn 6/);
   await page.fill('#def-nextn', '2');
+  await page.selectOption('#def-allreduce', 'nccl');
   await page.click('#def-run');
   await finish();
   assert.match(await page.textContent('#def-status'), /^Done in/);
@@ -381,6 +383,7 @@ test('Agg vs disagg with MTP drafts: the page equals estimate --default --nextn,
   await page.click('.winners li:first-child .open-predict');
   await page.waitForFunction(() => (document.querySelector('#status')?.textContent ?? '').startsWith('Done'), null, { timeout: 120000 });
   assert.match(await page.inputValue('#scenario-yaml'), /nextn: 2\n\s*nextn_accepted: 1\.5/);
+  assert.match(await page.inputValue('#scenario-yaml'), /timing: \{allreduce: nccl\}/);
   assert.match(await page.textContent('#speculation'), /^draft layers \(MTP\/EAGLE\): 2 drafts a round · [0-9.]+ tokens a round \(2\.50 expected\)$/);
   await page.close();
 });

@@ -47,6 +47,27 @@ fn NumField(id: &'static str, label: &'static str, value: RwSignal<String>) -> i
     }
 }
 
+/// A drop-down of `(value, text)` options bound to `value`.
+#[component]
+fn ChoiceField(
+    id: &'static str,
+    label: &'static str,
+    value: RwSignal<String>,
+    options: &'static [(&'static str, &'static str)],
+) -> impl IntoView {
+    view! {
+        <label class="field" for=id>
+            <span>{label}</span>
+            <select id=id on:change=move |ev| value.set(event_target_value(&ev))>
+                {options
+                    .iter()
+                    .map(|&(v, text)| view! { <option value=v selected=move || value.get() == v>{text}</option> })
+                    .collect_view()}
+            </select>
+        </label>
+    }
+}
+
 /// The page. `open` puts a deployment's config into Predict and runs it.
 #[component]
 pub fn SweepPage(open: Callback<String>) -> impl IntoView {
@@ -61,6 +82,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
     let tpot = RwSignal::new("10".to_string());
     let nextn = RwSignal::new("0".to_string());
     let nextn_accepted = RwSignal::new("0".to_string());
+    // Empty: the engine's own all-reduce kernels.
+    let allreduce = RwSignal::new(String::new());
 
     let phase = RwSignal::new(Phase::Idle);
     let answer: RwSignal<Option<Answer>> = RwSignal::new(None);
@@ -136,6 +159,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
             tpot_ms: num("TPOT limit", &tpot.get_untracked())?,
             nextn: num("MTP/EAGLE drafts", &nextn.get_untracked())?,
             nextn_accepted: num("drafts accepted", &nextn_accepted.get_untracked())?,
+            allreduce: Some(allreduce.get_untracked()).filter(|a| !a.is_empty()),
         };
         if q.total_gpus == 0 {
             return Err("GPUs: must be at least 1".into());
@@ -215,13 +239,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                     <label class="field" for="def-system"><span>"GPU"</span>
                         <input id="def-system" type="text" prop:value=move || system.get() on:input=move |ev| system.set(event_target_value(&ev)) />
                     </label>
-                    <label class="field" for="def-backend"><span>"Engine"</span>
-                        <select id="def-backend" on:change=move |ev| backend.set(event_target_value(&ev))>
-                            <option value="trtllm" selected=true>"TensorRT-LLM"</option>
-                            <option value="vllm">"vLLM"</option>
-                            <option value="sglang">"SGLang"</option>
-                        </select>
-                    </label>
+                    <ChoiceField id="def-backend" label="Engine" value=backend
+                        options=&[("trtllm", "TensorRT-LLM"), ("vllm", "vLLM"), ("sglang", "SGLang")] />
                     <NumField id="def-gpus" label="GPUs" value=gpus />
                     <NumField id="def-isl" label="ISL (tokens)" value=isl />
                     <NumField id="def-osl" label="OSL (tokens)" value=osl />
@@ -230,6 +249,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                     <NumField id="def-tpot" label="TPOT limit (ms)" value=tpot />
                     <NumField id="def-nextn" label="MTP/EAGLE drafts" value=nextn />
                     <NumField id="def-nextn-accepted" label="Drafts accepted" value=nextn_accepted />
+                    <ChoiceField id="def-allreduce" label="All-reduce" value=allreduce
+                        options=&[("", "Engine default"), ("custom", "Custom kernels"), ("nccl", "NCCL")] />
                 </div>
                 <div class="actions">
                     <button id="def-run" on:click=move |_| run() disabled=busy>"Find best"</button>

@@ -89,13 +89,28 @@ pub(crate) enum Format {
     Json,
 }
 
-/// `servesim validate --allreduce`: which kernels time the all-reduce.
+/// `--allreduce` (validate, estimate --default): which kernels time the all-reduce.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum AllReduceArg {
     /// The engine's custom all-reduce kernels.
     Custom,
     /// NCCL.
     Nccl,
+}
+
+impl AllReduceArg {
+    /// The implementation it names.
+    pub(crate) fn implementation(self) -> servesim_perf::oplevel::AllReduceImpl {
+        match self {
+            AllReduceArg::Custom => servesim_perf::oplevel::AllReduceImpl::Custom,
+            AllReduceArg::Nccl => servesim_perf::oplevel::AllReduceImpl::Nccl,
+        }
+    }
+
+    /// Its `timing.allreduce` name.
+    pub(crate) fn name(self) -> &'static str {
+        self.implementation().name()
+    }
 }
 
 #[derive(Subcommand)]
@@ -285,6 +300,9 @@ pub(crate) struct DefaultSweepArgs {
     /// With --nextn: drafts accepted per round on average.
     #[arg(long, default_value_t = 0.0)]
     pub(crate) nextn_accepted: f64,
+    /// All-reduce kernels of every worker (default: the engine's custom kernels).
+    #[arg(long, value_enum)]
+    pub(crate) allreduce: Option<AllReduceArg>,
     /// Winners per mode confirmed by a full replay (0: estimate only).
     #[arg(long, default_value_t = 1)]
     pub(crate) replay_top: usize,
@@ -399,10 +417,7 @@ fn main() -> ExitCode {
                 step_overhead_ms,
                 frontend_ms,
                 host_us_per_sequence,
-                allreduce: allreduce.map(|a| match a {
-                    AllReduceArg::Custom => servesim_perf::oplevel::AllReduceImpl::Custom,
-                    AllReduceArg::Nccl => servesim_perf::oplevel::AllReduceImpl::Nccl,
-                }),
+                allreduce: allreduce.map(AllReduceArg::implementation),
                 frontend_request_ms,
                 frontend_chunk_us,
                 length_floor: Some(length_floor),

@@ -202,6 +202,7 @@ fn a_default_sweep_across_workers_reports_what_the_library_reports() {
         tpot_ms: 20.0,
         nextn: 0,
         nextn_accepted: 0.0,
+        allreduce: Some("nccl".into()),
     };
     let files = data_for("");
     let mut coordinator = WorkerState::default();

@@ -250,6 +250,7 @@ impl DefaultReport {
             "query": {
                 "model": spec.model, "system": spec.system, "backend": spec.backend, "total_gpus": spec.total_gpus,
                 "isl": spec.isl, "osl": spec.osl, "prefix": spec.prefix, "ttft_ms": spec.ttft_ms, "tpot_ms": spec.tpot_ms,
+                "nextn": spec.nextn, "nextn_accepted": spec.nextn_accepted, "allreduce": spec.allreduce,
             },
             "best_aggregated": agg_best.map(|i| point(&winners[i], replay_of(i))),
             "best_disaggregated": dis_best.map(|i| point(&winners[i], replay_of(i))),
@@ -280,7 +281,7 @@ impl DefaultReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} on {} x {} ({}), ISL {}, OSL {}, prefix {}; limits: mean TTFT <= {} ms, mean TPOT <= {} ms",
+            "{} on {} x {} ({}), ISL {}, OSL {}, prefix {}; limits: mean TTFT <= {} ms, mean TPOT <= {} ms{}{}",
             spec.model,
             spec.total_gpus,
             spec.system,
@@ -289,7 +290,13 @@ impl DefaultReport {
             spec.osl,
             spec.prefix,
             spec.ttft_ms,
-            spec.tpot_ms
+            spec.tpot_ms,
+            if spec.nextn > 0 {
+                format!("; {} drafts a round, {} accepted", spec.nextn, spec.nextn_accepted)
+            } else {
+                String::new()
+            },
+            spec.allreduce.as_deref().map_or(String::new(), |a| format!("; all-reduce: {a}"))
         );
         let _ = writeln!(
         s,

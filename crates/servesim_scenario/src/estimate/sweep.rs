@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 use crate::catalog::Catalog;
 use crate::estimate::{Aggregated, Disaggregated, Estimate, Operating, Workload, CLOSED_LOOP_CA2};
 use crate::scenario::{parse_with_overrides, prepare, Files, ScenarioError};
+use servesim_perf::oplevel::AllReduceImpl;
 
 /// Requests in flight per attention-DP rank that the sweep tries: doubling steps with
 /// midpoints from 1 to 512 (512 is the largest `max_sequences` the sweep configures).
@@ -65,6 +66,10 @@ pub struct SweepSpec {
     /// Drafts accepted per round on average, as `engine.nextn_accepted`.
     #[serde(default)]
     pub nextn_accepted: f64,
+    /// All-reduce kernels of every worker, as `timing.allreduce` (`custom`, `nccl`); none:
+    /// the engine's default.
+    #[serde(default)]
+    pub allreduce: Option<String>,
 }
 
 /// One worker layout.
@@ -140,11 +145,21 @@ pub struct Sweep {
     pub rejected: Vec<String>,
 }
 
-fn role_yaml(out: &mut String, role: &str, shape: &Shape, replicas: u32, max_seqs: Option<u32>) {
+fn role_yaml(
+    out: &mut String,
+    role: &str,
+    shape: &Shape,
+    replicas: u32,
+    max_seqs: Option<u32>,
+    spec: &SweepSpec,
+) {
     let _ = writeln!(out, "    {role}:");
     let _ = writeln!(out, "      parallelism: {{replicas: {replicas}, {}}}", shape.yaml);
     if let Some(s) = max_seqs {
         let _ = writeln!(out, "      scheduler: {{max_sequences: {s}}}");
+    }
+    if let Some(a) = &spec.allreduce {
+        let _ = writeln!(out, "      timing: {{allreduce: {a}}}");
     }
 }
 
@@ -168,7 +183,7 @@ fn config_yaml(
     }
     let _ = writeln!(y, "  workers:");
     for (role, shape, replicas, seqs) in roles {
-        role_yaml(&mut y, role, shape, *replicas, *seqs);
+        role_yaml(&mut y, role, shape, *replicas, *seqs, spec);
     }
     let spread = |n: u32| {
         let d = (f64::from(n) * LENGTH_SPREAD).floor();
@@ -243,6 +258,9 @@ fn check(spec: &SweepSpec, catalog: &Catalog) -> Result<bool, ScenarioError> {
             "--nextn-accepted {} must be between 0 and --nextn {}",
             spec.nextn_accepted, spec.nextn
         )));
+    }
+    if let Some(a) = spec.allreduce.as_deref().filter(|a| AllReduceImpl::from_name(a).is_none()) {
+        return Err(bad(format!("--allreduce {a} must be one of {}", AllReduceImpl::NAMES.join(", "))));
     }
     Ok(model.moe.is_some())
 }
