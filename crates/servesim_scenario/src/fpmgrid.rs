@@ -99,7 +99,7 @@ pub fn cell(prepared: &Prepared, role: usize) -> Result<Cell, ScenarioError> {
         }
     }
     let par = r.parallelism;
-    let backend = perfdata::backend_name(prepared.config.engine.backend);
+    let backend = prepared.config.engine.backend.name();
     let version = prepared
         .config
         .engine

@@ -34,16 +34,6 @@ pub fn default_version(backend: Backend) -> &'static str {
     }
 }
 
-/// The data-directory name of an engine.
-#[must_use]
-pub fn backend_name(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Vllm => "vllm",
-        Backend::Sglang => "sglang",
-        Backend::TrtLlm => "trtllm",
-    }
-}
-
 /// Paths (relative to the data directory) of every table a role could use.
 #[must_use]
 pub fn table_paths(system: &str, backend: &str, version: &str) -> Vec<(Family, String)> {
@@ -181,10 +171,10 @@ pub fn paths_for_config(text: &str) -> Vec<String> {
     systems.dedup();
     let mut out = Vec::new();
     for sys in systems {
-        out.extend(table_paths(&sys, backend_name(b), &version).into_iter().map(|(_, p)| p));
+        out.extend(table_paths(&sys, b.name(), &version).into_iter().map(|(_, p)| p));
         if version != default_version(b) {
             // The default release fills the families the named one lacks.
-            for (f, p) in table_paths(&sys, backend_name(b), default_version(b)) {
+            for (f, p) in table_paths(&sys, b.name(), default_version(b)) {
                 if f != Family::Nccl {
                     out.push(p);
                 }

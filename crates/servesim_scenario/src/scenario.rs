@@ -477,7 +477,7 @@ pub fn prepare(
                 let want = perfdata::FpmWant {
                     model: &model.id,
                     system: &hw.id,
-                    backend: perfdata::backend_name(engine.backend),
+                    backend: engine.backend.name(),
                     shape: [par.tensor, par.pipeline, par.attention_data, par.moe_tensor, par.moe_expert, 1],
                     gemm: gemm_quant.table_name(),
                     kv: kv_name,
@@ -492,7 +492,7 @@ pub fn prepare(
                 }
             }
             TimingKind::OpLevel => {
-                let backend = perfdata::backend_name(engine.backend);
+                let backend = engine.backend.name();
                 let version = engine
                     .backend_version
                     .clone()
@@ -595,7 +595,7 @@ pub fn prepare(
     // The serving frontend sits in front of the first role (prefill in P/D).
     let frontend_delay = match config.engine.workers.roles().first() {
         Some((_, r)) => SimDur::from_secs_f64(r.timing.frontend_ms.map_or_else(
-            || OpConstants::for_backend(perfdata::backend_name(config.engine.backend)).frontend_s,
+            || OpConstants::for_backend(config.engine.backend.name()).frontend_s,
             |ms| ms / 1e3,
         )),
         None => SimDur::ZERO,
@@ -858,7 +858,7 @@ impl Prepared {
             return FrontendSpec::default();
         }
         let f = role.config.frontend;
-        let c = OpConstants::for_backend(perfdata::backend_name(self.config.engine.backend));
+        let c = OpConstants::for_backend(self.config.engine.backend.name());
         let request_s = f.request_ms.map_or(c.frontend_request_s, |ms| ms / 1e3);
         let chunk_s = f.chunk_us.map_or(c.frontend_chunk_s, |us| us / 1e6);
         // A chunk carries `stream_interval` tokens of one request: its work is spread over them.

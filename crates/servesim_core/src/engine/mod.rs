@@ -28,6 +28,27 @@ pub enum Backend {
     TrtLlm,
 }
 
+impl Backend {
+    /// Every backend by its config name (`engine.backend`).
+    pub const NAMES: [&'static str; 3] = ["vllm", "sglang", "trtllm"];
+
+    /// The config name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Vllm => "vllm",
+            Backend::Sglang => "sglang",
+            Backend::TrtLlm => "trtllm",
+        }
+    }
+
+    /// The backend of a config name, if it is one.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Backend::Vllm, Backend::Sglang, Backend::TrtLlm].into_iter().find(|b| b.name() == name)
+    }
+}
+
 /// SGLang's waiting-queue order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SglangPolicy {
@@ -530,7 +551,15 @@ pub fn release(rank: &mut Rank, req: &mut Request) {
 
 #[cfg(test)]
 mod tests {
-    use super::Speculation;
+    use super::{Backend, Speculation};
+
+    #[test]
+    fn backends_round_trip_their_config_names() {
+        for name in Backend::NAMES {
+            assert_eq!(Backend::from_name(name).map(Backend::name), Some(name));
+        }
+        assert_eq!(Backend::from_name("tgi"), None);
+    }
 
     /// Accepted-draft counts over many rounds, as a histogram by count.
     fn histogram(s: &Speculation) -> [u32; 6] {

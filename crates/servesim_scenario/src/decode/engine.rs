@@ -64,11 +64,7 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
     let model = required(&mut f, "model", "a model id such as Qwen/Qwen3-32B-FP8", cx);
     let hardware = required(&mut f, "hardware", "a GPU id such as h200_sxm", cx);
     let backend = match f.take("backend") {
-        Some((n, p)) => match choice(n, &p, cx, &["vllm", "sglang", "trtllm"])? {
-            "vllm" => Some(Backend::Vllm),
-            "sglang" => Some(Backend::Sglang),
-            _ => Some(Backend::TrtLlm),
-        },
+        Some((n, p)) => Backend::from_name(choice(n, &p, cx, &Backend::NAMES)?),
         None => Some(Backend::Vllm),
     };
     let backend_version = f.take("backend_version").and_then(|(n, p)| string(n, &p, cx));

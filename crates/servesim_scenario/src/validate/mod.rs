@@ -366,11 +366,7 @@ fn role_yaml(
     // The memory fraction follows the row's release even where the data has no tables of it
     // (then the scenario names no `backend_version` and would take the recent default).
     let release = engine_release(row);
-    let backend = match row.backend.as_str() {
-        "vllm" => Backend::Vllm,
-        "sglang" => Backend::Sglang,
-        _ => Backend::TrtLlm,
-    };
+    let backend = Backend::from_name(&row.backend).unwrap_or(Backend::TrtLlm);
     let fraction = recipe.memory_fraction.or_else(|| {
         (!release.is_empty())
             .then(|| crate::decode::engine::default_memory_fraction(backend, Some(&release)))
