@@ -200,11 +200,11 @@ mod tests {
     /// SGLang's default fraction, worked by hand from `_handle_gpu_memory_settings` (MiB).
     #[test]
     fn sglang_derives_its_default_fraction_from_the_gpu() {
-        let r = |gib: u64, chunk, tensor, attention_data, draft_mib| {
+        let r = |gib: u64, chunk, tp_size, attention_data, draft_mib| {
             sglang_default_fraction(&SglangReserve {
                 hbm_bytes: gib * GIB,
                 chunked_prefill_tokens: chunk,
-                tensor,
+                tp_size,
                 pipeline: 1,
                 attention_data,
                 draft_mib,
@@ -218,6 +218,9 @@ mod tests {
         assert!((r(180, 8192, 4, 1, 2048.0) - 0.911).abs() < 1e-12);
         // Attention DP over 8 GPUs: + 512 x 8 x 3 + 512 x 8 x 1.5 = 33,280.
         assert!((r(180, 8192, 8, 8, 0.0) - 0.819).abs() < 1e-12);
+        // On 141 GiB, tp_size 8 (dp 8) captures 512 slots: 512 + 12,288 + 1,024 + 1,024 +
+        // 12,288 + 6,144 = 33,280 of 144,384.
+        assert!((r(141, 8192, 8, 8, 0.0) - 0.770).abs() < 1e-12);
         // 24 GiB, TP1, a 2,048 chunk: 512 + 3,072 + 24 x 2 + 128 = 3,760, no 10 GiB floor.
         assert!((r(24, 2048, 1, 1, 0.0) - 0.847).abs() < 1e-12);
         // 80 GiB with a small chunk: the 10 GiB floor.

@@ -69,8 +69,9 @@ pub struct SglangReserve {
     pub hbm_bytes: u64,
     /// `chunked_prefill_size`: the most prompt tokens one step takes.
     pub chunked_prefill_tokens: u32,
-    /// Tensor-parallel degree.
-    pub tensor: u32,
+    /// SGLang's `tp_size`: every GPU of a pipeline stage, attention-DP ranks included
+    /// (`--tp 8 --dp 8` is servesim's `tensor: 1, attention_data: 8`).
+    pub tp_size: u32,
     /// Pipeline stages.
     pub pipeline: u32,
     /// Attention data-parallel ranks (1 without attention DP).
@@ -91,7 +92,7 @@ pub struct SglangReserve {
 pub fn sglang_default_fraction(r: &SglangReserve) -> f64 {
     let gpu_mib = r.hbm_bytes as f64 / f64::from(1u32 << 20);
     let gib = |g: f64| g * 1024.0;
-    let wide = r.tensor >= 4;
+    let wide = r.tp_size >= 4;
     let graph_bs: f64 = if gpu_mib < gib(20.0) {
         8.0
     } else if gpu_mib < gib(35.0) {
@@ -116,7 +117,7 @@ pub fn sglang_default_fraction(r: &SglangReserve) -> f64 {
         512.0
     };
     let mut reserved = 512.0 + f64::from(r.chunked_prefill_tokens.max(2048)) * 1.5 + graph_bs * 2.0;
-    reserved += f64::from(r.tensor.max(1) * r.pipeline.max(1)) / 8.0 * 1024.0;
+    reserved += f64::from(r.tp_size.max(1) * r.pipeline.max(1)) / 8.0 * 1024.0;
     if r.attention_data > 1 {
         let dp = f64::from(r.attention_data);
         reserved += graph_bs * dp * 3.0;

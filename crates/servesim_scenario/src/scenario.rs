@@ -425,7 +425,7 @@ pub fn prepare(
             memory::sglang_default_fraction(&SglangReserve {
                 hbm_bytes: hw.hbm_bytes,
                 chunked_prefill_tokens: role.scheduler.max_batched_tokens,
-                tensor: par.tensor,
+                tp_size: par.tensor * par.attention_data,
                 pipeline: par.pipeline,
                 attention_data: par.attention_data,
                 draft_mib: sglang_draft_mib(&engine.speculation),
