@@ -559,6 +559,36 @@ fn sglang_recv_interval_holds_prompts_until_the_next_intake() {
     }
 }
 
+/// SGLang sizes its prefill chunk by the GPU (`_handle_gpu_memory_settings`): 8,192 tokens on
+/// H200, 16,384 on B200, unless the config sets `chunked_prefill_size`; `max_batched_tokens`,
+/// which SGLang does not read, changes nothing.
+#[test]
+fn sglang_takes_its_prefill_chunk_from_the_gpu() {
+    let path = "tests/scenarios/sglang_default.yaml";
+    let long = [
+        "traffic.source.input_tokens={dist: fixed, value: 12000}",
+        "traffic.load.concurrency=4",
+        "traffic.stop.requests=40",
+    ];
+    let run = |extra: &[&str]| {
+        let mut set: Vec<&str> = long.to_vec();
+        set.extend_from_slice(extra);
+        predict_file_with(path, &set).unwrap().summary
+    };
+    let chunk = |n: u32| format!("engine.workers.aggregated.scheduler.chunked_prefill_size={n}");
+    let (c8k, c16k) = (chunk(8192), chunk(16_384));
+    let b200 = "engine.hardware=b200_sxm";
+    // H200: the default is 8,192.
+    let h200 = run(&[]);
+    assert_eq!(h200, run(&[&c8k]));
+    assert_ne!(h200, run(&[&c16k]));
+    // B200: 16,384.
+    let wide = run(&[b200]);
+    assert_eq!(wide, run(&[b200, &c16k]));
+    assert_ne!(wide, run(&[b200, &c8k]));
+    assert_eq!(wide, run(&[b200, "engine.workers.aggregated.scheduler.max_batched_tokens=2048"]));
+}
+
 /// TensorRT-LLM batch waiting holds prompts back while decodes run: with InferenceX's 1k/1k
 /// settings at 8 clients every prompt waits for the timeout (the token ratio is never
 /// reached), which adds about the timeout in decode steps to TTFT; other engines and attention

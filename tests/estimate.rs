@@ -227,6 +227,38 @@ traffic:
     assert!(est > 0.0 && (est / rep - 1.0).abs() < 0.3, "added {est} ms, replay {rep} ms");
 }
 
+/// The estimate splits SGLang prompts by SGLang's chunk, as the replay does, not by
+/// `max_batched_tokens`: on B200 (16,384) a 12k-token prompt is one step, and a smaller
+/// `max_batched_tokens` changes nothing.
+#[test]
+fn the_estimate_chunks_sglang_prompts_by_its_chunked_prefill_size() {
+    let yaml = |scheduler: &str| {
+        format!(
+            "
+engine:
+  model: meta-llama/Llama-3.1-8B-Instruct
+  hardware: b200_sxm
+  backend: sglang
+  workers:
+    aggregated: {{scheduler: {{{scheduler}}}}}
+traffic:
+  source: {{type: synthetic, input_tokens: 12000, output_tokens: 200}}
+  load: {{type: concurrency, concurrency: 1}}
+  stop: {{requests: 10}}
+"
+        )
+    };
+    let ttft = |s: &str| estimate(&prepared(&yaml(s))).unwrap().ttft_ms;
+    let default = ttft("");
+    assert!((default - ttft("max_batched_tokens: 2048")).abs() < 1e-9);
+    assert!((default - ttft("chunked_prefill_size: 16384")).abs() < 1e-9);
+    // Two chunks of 8,192 and 3,808 are timed as two steps.
+    let two = ttft("chunked_prefill_size: 8192");
+    assert!((two - default).abs() > 1e-3, "{two} ms in two chunks, {default} ms in one");
+    let replay_ttft = f(&replay(&prepared(&yaml(""))), "mean_ttft_ms");
+    assert!((default / replay_ttft - 1.0).abs() < 0.1, "estimate {default} ms, replay {replay_ttft} ms");
+}
+
 #[test]
 fn traffic_the_estimate_cannot_describe_is_a_clear_error() {
     let yaml = AGG.replace(

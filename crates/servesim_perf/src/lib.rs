@@ -23,7 +23,8 @@ pub mod tables;
 #[cfg(test)]
 mod tests {
     use super::memory::{
-        plan, sglang_default_fraction, FractionOf, MemoryInputs, Parallelism, SglangReserve, GIB,
+        plan, sglang_default_fraction, sglang_gpu_defaults, FractionOf, MemoryInputs, Parallelism,
+        SglangReserve, GIB,
     };
     use super::roofline::RooflineTimer;
     use super::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
@@ -225,6 +226,42 @@ mod tests {
         assert!((r(24, 2048, 1, 1, 0.0) - 0.847).abs() < 1e-12);
         // 80 GiB with a small chunk: the 10 GiB floor.
         assert!((r(80, 1024, 1, 1, 0.0) - 0.875).abs() < 1e-12);
+    }
+
+    /// SGLang's chunk and CUDA-graph defaults by GPU memory, before and from 0.5.3.
+    #[test]
+    fn sglang_sizes_its_chunk_and_graphs_by_the_gpu() {
+        let d = |gib: u64, tp, recent| {
+            let g = sglang_gpu_defaults(gib * GIB, tp, recent);
+            (g.chunked_prefill_size, g.cuda_graph_max_bs)
+        };
+        // From 0.5.3: RTX-class, A10/4090, L40S, H100, H200, B200/MI300X.
+        assert_eq!(d(16, 1, true), (2048, 8));
+        assert_eq!(d(24, 1, true), (2048, 24));
+        assert_eq!(d(24, 4, true), (2048, 80));
+        assert_eq!(d(48, 1, true), (4096, 32));
+        assert_eq!(d(48, 8, true), (4096, 160));
+        assert_eq!(d(80, 2, true), (8192, 256));
+        assert_eq!(d(141, 8, true), (8192, 512));
+        assert_eq!(d(180, 1, true), (16_384, 512));
+        assert_eq!(d(192, 8, true), (16_384, 512));
+        // Before: the chunk has three tiers, the graphs stop at 160 (256 from TP4).
+        assert_eq!(d(24, 1, false), (2048, 8));
+        assert_eq!(d(48, 1, false), (8192, 160));
+        assert_eq!(d(141, 2, false), (8192, 160));
+        assert_eq!(d(141, 4, false), (8192, 256));
+        assert_eq!(d(180, 8, false), (16_384, 256));
+        // The derived fraction reserves the larger chunk: on 180 GiB at TP8, 512 + 16,384 x
+        // 1.5 + 512 x 2 + 1,024 = 27,136 of 184,320.
+        let f = sglang_default_fraction(&SglangReserve {
+            hbm_bytes: 180 * GIB,
+            chunked_prefill_tokens: d(180, 8, true).0,
+            tp_size: 8,
+            pipeline: 1,
+            attention_data: 1,
+            draft_mib: 0.0,
+        });
+        assert!((f - 0.853).abs() < 1e-12, "{f}");
     }
 
     #[test]

@@ -80,42 +80,61 @@ pub struct SglangReserve {
     pub draft_mib: f64,
 }
 
+/// SGLang's defaults that follow the GPU's memory (`server_args.py`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SglangGpuDefaults {
+    /// `chunked_prefill_size`: the most prompt tokens one step takes, before attention DP
+    /// divides it among its ranks.
+    pub chunked_prefill_size: u32,
+    /// `cuda_graph_max_bs`: the largest decode batch captured as a CUDA graph.
+    pub cuda_graph_max_bs: u32,
+}
+
+/// SGLang's GPU-memory tiers. From 0.5.3 on (PR #10975, `_handle_gpu_memory_settings`) the
+/// chunk is 2,048 below 35 GiB, 4,096 below 60, 8,192 below 160 and 16,384 above, and the
+/// graph's largest batch 8 below 20 GiB, 24 (80 from TP4) below 35, 32 (160) below 60, 256
+/// (512) below 160 and 512 above. Before 0.5.3 the chunk is 2,048 below 35 GiB, 8,192 below
+/// 160 and 16,384 above, and the graphs reach 8 (80 from TP4) below 35 GiB and otherwise 160
+/// (256 from TP4 on GPUs of 80 GB and more, as `cuda_graph_runner` captured them).
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn sglang_gpu_defaults(hbm_bytes: u64, tp_size: u32, since_0_5_3: bool) -> SglangGpuDefaults {
+    let gib = hbm_bytes as f64 / GIB as f64;
+    let wide = tp_size >= 4;
+    let pick = |narrow: u32, wide_bs: u32| if wide { wide_bs } else { narrow };
+    let (chunked_prefill_size, cuda_graph_max_bs) = if since_0_5_3 {
+        if gib < 20.0 {
+            (2048, 8)
+        } else if gib < 35.0 {
+            (2048, pick(24, 80))
+        } else if gib < 60.0 {
+            (4096, pick(32, 160))
+        } else if gib < 160.0 {
+            (8192, pick(256, 512))
+        } else {
+            (16_384, 512)
+        }
+    } else if gib < 35.0 {
+        (2048, pick(8, 80))
+    } else {
+        let chunk = if gib < 160.0 { 8192 } else { 16_384 };
+        (chunk, if wide && hbm_bytes >= 80_000_000_000 { 256 } else { 160 })
+    };
+    SglangGpuDefaults { chunked_prefill_size, cuda_graph_max_bs }
+}
+
 /// SGLang's default `mem_fraction_static` from 0.5.3 on (PR #10975, `server_args.py`
 /// `_handle_gpu_memory_settings`): the GPU's memory less a reserve for activations and CUDA
 /// graphs, all in MiB. The reserve is 512 for metadata, 1.5 per token of the prefill chunk
-/// (at least 2,048), 2 per CUDA-graph batch slot, 1,024 per 8 GPUs of TP × PP, with attention
-/// DP 3 per slot and rank (4.5 above 300 slots), at least 10,240 on GPUs above 60 GiB, plus the
-/// draft's. The graph's largest batch follows the GPU: 8 below 20 GiB, 24 (80 from TP4) below
-/// 35, 32 (160) below 60, 256 (512) below 160, and 512 above. Rounded to three decimals.
+/// (at least 2,048), 2 per CUDA-graph batch slot ([`sglang_gpu_defaults`]), 1,024 per 8 GPUs
+/// of TP × PP, with attention DP 3 per slot and rank (4.5 above 300 slots), at least 10,240 on
+/// GPUs above 60 GiB, plus the draft's. Rounded to three decimals.
 #[must_use]
 #[allow(clippy::cast_precision_loss)]
 pub fn sglang_default_fraction(r: &SglangReserve) -> f64 {
     let gpu_mib = r.hbm_bytes as f64 / f64::from(1u32 << 20);
     let gib = |g: f64| g * 1024.0;
-    let wide = r.tp_size >= 4;
-    let graph_bs: f64 = if gpu_mib < gib(20.0) {
-        8.0
-    } else if gpu_mib < gib(35.0) {
-        if wide {
-            80.0
-        } else {
-            24.0
-        }
-    } else if gpu_mib < gib(60.0) {
-        if wide {
-            160.0
-        } else {
-            32.0
-        }
-    } else if gpu_mib < gib(160.0) {
-        if wide {
-            512.0
-        } else {
-            256.0
-        }
-    } else {
-        512.0
-    };
+    let graph_bs = f64::from(sglang_gpu_defaults(r.hbm_bytes, r.tp_size, true).cuda_graph_max_bs);
     let mut reserved = 512.0 + f64::from(r.chunked_prefill_tokens.max(2048)) * 1.5 + graph_bs * 2.0;
     reserved += f64::from(r.tp_size.max(1) * r.pipeline.max(1)) / 8.0 * 1024.0;
     if r.attention_data > 1 {

@@ -325,9 +325,15 @@ pub struct SchedulerKnobs {
     /// schedules between steps (vLLM before 0.14, `--no-async-scheduling`,
     /// `--disable-overlap-schedule`): every step also waits for its host work.
     pub async_scheduling: bool,
-    /// SGLang knobs (`schedule_policy`, `chunked_prefill_size`, `max_prefill_tokens`,
-    /// `schedule_conservativeness`, `scheduler_recv_interval`: servesim extensions, SGLang's
-    /// own names; `prefill_decode_interval`: AISimulate).
+    /// SGLang's `chunked_prefill_size` as configured, before attention DP divides it among
+    /// its ranks (servesim extension, SGLang's own name). `None` takes SGLang's default for
+    /// the role's GPU ([`servesim_perf::memory::sglang_gpu_defaults`]), set in
+    /// `sglang.chunked_prefill_size` when the scenario is prepared.
+    pub chunked_prefill_size: Option<u32>,
+    /// SGLang knobs (`schedule_policy`, `max_prefill_tokens`, `schedule_conservativeness`,
+    /// `scheduler_recv_interval`: servesim extensions, SGLang's own names;
+    /// `prefill_decode_interval`: AISimulate). The per-rank chunk comes from
+    /// `chunked_prefill_size`.
     pub sglang: servesim_core::engine::SglangKnobs,
     /// TensorRT-LLM batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`:
     /// servesim extensions, TensorRT-LLM's own names; off by default).

@@ -420,12 +420,24 @@ pub fn prepare(
             }
             Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (Some(0.9), 0),
         };
-        // Only SGLang leaves its fraction to be derived from the GPU and the layout.
+        // SGLang sizes its chunk and CUDA graphs by the GPU, and from 0.5.3 its memory
+        // fraction too (from the chunk, the graphs and the layout).
+        let sglang_tp = par.tensor * par.attention_data;
+        let sglang_gpu = memory::sglang_gpu_defaults(
+            hw.hbm_bytes,
+            sglang_tp,
+            crate::decode::engine::sglang_since_0_5_3(engine.backend_version.as_deref()),
+        );
+        let sglang_chunk = role.scheduler.chunked_prefill_size.unwrap_or(sglang_gpu.chunked_prefill_size);
+        let mut config = role.clone();
+        // Under attention DP each rank takes its share of the chunk (SGLang divides
+        // `chunked_prefill_size` by `dp_size`).
+        config.scheduler.sglang.chunked_prefill_size = (sglang_chunk / par.attention_data.max(1)).max(1);
         let memory_fraction = memory_fraction.unwrap_or_else(|| {
             memory::sglang_default_fraction(&SglangReserve {
                 hbm_bytes: hw.hbm_bytes,
-                chunked_prefill_tokens: role.scheduler.max_batched_tokens,
-                tp_size: par.tensor * par.attention_data,
+                chunked_prefill_tokens: sglang_chunk,
+                tp_size: sglang_tp,
                 pipeline: par.pipeline,
                 attention_data: par.attention_data,
                 draft_mib: sglang_draft_mib(&engine.speculation),
@@ -445,7 +457,12 @@ pub fn prepare(
                     Backend::Sglang => FractionOf::WeightsAndKv,
                     Backend::TrtLlm => FractionOf::Free,
                 },
-                max_batched_tokens: role.scheduler.max_batched_tokens,
+                // SGLang's steps take its chunk, not `max_batched_tokens`.
+                max_batched_tokens: if engine.backend == Backend::Sglang {
+                    config.scheduler.sglang.chunked_prefill_size
+                } else {
+                    role.scheduler.max_batched_tokens
+                },
                 block_size: role.kv_cache.block_size,
                 cuda_graph_reserved_bytes: graphs,
             },
@@ -527,7 +544,7 @@ pub fn prepare(
                         attention_fp8: engine.backend != Backend::Vllm,
                         graphs: match engine.backend {
                             Backend::Vllm => GraphPolicy::vllm(role.scheduler.max_sequences),
-                            Backend::Sglang => GraphPolicy::sglang(par.tensor),
+                            Backend::Sglang => GraphPolicy::sglang(sglang_gpu.cuda_graph_max_bs),
                             Backend::TrtLlm => GraphPolicy::trtllm(),
                         },
                         draft_layers: engine.speculation.draft_layers(),
@@ -558,7 +575,7 @@ pub fn prepare(
         };
         roles.push(PreparedRole {
             name,
-            config: role.clone(),
+            config,
             hardware: hw.clone(),
             parallelism,
             memory,

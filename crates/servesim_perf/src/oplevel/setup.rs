@@ -305,11 +305,11 @@ impl GraphPolicy {
         GraphPolicy { max_tokens: (2 * max_sequences).min(512), decode_only: false }
     }
 
-    /// SGLang: decode batches only, up to `cuda_graph_max_bs` (its server default: 160 below
-    /// TP4, 256 from TP4 on GPUs of 80 GB and more).
+    /// SGLang: decode batches only, up to `cuda_graph_max_bs` (its default follows the GPU:
+    /// [`crate::memory::sglang_gpu_defaults`]).
     #[must_use]
-    pub fn sglang(tp: u32) -> Self {
-        GraphPolicy { max_tokens: if tp < 4 { 160 } else { 256 }, decode_only: true }
+    pub fn sglang(cuda_graph_max_bs: u32) -> Self {
+        GraphPolicy { max_tokens: cuda_graph_max_bs, decode_only: true }
     }
 
     /// TensorRT-LLM (PyTorch backend): generation-only batches, up to its default CUDA-graph

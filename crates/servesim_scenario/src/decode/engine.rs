@@ -349,12 +349,19 @@ fn decode_quantization(node: &Node, path: &str, cx: &mut Cx) -> Option<Quantizat
 /// or none, is taken as recent.
 pub(crate) fn default_memory_fraction(backend: Backend, version: Option<&str>) -> Option<f64> {
     match backend {
-        Backend::Sglang if version.and_then(release_triple).is_some_and(|v| v < (0, 5, 3)) => Some(0.88),
+        Backend::Sglang if !sglang_since_0_5_3(version) => Some(0.88),
         Backend::Sglang => None,
         Backend::TrtLlm => Some(0.9),
         Backend::Vllm if version.is_some_and(|v| release_before(v, (0, 20))) => Some(0.9),
         Backend::Vllm => Some(0.92),
     }
+}
+
+/// Whether an SGLang release derives its memory settings from the GPU as 0.5.3 does
+/// (`_handle_gpu_memory_settings`, PR #10975). A release that does not parse, or none, is
+/// taken as recent.
+pub(crate) fn sglang_since_0_5_3(version: Option<&str>) -> bool {
+    version.and_then(release_triple).is_none_or(|v| v >= (0, 5, 3))
 }
 
 /// What a worker role inherits from the engine block.
@@ -628,16 +635,14 @@ fn decode_scheduler(
     dp: u32,
     prefill: bool,
 ) -> Option<SchedulerKnobs> {
-    let mut sg = servesim_core::engine::SglangKnobs::default();
-    // Under attention DP the chunk budget is per rank (AISimulate: ÷ attention_data).
-    sg.chunked_prefill_size = (sg.chunked_prefill_size / dp.max(1)).max(1);
     // AISimulate: max_sequences 256, except 1 on a prefill role.
     let defaults = SchedulerKnobs {
         max_batched_tokens: 8192,
         max_sequences: if prefill { 1 } else { 256 },
         prefill_schedule_interval: 1,
         async_scheduling: true,
-        sglang: sg,
+        chunked_prefill_size: None,
+        sglang: servesim_core::engine::SglangKnobs::default(),
         batch_wait: servesim_core::engine::BatchWait::default(),
     };
     let Some((node, _)) = entry else { return Some(defaults) };
@@ -707,7 +712,7 @@ fn decode_scheduler(
             }
             "chunked_prefill_size" => {
                 if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
-                    out.sglang.chunked_prefill_size = (v / dp.max(1)).max(1);
+                    out.chunked_prefill_size = Some(v);
                 }
             }
             "max_prefill_tokens" => {

@@ -204,7 +204,7 @@ fn run_error(message: impl Into<String>) -> ScenarioError {
 struct RoleSteps {
     timer: Box<dyn StepTimer>,
     dp: usize,
-    /// Token budget per step (`max_batched_tokens`).
+    /// Token budget per step and rank (`max_batched_tokens`; SGLang's chunk).
     budget: u32,
     chunked: bool,
     max_seqs: f64,
@@ -224,7 +224,12 @@ impl RoleSteps {
         RoleSteps {
             timer: p.timer(role),
             dp,
-            budget: role.config.scheduler.max_batched_tokens.max(1),
+            // SGLang's steps take its chunk; `max_batched_tokens` is the other engines' budget.
+            budget: if p.config.engine.backend == Backend::Sglang {
+                role.config.scheduler.sglang.chunked_prefill_size.max(1)
+            } else {
+                role.config.scheduler.max_batched_tokens.max(1)
+            },
             chunked: p.config.engine.enable_chunked_prefill,
             max_seqs: f64::from(role.config.scheduler.max_sequences.max(1)),
             kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),

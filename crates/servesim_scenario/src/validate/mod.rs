@@ -229,6 +229,8 @@ pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
 pub struct Recipe {
     /// The token budget per step, when not the policy's 8,192.
     pub max_batched_tokens: Option<u32>,
+    /// SGLang's `--chunked-prefill-size`, when the script sets one.
+    pub chunked_prefill_size: Option<u32>,
     /// TensorRT-LLM batch waiting: (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`).
     pub batch_wait: Option<(u32, f64)>,
     /// SGLang's `scheduler_recv_interval`.
@@ -254,6 +256,8 @@ pub struct Recipe {
 ///   8192`: the weights take 157 GiB of each GPU's 180, which the default 0.88 cannot hold.
 ///   Its TP8 limits (128 running requests) are left out: the 256-client rows measure 2.1 s
 ///   TTFTs that such a cap would make tens of seconds, so they ran under another revision.
+///   The fp4 script's `--chunked-prefill-size 16384` and `--mem-fraction-static 0.85` are
+///   what SGLang derives on B200 at TP8 anyway (16,384 and 0.853).
 /// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
 ///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
@@ -287,7 +291,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
             let interval = Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() };
             if fp8_tp4 {
                 Recipe {
-                    max_batched_tokens: Some(8192),
+                    chunked_prefill_size: Some(8192),
                     max_sequences: Some(32),
                     memory_fraction: Some(0.95),
                     ..interval
@@ -357,6 +361,9 @@ fn role_yaml(
     });
     if let Some(n) = recipe.recv_interval {
         let _ = write!(wait, ", scheduler_recv_interval: {n}");
+    }
+    if let Some(n) = recipe.chunked_prefill_size {
+        let _ = write!(wait, ", chunked_prefill_size: {n}");
     }
     let _ = writeln!(
         out,

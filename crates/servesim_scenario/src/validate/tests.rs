@@ -159,7 +159,7 @@ fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() 
     // The fp8 script's TP4 layout also raises the memory fraction the weights need, and caps
     // the running requests and the prefill chunk.
     let tp4 = Recipe {
-        max_batched_tokens: Some(8192),
+        chunked_prefill_size: Some(8192),
         recv_interval: Some(10),
         max_sequences: Some(32),
         memory_fraction: Some(0.95),
@@ -167,7 +167,7 @@ fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() 
     };
     assert_eq!(recipe(&r), tp4);
     let y = scenario_yaml(&r, &Knobs::default(), false, None);
-    assert!(y.contains("max_batched_tokens: 8192, max_sequences: 32,"), "{y}");
+    assert!(y.contains("max_batched_tokens: 8192, max_sequences: 32, scheduler_recv_interval: 10, chunked_prefill_size: 8192}"), "{y}");
     assert!(y.contains("capacity: {type: default, memory_fraction: 0.95}"), "{y}");
     r.precision = "fp4".into();
     assert_eq!(interval(&r), Some(30));
