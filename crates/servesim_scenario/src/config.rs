@@ -347,8 +347,9 @@ pub enum Capacity {
     Default {
         /// `memory_fraction`: of the whole HBM for vLLM (default 0.92, 0.9 before 0.20); of
         /// the memory left after weights and overheads for TensorRT-LLM (0.9); of the whole
-        /// HBM for SGLang's weights and KV alone (0.88 before 0.5.3; from then on `None`,
-        /// derived from the GPU as SGLang does).
+        /// HBM for SGLang's weights and KV alone (0.88 before 0.5.3, from then on derived
+        /// from the GPU as SGLang does). `None` takes the engine's default for its release,
+        /// set when the scenario is prepared.
         memory_fraction: Option<f64>,
         /// `cuda_graph_reserved_bytes` (0).
         cuda_graph_reserved_bytes: u64,

@@ -111,12 +111,8 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
     let backend_for_defaults = backend.unwrap_or(Backend::Vllm);
     let workers = match f.take("workers") {
         Some((n, p)) => {
-            let fraction = default_memory_fraction(backend_for_defaults, backend_version.as_deref());
-            let defaults = RoleDefaults {
-                backend: backend_for_defaults,
-                memory_fraction: fraction,
-                mode: mode.unwrap_or(Mode::Aggregated),
-            };
+            let defaults =
+                RoleDefaults { backend: backend_for_defaults, mode: mode.unwrap_or(Mode::Aggregated) };
             decode_workers(n, &p, cx, defaults)
         }
         None => {
@@ -368,8 +364,6 @@ pub(crate) fn sglang_since_0_5_3(version: Option<&str>) -> bool {
 #[derive(Clone, Copy)]
 struct RoleDefaults {
     backend: Backend,
-    /// The release's default memory fraction ([`default_memory_fraction`]).
-    memory_fraction: Option<f64>,
     mode: Mode,
 }
 
@@ -433,7 +427,7 @@ fn decode_role(
     defaults: RoleDefaults,
     prefill: bool,
 ) -> Option<RoleConfig> {
-    let RoleDefaults { backend, memory_fraction, mode } = defaults;
+    let RoleDefaults { backend, mode } = defaults;
     let mut f = Fields::of(node, path, cx)?;
     let parallelism = match f.take("parallelism") {
         Some((n, p)) => decode_parallelism(n, &p, cx),
@@ -456,13 +450,7 @@ fn decode_role(
         dp,
         prefill,
     );
-    let kv_cache = decode_kv_cache(
-        f.take("kv_cache"),
-        &crate::diag::join(path, "kv_cache"),
-        cx,
-        backend,
-        memory_fraction,
-    );
+    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
     let timing = match f.take("timing") {
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
@@ -741,7 +729,6 @@ fn decode_kv_cache(
     path: &str,
     cx: &mut Cx,
     backend: Backend,
-    default_fraction: Option<f64>,
 ) -> Option<KvCacheConfig> {
     let default_block = match backend {
         Backend::Vllm => 64,
@@ -752,7 +739,7 @@ fn decode_kv_cache(
         block_size: default_block,
         prefix_caching: true,
         bytes_per_token: None,
-        capacity: Capacity::Default { memory_fraction: default_fraction, cuda_graph_reserved_bytes: 0 },
+        capacity: Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 },
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -773,7 +760,7 @@ fn decode_kv_cache(
         None => Some(None),
     };
     let capacity = match f.take("capacity") {
-        Some((n, p)) => decode_capacity(n, &p, cx, default_fraction),
+        Some((n, p)) => decode_capacity(n, &p, cx),
         None => Some(defaults.capacity),
     };
     for k in ["host_offload", "g3_offload", "state_cache", "prefix_match_unit"] {
@@ -807,7 +794,7 @@ fn decode_kv_cache(
     })
 }
 
-fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: Option<f64>) -> Option<Capacity> {
+fn decode_capacity(node: &Node, path: &str, cx: &mut Cx) -> Option<Capacity> {
     let mut f = Fields::of(node, path, cx)?;
     let kind = match f.take("type") {
         Some((n, p)) => choice(n, &p, cx, &["default", "fixed"])?,
@@ -816,7 +803,7 @@ fn decode_capacity(node: &Node, path: &str, cx: &mut Cx, default_fraction: Optio
     let out = if kind == "default" {
         let fraction = match f.take("memory_fraction") {
             Some((n, p)) => number_in(n, &p, cx, 0.01, 1.0).map(Some),
-            None => Some(default_fraction),
+            None => Some(None),
         };
         let graphs = match f.take("cuda_graph_reserved_bytes") {
             Some((n, p)) => u64_min(n, &p, cx, 0),

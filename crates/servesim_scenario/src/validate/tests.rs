@@ -340,17 +340,10 @@ fn the_speculation_what_if_replays_rows_with_drafts() {
 #[test]
 fn the_default_memory_fraction_follows_the_engine_release() {
     use crate::config::{Capacity, Workers};
+    use crate::decode::engine::default_memory_fraction;
     let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let fraction_of = |backend: &str, version: Option<&str>| {
-        let mut r = row(Mode::Agg { layout: l });
-        r.backend = backend.into();
-        let y = scenario_yaml(&r, &Knobs::default(), false, version);
-        let root = crate::scenario::parse_with_overrides(&y, "row.yaml", &[]).unwrap();
-        let mut cx = crate::diag::Cx::default();
-        let config = crate::decode::decode(&root, &mut cx).expect("a valid prediction.yaml");
-        let Workers::Aggregated(role) = config.engine.workers else { panic!("aggregated") };
-        let Capacity::Default { memory_fraction, .. } = role.kv_cache.capacity else { panic!("default") };
-        memory_fraction
+        default_memory_fraction(Backend::from_name(backend).unwrap(), version)
     };
     assert_eq!(fraction_of("vllm", Some("0.19.1")), Some(0.9));
     assert_eq!(fraction_of("vllm", Some("0.20.0")), Some(0.92));
@@ -361,6 +354,17 @@ fn the_default_memory_fraction_follows_the_engine_release() {
     assert_eq!(fraction_of("sglang", Some("0.4.9.post1")), Some(0.88));
     assert_eq!(fraction_of("sglang", Some("0.5.6.post2")), None);
     assert_eq!(fraction_of("sglang", None), None);
+    // A config without a fraction leaves it to the release's default when it is prepared.
+    let r = row(Mode::Agg { layout: l });
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    let root = crate::scenario::parse_with_overrides(&y, "row.yaml", &[]).unwrap();
+    let mut cx = crate::diag::Cx::default();
+    let config = crate::decode::decode(&root, &mut cx).expect("a valid prediction.yaml");
+    let Workers::Aggregated(role) = config.engine.workers else { panic!("aggregated") };
+    assert_eq!(
+        role.kv_cache.capacity,
+        Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 }
+    );
     // Without tables of the release the scenario names no version, but the row's fraction.
     let mut r = row(Mode::Agg { layout: l });
     r.backend_version = "0.11.0".into();

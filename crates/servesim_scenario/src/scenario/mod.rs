@@ -1,7 +1,9 @@
 //! From config text to a runnable simulation and back to a report: the one pipeline the CLI,
-//! the browser worker and the tests all share, so they give the same numbers.
+//! the browser worker and the tests all share, so they give the same numbers. Each role is
+//! resolved in `role`, the arrival process built in `traffic`.
 
 use std::fmt;
+use std::rc::Rc;
 
 use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
@@ -9,33 +11,27 @@ use servesim_core::metrics::Fleet;
 use servesim_core::router::Router;
 use servesim_core::sim::{make_ranks, Limits, PdSetup, SimSetup, Simulation};
 use servesim_core::timing::StepTimer;
+use servesim_core::traffic::TrafficSpec;
 use servesim_core::transfer::TransferNet;
-use std::sync::Arc;
-
-use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec};
 use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
-use servesim_data::trace::TraceFormat;
 use servesim_perf::fpm::{FpmModel, FpmTimer};
-use servesim_perf::memory::{self, FractionOf, MemoryInputs, MemoryPlan, Parallelism, SglangReserve};
-use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
+use servesim_perf::memory::{MemoryPlan, Parallelism};
+use servesim_perf::oplevel::{OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
 use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
-use servesim_perf::tables::Family;
-
-use std::rc::Rc;
-
-use servesim_core::engine::Backend;
 
 use crate::catalog::Catalog;
-use crate::config::{
-    Capacity, Config, ContextLength, LoadKind, RoleConfig, RouterPolicy, SourceConfig, SpeculationConfig,
-    TimingKind, TraceFormatConfig, TransferMode,
-};
+use crate::config::{Config, ContextLength, RoleConfig, RouterPolicy, SpeculationConfig, TransferMode};
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
-use crate::perfdata;
 use crate::report::{self, Prediction};
+
+mod role;
+mod traffic;
+
+use role::RoleEnv;
+use traffic::build_traffic;
 
 /// Why a scenario could not produce a prediction. Each kind maps to a CLI exit code.
 #[derive(Clone, Debug, PartialEq)]
@@ -255,6 +251,18 @@ pub struct Prepared {
     pub context_limit: Option<u32>,
 }
 
+/// Where `path` (or its nearest present parent) was written in the config.
+fn origin_of(root: &Node, path: &str) -> Origin {
+    let mut n = root;
+    for part in path.split('.') {
+        match n.get(part) {
+            Some(c) => n = c,
+            None => break,
+        }
+    }
+    n.origin.clone()
+}
+
 /// Validates a parsed config against the catalog and resolves everything the run needs.
 ///
 /// # Errors
@@ -313,16 +321,7 @@ pub fn prepare(
         return Err(config_error(source, cx.diags));
     };
     let engine = &config.engine;
-    let at = |path: &str| {
-        let mut n = root;
-        for part in path.split('.') {
-            match n.get(part) {
-                Some(c) => n = c,
-                None => break,
-            }
-        }
-        n.origin.clone()
-    };
+    let at = |path: &str| origin_of(root, path);
     // An override in the checkpoint's own storage class keeps its scaling scheme (an FP8
     // block-scaled checkpoint served "as fp8" stays block-scaled).
     let gemm_quant = match engine.quantization.gemm {
@@ -339,249 +338,23 @@ pub fn prepare(
     };
     let gemm_dtype = gemm_quant.dtype();
     let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
+    let env = RoleEnv {
+        root,
+        catalog,
+        files,
+        engine,
+        model,
+        hardware,
+        gemm_quant,
+        moe_quant,
+        gemm_dtype,
+        kv_dtype,
+    };
     let mut roles = Vec::new();
     for (name, role) in engine.workers.roles() {
-        let base = format!("engine.workers.{name}");
-        // A role may run on its own GPU type (heterogeneous P/D).
-        let hw = match &role.hardware {
-            Some(id) => match catalog.gpu(id) {
-                Some(h) => h,
-                None => {
-                    let known: Vec<&str> = catalog.hardware.iter().map(|h| h.id.as_str()).collect();
-                    cx.report(
-                        DiagKind::Domain,
-                        &format!("{base}.hardware"),
-                        &at(&format!("{base}.hardware")),
-                        format!("unknown hardware '{id}'; known: {}", known.join(", ")),
-                    );
-                    continue;
-                }
-            },
-            None => hardware,
-        };
-        let par = role.parallelism;
-        // Experts left unpartitioned follow the attention layout: tensor-parallel over every
-        // GPU of the stage (the engines' default without expert parallelism).
-        let unset = par.moe_tensor == 1 && par.moe_expert == 1;
-        let parallelism = Parallelism {
-            tensor: par.tensor,
-            pipeline: par.pipeline,
-            attention_data: par.attention_data,
-            moe_expert: par.moe_expert,
-            moe_tensor: if unset && model.moe.is_some() {
-                par.tensor * par.attention_data
-            } else {
-                par.moe_tensor
-            },
-        };
-        let ppath = format!("{base}.parallelism");
-        if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
-            cx.report(
-                DiagKind::Domain,
-                &ppath,
-                &at(&ppath),
-                format!("{} is a dense model: moe_expert and moe_tensor must be 1", model.id),
-            );
+        if let Some(r) = role::prepare_role(&env, &mut cx, name, role)? {
+            roles.push(r);
         }
-        let tpath = format!("{ppath}.tensor");
-        if model.num_heads % par.tensor != 0 {
-            cx.report(
-                DiagKind::Domain,
-                &tpath,
-                &at(&tpath),
-                format!(
-                    "{} attention heads are not divisible by tensor parallelism {}",
-                    model.num_heads, par.tensor
-                ),
-            );
-        }
-        // Tensor parallelism across nodes is allowed (multi-node TP, NVL72 racks); its
-        // collectives then run over the scale-out links.
-        if model.moe.is_some()
-            && par.moe_tensor * par.moe_expert != 1
-            && par.moe_tensor * par.moe_expert != par.tensor * par.attention_data
-        {
-            cx.report(
-                DiagKind::Domain,
-                &ppath,
-                &at(&ppath),
-                format!(
-                    "moe_tensor x moe_expert ({} x {}) must equal tensor x attention_data ({} x {}): experts are spread over the same GPUs",
-                    par.moe_tensor, par.moe_expert, par.tensor, par.attention_data
-                ),
-            );
-        }
-        if !cx.diags.is_empty() {
-            continue;
-        }
-        let (memory_fraction, graphs) = match role.kv_cache.capacity {
-            Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
-                (memory_fraction, cuda_graph_reserved_bytes)
-            }
-            Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (Some(0.9), 0),
-        };
-        // SGLang sizes its chunk and CUDA graphs by the GPU, and from 0.5.3 its memory
-        // fraction too (from the chunk, the graphs and the layout).
-        let sglang_tp = par.tensor * par.attention_data;
-        let sglang_gpu = memory::sglang_gpu_defaults(
-            hw.hbm_bytes,
-            sglang_tp,
-            crate::decode::engine::sglang_since_0_5_3(engine.backend_version.as_deref()),
-        );
-        let sglang_chunk = role.scheduler.chunked_prefill_size.unwrap_or(sglang_gpu.chunked_prefill_size);
-        let mut config = role.clone();
-        // Under attention DP each rank takes its share of the chunk (SGLang divides
-        // `chunked_prefill_size` by `dp_size`).
-        config.scheduler.sglang.chunked_prefill_size = (sglang_chunk / par.attention_data.max(1)).max(1);
-        let memory_fraction = memory_fraction.unwrap_or_else(|| {
-            memory::sglang_default_fraction(&SglangReserve {
-                hbm_bytes: hw.hbm_bytes,
-                chunked_prefill_tokens: sglang_chunk,
-                tp_size: sglang_tp,
-                pipeline: par.pipeline,
-                attention_data: par.attention_data,
-                draft_mib: sglang_draft_mib(&engine.speculation),
-            })
-        });
-        let mut memory = memory::plan(
-            model,
-            hw,
-            &MemoryInputs {
-                parallelism,
-                weight_dtype: gemm_dtype,
-                expert_dtype: moe_quant.dtype(),
-                kv_dtype,
-                memory_fraction,
-                fraction_of: match engine.backend {
-                    Backend::Vllm => FractionOf::Total,
-                    Backend::Sglang => FractionOf::WeightsAndKv,
-                    Backend::TrtLlm => FractionOf::Free,
-                },
-                // SGLang's steps take its chunk, not `max_batched_tokens`.
-                max_batched_tokens: if engine.backend == Backend::Sglang {
-                    config.scheduler.sglang.chunked_prefill_size
-                } else {
-                    role.scheduler.max_batched_tokens
-                },
-                block_size: role.kv_cache.block_size,
-                cuda_graph_reserved_bytes: graphs,
-            },
-        )
-        .map_err(|e| ScenarioError::Resource { message: format!("{name} workers: {}", e.message) })?;
-        if let Some(b) = role.kv_cache.bytes_per_token {
-            memory.kv_bytes_per_token = b;
-            memory.kv_tokens = memory.kv_cache_bytes / b;
-            memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
-        }
-        let block = u64::from(role.kv_cache.block_size);
-        let blocks = match role.kv_cache.capacity {
-            Capacity::Default { .. } => memory.kv_blocks,
-            Capacity::FixedBlocks(b) => b,
-            Capacity::FixedBytes(bytes) => bytes / (block * memory.kv_bytes_per_token.max(1)),
-        };
-        if blocks == 0 {
-            return Err(ScenarioError::Resource {
-                message: format!("{name} workers: the KV cache holds no block"),
-            });
-        }
-        let timing = match &role.timing.kind {
-            TimingKind::Roofline => RoleTiming::Roofline,
-            TimingKind::Fpm(src) => {
-                let kv_name = match kv_dtype {
-                    Dtype::Bf16 => "bfloat16",
-                    other => other.name(),
-                };
-                let want = perfdata::FpmWant {
-                    model: &model.id,
-                    system: &hw.id,
-                    backend: engine.backend.name(),
-                    shape: [par.tensor, par.pipeline, par.attention_data, par.moe_tensor, par.moe_expert, 1],
-                    gemm: gemm_quant.table_name(),
-                    kv: kv_name,
-                };
-                let at = format!("engine.workers.{name}.timing.fpm_parquet_path");
-                match perfdata::load_fpm(files, &src.parquet_path, src.cell_id.as_deref(), &want) {
-                    Ok(m) => RoleTiming::Fpm(Rc::new(m)),
-                    Err(message) => {
-                        cx.report(DiagKind::Domain, &at, &src.origin, message);
-                        continue;
-                    }
-                }
-            }
-            TimingKind::OpLevel => {
-                let backend = engine.backend.name();
-                let version = engine
-                    .backend_version
-                    .clone()
-                    .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
-                let default = perfdata::default_version(engine.backend);
-                let db = perfdata::load(files, &hw.id, backend, &version, default)?;
-                let own = |f: Family| f != Family::Nccl && db.table_version(f) == version;
-                if version != default && !db.families().any(own) && db.families().next().is_some() {
-                    // A version the data holds nothing of (a typo, or not imported) would
-                    // silently be timed as the default release.
-                    cx.report(
-                        DiagKind::Domain,
-                        "engine.backend_version",
-                        &at("engine.backend_version"),
-                        format!(
-                            "no kernel tables for {backend} {version} on {}; the data holds {default} \
-                             (omit backend_version to use it, or import other versions with `servesim data \
-                             import-aic --version {backend}={version}` and pass --data-dir)",
-                            hw.id
-                        ),
-                    );
-                    continue;
-                }
-                RoleTiming::OpLevel {
-                    setup: Box::new(OpLevelSetup {
-                        model: model.clone(),
-                        hardware: hw.clone(),
-                        parallelism,
-                        gemm: gemm_quant,
-                        moe: moe_quant,
-                        kv: kv_dtype,
-                        attention_fp8: engine.backend != Backend::Vllm,
-                        graphs: match engine.backend {
-                            Backend::Vllm => GraphPolicy::vllm(role.scheduler.max_sequences),
-                            Backend::Sglang => GraphPolicy::sglang(sglang_gpu.cuda_graph_max_bs),
-                            Backend::TrtLlm => GraphPolicy::trtllm(),
-                        },
-                        draft_layers: engine.speculation.draft_layers(),
-                        constants: {
-                            let mut c = OpConstants::for_backend(backend);
-                            if !role.scheduler.async_scheduling {
-                                c.host_s_per_step = servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
-                                c.host_s_per_sequence = servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE;
-                            }
-                            if let Some(x) = role.timing.prefill_scale {
-                                c.prefill_scale = x;
-                            }
-                            if let Some(ms) = role.timing.step_overhead_ms {
-                                c.step_overhead_s = ms / 1e3;
-                            }
-                            if let Some(us) = role.timing.host_us_per_sequence {
-                                c.host_s_per_sequence = us / 1e6;
-                            }
-                            if let Some(a) = role.timing.allreduce {
-                                c.allreduce = a;
-                            }
-                            c
-                        },
-                    }),
-                    db: Rc::new(db),
-                }
-            }
-        };
-        roles.push(PreparedRole {
-            name,
-            config,
-            hardware: hw.clone(),
-            parallelism,
-            memory,
-            blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
-            timing,
-        });
     }
     if !cx.diags.is_empty() {
         return Err(config_error(source, cx.diags));
@@ -636,202 +409,6 @@ pub fn prepare(
         config,
         fast_forward: true,
         frontend_delay,
-    })
-}
-
-/// Reads and parses every trace file of a trace source.
-/// The memory SGLang reserves for a speculative draft when it derives its memory fraction,
-/// MiB: 2,048 for EAGLE and MTP draft layers ("eagle draft models and cuda graphs" in
-/// `_handle_gpu_memory_settings`), none for n-gram lookup.
-fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
-    match speculation {
-        SpeculationConfig::DraftLayers { .. } => 2048.0,
-        SpeculationConfig::Off | SpeculationConfig::Ngram { .. } => 0.0,
-    }
-}
-
-fn load_traces(
-    paths: &[(String, Origin)],
-    format: TraceFormatConfig,
-    block_size: u32,
-    files: &dyn Files,
-    source: &str,
-    timestamps_needed: bool,
-) -> Result<Trace, ScenarioError> {
-    let mut rows = Vec::new();
-    let mut sessions = 0u32;
-    let mut diags = Vec::new();
-    for (i, (path, origin)) in paths.iter().enumerate() {
-        let at = format!("traffic.source.paths[{i}]");
-        let bytes = match files.read(path) {
-            Ok(b) => b,
-            Err(m) => {
-                diags.push(Diagnostic {
-                    path: at,
-                    origin: origin.clone(),
-                    message: m,
-                    kind: DiagKind::Domain,
-                });
-                continue;
-            }
-        };
-        let fmt = match format {
-            TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
-            TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
-        };
-        match servesim_data::trace::parse(&bytes, path, fmt, block_size) {
-            Ok(parsed) => {
-                if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
-                    diags.push(Diagnostic {
-                        path: at,
-                        origin: origin.clone(),
-                        message: format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it (use load type concurrency, or add timestamps)"),
-                        kind: DiagKind::Domain,
-                    });
-                    continue;
-                }
-                // Files are replayed as if started together; their sessions stay apart.
-                let offset = sessions;
-                let mut max_session = 0;
-                for mut r in parsed.trace.rows {
-                    if let Some(s) = r.session.as_mut() {
-                        *s += offset;
-                        max_session = max_session.max(*s + 1);
-                    }
-                    rows.push(r);
-                }
-                sessions = sessions.max(max_session);
-            }
-            Err(e) => diags.push(Diagnostic {
-                path: at,
-                origin: origin.clone(),
-                message: e.to_string(),
-                kind: DiagKind::Domain,
-            }),
-        }
-    }
-    if !diags.is_empty() {
-        return Err(config_error(source, diags));
-    }
-    Ok(Trace::new(rows, block_size))
-}
-
-/// The arrival process of a config. `kv_tokens` is one rank's KV capacity in tokens and
-/// `kv_ranks` the number of ranks across replicas (for `kv_capacity_fraction`).
-fn build_traffic(
-    config: &Config,
-    root: &Node,
-    source: &str,
-    files: &dyn Files,
-    kv_tokens: u64,
-    kv_ranks: u32,
-) -> Result<TrafficSpec, ScenarioError> {
-    let t = &config.traffic;
-    let (src, per_job_tokens) = match &t.source {
-        SourceConfig::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => (
-            Source::Synthetic {
-                input_tokens: input_tokens.clone(),
-                output_tokens: output_tokens.clone(),
-                shared_prefix_tokens: *shared_prefix_tokens,
-            },
-            input_tokens.nominal_mean() + output_tokens.nominal_mean(),
-        ),
-        SourceConfig::Session {
-            new_input_tokens_per_turn,
-            output_tokens_per_turn,
-            turns,
-            shared_prefix_ratio,
-            prefix_groups,
-            inter_turn_delay_ms,
-        } => (
-            Source::Sessions(SessionSpec {
-                new_input_tokens: new_input_tokens_per_turn.clone(),
-                output_tokens: output_tokens_per_turn.clone(),
-                turns: *turns,
-                shared_prefix_ratio: *shared_prefix_ratio,
-                prefix_groups: *prefix_groups,
-                think_time: SimDur::from_ms_f64(*inter_turn_delay_ms),
-            }),
-            f64::from(*turns)
-                * (new_input_tokens_per_turn.nominal_mean() + output_tokens_per_turn.nominal_mean()),
-        ),
-        SourceConfig::Trace { paths, format, block_size } => {
-            let needs_timestamps = matches!(t.load.kind, LoadKind::TraceTimestamps { .. });
-            (
-                Source::Trace(Arc::new(load_traces(
-                    paths,
-                    *format,
-                    *block_size,
-                    files,
-                    source,
-                    needs_timestamps,
-                )?)),
-                0.0,
-            )
-        }
-    };
-    let load = match t.load.kind {
-        LoadKind::Concurrency(c) => Load::Concurrency(c),
-        LoadKind::Poisson(r) => Load::Poisson(r),
-        LoadKind::ConstantRate(r) => Load::ConstantRate(r),
-        LoadKind::Gamma { rate, cv } => Load::Gamma { rate, cv },
-        LoadKind::TraceTimestamps { speedup } => Load::TraceTimestamps { speedup },
-        LoadKind::KvCapacityFraction(fraction) => {
-            // 1.0 = concurrency whose KV working set (prompt + output per request) fills the
-            // usable KV capacity of every rank of every replica (REF §1.1).
-            #[allow(clippy::cast_precision_loss)]
-            let total = kv_tokens as f64 * f64::from(kv_ranks);
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let c = libm::round(fraction * total / per_job_tokens.max(1.0)).clamp(1.0, 1e6) as u32;
-            Load::Concurrency(c)
-        }
-    };
-    let load_unit = match load {
-        Load::Concurrency(c) => f64::from(c),
-        Load::Poisson(r) | Load::ConstantRate(r) | Load::Gamma { rate: r, .. } => r,
-        Load::TraceTimestamps { .. } => 1.0,
-    };
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let per_unit = |k: f64| libm::round(k * load_unit).clamp(1.0, 1e7) as u32;
-    let stop_node = root.get("traffic").and_then(|n| n.get("stop"));
-    if matches!(load, Load::TraceTimestamps { .. })
-        && (t.stop.requests_per_load_unit.is_some() || t.stop.sessions_per_load_unit.is_some())
-    {
-        let origin = stop_node.map_or(Origin::Builtin, |n| n.origin.clone());
-        return Err(config_error(
-            source,
-            vec![Diagnostic {
-                path: "traffic.stop".into(),
-                origin,
-                message:
-                    "*_per_load_unit needs a load unit (concurrency or a rate); trace_timestamps has none"
-                        .into(),
-                kind: DiagKind::Domain,
-            }],
-        ));
-    }
-    let max_requests = match (&src, t.stop.requests, t.stop.requests_per_load_unit) {
-        (_, Some(n), _) => n,
-        (_, None, Some(k)) => per_unit(k),
-        // A trace replays whole unless told otherwise; sessions stop on their own rule.
-        (Source::Trace(_), None, None) => u32::MAX,
-        (Source::Sessions(_), None, None)
-            if t.stop.sessions.is_some() || t.stop.sessions_per_load_unit.is_some() =>
-        {
-            u32::MAX
-        }
-        (_, None, None) => 100,
-    };
-    let max_sessions = match (t.stop.sessions, t.stop.sessions_per_load_unit) {
-        (Some(n), _) => n,
-        (None, Some(k)) => per_unit(k),
-        (None, None) => u32::MAX,
-    };
-    Ok(TrafficSpec {
-        source: src,
-        load,
-        stop: Stop { max_requests, max_sessions },
-        all_content_shared: false,
     })
 }
 

@@ -1,0 +1,304 @@
+//! One worker role, resolved: its GPU and layout checked, its memory planned by the engine's
+//! rule, its engine defaults that follow the GPU and release applied, and its step timer
+//! chosen.
+
+use std::rc::Rc;
+
+use servesim_core::engine::Backend;
+use servesim_perf::memory::{self, FractionOf, MemoryInputs, Parallelism, SglangReserve};
+use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup};
+use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
+use servesim_perf::tables::Family;
+
+use super::{Files, PreparedRole, RoleTiming, ScenarioError};
+use crate::catalog::Catalog;
+use crate::config::{Capacity, EngineConfig, RoleConfig, SpeculationConfig, TimingKind};
+use crate::decode::engine::{default_memory_fraction, sglang_since_0_5_3};
+use crate::diag::{Cx, DiagKind};
+use crate::node::{Node, Origin};
+use crate::perfdata;
+
+/// What every role of a scenario shares.
+pub(super) struct RoleEnv<'a> {
+    pub root: &'a Node,
+    pub catalog: &'a Catalog,
+    pub files: &'a dyn Files,
+    pub engine: &'a EngineConfig,
+    pub model: &'a ModelArch,
+    /// The engine's GPU; a role may name its own.
+    pub hardware: &'a Hardware,
+    pub gemm_quant: GemmQuant,
+    pub moe_quant: MoeQuant,
+    pub gemm_dtype: Dtype,
+    pub kv_dtype: Dtype,
+}
+
+impl RoleEnv<'_> {
+    /// Where `path` (or its nearest present parent) was written.
+    fn at(&self, path: &str) -> Origin {
+        super::origin_of(self.root, path)
+    }
+}
+
+/// Resolves one role. Problems with its config go to `cx` and give `Ok(None)`.
+///
+/// # Errors
+/// [`ScenarioError::Resource`] when the role does not fit its GPUs, or its tables cannot be
+/// read.
+pub(super) fn prepare_role(
+    env: &RoleEnv<'_>,
+    cx: &mut Cx,
+    name: &'static str,
+    role: &RoleConfig,
+) -> Result<Option<PreparedRole>, ScenarioError> {
+    let RoleEnv { engine, model, hardware, gemm_quant, moe_quant, gemm_dtype, kv_dtype, .. } = *env;
+    let base = format!("engine.workers.{name}");
+    // A role may run on its own GPU type (heterogeneous P/D).
+    let hw = match &role.hardware {
+        Some(id) => match env.catalog.gpu(id) {
+            Some(h) => h,
+            None => {
+                let known: Vec<&str> = env.catalog.hardware.iter().map(|h| h.id.as_str()).collect();
+                cx.report(
+                    DiagKind::Domain,
+                    &format!("{base}.hardware"),
+                    &env.at(&format!("{base}.hardware")),
+                    format!("unknown hardware '{id}'; known: {}", known.join(", ")),
+                );
+                return Ok(None);
+            }
+        },
+        None => hardware,
+    };
+    let par = role.parallelism;
+    // Experts left unpartitioned follow the attention layout: tensor-parallel over every
+    // GPU of the stage (the engines' default without expert parallelism).
+    let unset = par.moe_tensor == 1 && par.moe_expert == 1;
+    let parallelism = Parallelism {
+        tensor: par.tensor,
+        pipeline: par.pipeline,
+        attention_data: par.attention_data,
+        moe_expert: par.moe_expert,
+        moe_tensor: if unset && model.moe.is_some() {
+            par.tensor * par.attention_data
+        } else {
+            par.moe_tensor
+        },
+    };
+    let ppath = format!("{base}.parallelism");
+    if model.moe.is_none() && (par.moe_expert > 1 || par.moe_tensor > 1) {
+        cx.report(
+            DiagKind::Domain,
+            &ppath,
+            &env.at(&ppath),
+            format!("{} is a dense model: moe_expert and moe_tensor must be 1", model.id),
+        );
+    }
+    let tpath = format!("{ppath}.tensor");
+    if model.num_heads % par.tensor != 0 {
+        cx.report(
+            DiagKind::Domain,
+            &tpath,
+            &env.at(&tpath),
+            format!(
+                "{} attention heads are not divisible by tensor parallelism {}",
+                model.num_heads, par.tensor
+            ),
+        );
+    }
+    // Tensor parallelism across nodes is allowed (multi-node TP, NVL72 racks); its
+    // collectives then run over the scale-out links.
+    if model.moe.is_some()
+        && par.moe_tensor * par.moe_expert != 1
+        && par.moe_tensor * par.moe_expert != par.tensor * par.attention_data
+    {
+        cx.report(
+            DiagKind::Domain,
+            &ppath,
+            &env.at(&ppath),
+            format!(
+                "moe_tensor x moe_expert ({} x {}) must equal tensor x attention_data ({} x {}): experts are spread over the same GPUs",
+                par.moe_tensor, par.moe_expert, par.tensor, par.attention_data
+            ),
+        );
+    }
+    if !cx.diags.is_empty() {
+        return Ok(None);
+    }
+    let (memory_fraction, graphs) = match role.kv_cache.capacity {
+        Capacity::Default { memory_fraction, cuda_graph_reserved_bytes } => {
+            (memory_fraction, cuda_graph_reserved_bytes)
+        }
+        Capacity::FixedBlocks(_) | Capacity::FixedBytes(_) => (Some(0.9), 0),
+    };
+    // SGLang sizes its chunk and CUDA graphs by the GPU, and from 0.5.3 its memory
+    // fraction too (from the chunk, the graphs and the layout).
+    let release = engine.backend_version.as_deref();
+    let sglang_tp = par.tensor * par.attention_data;
+    let sglang_gpu = memory::sglang_gpu_defaults(hw.hbm_bytes, sglang_tp, sglang_since_0_5_3(release));
+    let sglang_chunk = role.scheduler.chunked_prefill_size.unwrap_or(sglang_gpu.chunked_prefill_size);
+    let mut config = role.clone();
+    // Under attention DP each rank takes its share of the chunk (SGLang divides
+    // `chunked_prefill_size` by `dp_size`).
+    config.scheduler.sglang.chunked_prefill_size = (sglang_chunk / par.attention_data.max(1)).max(1);
+    let memory_fraction = memory_fraction.or_else(|| default_memory_fraction(engine.backend, release));
+    let memory_fraction = memory_fraction.unwrap_or_else(|| {
+        memory::sglang_default_fraction(&SglangReserve {
+            hbm_bytes: hw.hbm_bytes,
+            chunked_prefill_tokens: sglang_chunk,
+            tp_size: sglang_tp,
+            pipeline: par.pipeline,
+            attention_data: par.attention_data,
+            draft_mib: sglang_draft_mib(&engine.speculation),
+        })
+    });
+    let mut memory = memory::plan(
+        model,
+        hw,
+        &MemoryInputs {
+            parallelism,
+            weight_dtype: gemm_dtype,
+            expert_dtype: moe_quant.dtype(),
+            kv_dtype,
+            memory_fraction,
+            fraction_of: match engine.backend {
+                Backend::Vllm => FractionOf::Total,
+                Backend::Sglang => FractionOf::WeightsAndKv,
+                Backend::TrtLlm => FractionOf::Free,
+            },
+            // SGLang's steps take its chunk, not `max_batched_tokens`.
+            max_batched_tokens: if engine.backend == Backend::Sglang {
+                config.scheduler.sglang.chunked_prefill_size
+            } else {
+                role.scheduler.max_batched_tokens
+            },
+            block_size: role.kv_cache.block_size,
+            cuda_graph_reserved_bytes: graphs,
+        },
+    )
+    .map_err(|e| ScenarioError::Resource { message: format!("{name} workers: {}", e.message) })?;
+    if let Some(b) = role.kv_cache.bytes_per_token {
+        memory.kv_bytes_per_token = b;
+        memory.kv_tokens = memory.kv_cache_bytes / b;
+        memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
+    }
+    let block = u64::from(role.kv_cache.block_size);
+    let blocks = match role.kv_cache.capacity {
+        Capacity::Default { .. } => memory.kv_blocks,
+        Capacity::FixedBlocks(b) => b,
+        Capacity::FixedBytes(bytes) => bytes / (block * memory.kv_bytes_per_token.max(1)),
+    };
+    if blocks == 0 {
+        return Err(ScenarioError::Resource {
+            message: format!("{name} workers: the KV cache holds no block"),
+        });
+    }
+    let timing = match &role.timing.kind {
+        TimingKind::Roofline => RoleTiming::Roofline,
+        TimingKind::Fpm(src) => {
+            let kv_name = match kv_dtype {
+                Dtype::Bf16 => "bfloat16",
+                other => other.name(),
+            };
+            let want = perfdata::FpmWant {
+                model: &model.id,
+                system: &hw.id,
+                backend: engine.backend.name(),
+                shape: [par.tensor, par.pipeline, par.attention_data, par.moe_tensor, par.moe_expert, 1],
+                gemm: gemm_quant.table_name(),
+                kv: kv_name,
+            };
+            let at = format!("engine.workers.{name}.timing.fpm_parquet_path");
+            match perfdata::load_fpm(env.files, &src.parquet_path, src.cell_id.as_deref(), &want) {
+                Ok(m) => RoleTiming::Fpm(Rc::new(m)),
+                Err(message) => {
+                    cx.report(DiagKind::Domain, &at, &src.origin, message);
+                    return Ok(None);
+                }
+            }
+        }
+        TimingKind::OpLevel => {
+            let backend = engine.backend.name();
+            let version = engine
+                .backend_version
+                .clone()
+                .unwrap_or_else(|| perfdata::default_version(engine.backend).to_string());
+            let default = perfdata::default_version(engine.backend);
+            let db = perfdata::load(env.files, &hw.id, backend, &version, default)?;
+            let own = |f: Family| f != Family::Nccl && db.table_version(f) == version;
+            if version != default && !db.families().any(own) && db.families().next().is_some() {
+                // A version the data holds nothing of (a typo, or not imported) would
+                // silently be timed as the default release.
+                cx.report(
+                    DiagKind::Domain,
+                    "engine.backend_version",
+                    &env.at("engine.backend_version"),
+                    format!(
+                        "no kernel tables for {backend} {version} on {}; the data holds {default} \
+                         (omit backend_version to use it, or import other versions with `servesim data \
+                         import-aic --version {backend}={version}` and pass --data-dir)",
+                        hw.id
+                    ),
+                );
+                return Ok(None);
+            }
+            RoleTiming::OpLevel {
+                setup: Box::new(OpLevelSetup {
+                    model: model.clone(),
+                    hardware: hw.clone(),
+                    parallelism,
+                    gemm: gemm_quant,
+                    moe: moe_quant,
+                    kv: kv_dtype,
+                    attention_fp8: engine.backend != Backend::Vllm,
+                    graphs: match engine.backend {
+                        Backend::Vllm => GraphPolicy::vllm(role.scheduler.max_sequences),
+                        Backend::Sglang => GraphPolicy::sglang(sglang_gpu.cuda_graph_max_bs),
+                        Backend::TrtLlm => GraphPolicy::trtllm(),
+                    },
+                    draft_layers: engine.speculation.draft_layers(),
+                    constants: {
+                        let mut c = OpConstants::for_backend(backend);
+                        if !role.scheduler.async_scheduling {
+                            c.host_s_per_step = servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
+                            c.host_s_per_sequence = servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE;
+                        }
+                        if let Some(x) = role.timing.prefill_scale {
+                            c.prefill_scale = x;
+                        }
+                        if let Some(ms) = role.timing.step_overhead_ms {
+                            c.step_overhead_s = ms / 1e3;
+                        }
+                        if let Some(us) = role.timing.host_us_per_sequence {
+                            c.host_s_per_sequence = us / 1e6;
+                        }
+                        if let Some(a) = role.timing.allreduce {
+                            c.allreduce = a;
+                        }
+                        c
+                    },
+                }),
+                db: Rc::new(db),
+            }
+        }
+    };
+    Ok(Some(PreparedRole {
+        name,
+        config,
+        hardware: hw.clone(),
+        parallelism,
+        memory,
+        blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
+        timing,
+    }))
+}
+
+/// The memory SGLang reserves for a speculative draft when it derives its memory fraction,
+/// MiB: 2,048 for EAGLE and MTP draft layers ("eagle draft models and cuda graphs" in
+/// `_handle_gpu_memory_settings`), none for n-gram lookup.
+fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
+    match speculation {
+        SpeculationConfig::DraftLayers { .. } => 2048.0,
+        SpeculationConfig::Off | SpeculationConfig::Ngram { .. } => 0.0,
+    }
+}

@@ -1,0 +1,198 @@
+//! The arrival process of a scenario: synthetic sources, sessions and replayed traces.
+
+use std::sync::Arc;
+
+use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec};
+use servesim_core::units::SimDur;
+use servesim_data::trace::TraceFormat;
+
+use super::{config_error, Files, ScenarioError};
+use crate::config::{Config, LoadKind, SourceConfig, TraceFormatConfig};
+use crate::diag::{DiagKind, Diagnostic};
+use crate::node::{Node, Origin};
+
+/// Reads and parses every trace file of a trace source.
+fn load_traces(
+    paths: &[(String, Origin)],
+    format: TraceFormatConfig,
+    block_size: u32,
+    files: &dyn Files,
+    source: &str,
+    timestamps_needed: bool,
+) -> Result<Trace, ScenarioError> {
+    let mut rows = Vec::new();
+    let mut sessions = 0u32;
+    let mut diags = Vec::new();
+    for (i, (path, origin)) in paths.iter().enumerate() {
+        let at = format!("traffic.source.paths[{i}]");
+        let bytes = match files.read(path) {
+            Ok(b) => b,
+            Err(m) => {
+                diags.push(Diagnostic {
+                    path: at,
+                    origin: origin.clone(),
+                    message: m,
+                    kind: DiagKind::Domain,
+                });
+                continue;
+            }
+        };
+        let fmt = match format {
+            TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
+            TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
+        };
+        match servesim_data::trace::parse(&bytes, path, fmt, block_size) {
+            Ok(parsed) => {
+                if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
+                    diags.push(Diagnostic {
+                        path: at,
+                        origin: origin.clone(),
+                        message: format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it (use load type concurrency, or add timestamps)"),
+                        kind: DiagKind::Domain,
+                    });
+                    continue;
+                }
+                // Files are replayed as if started together; their sessions stay apart.
+                let offset = sessions;
+                let mut max_session = 0;
+                for mut r in parsed.trace.rows {
+                    if let Some(s) = r.session.as_mut() {
+                        *s += offset;
+                        max_session = max_session.max(*s + 1);
+                    }
+                    rows.push(r);
+                }
+                sessions = sessions.max(max_session);
+            }
+            Err(e) => diags.push(Diagnostic {
+                path: at,
+                origin: origin.clone(),
+                message: e.to_string(),
+                kind: DiagKind::Domain,
+            }),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(config_error(source, diags));
+    }
+    Ok(Trace::new(rows, block_size))
+}
+
+/// The arrival process of a config. `kv_tokens` is one rank's KV capacity in tokens and
+/// `kv_ranks` the number of ranks across replicas (for `kv_capacity_fraction`).
+pub(super) fn build_traffic(
+    config: &Config,
+    root: &Node,
+    source: &str,
+    files: &dyn Files,
+    kv_tokens: u64,
+    kv_ranks: u32,
+) -> Result<TrafficSpec, ScenarioError> {
+    let t = &config.traffic;
+    let (src, per_job_tokens) = match &t.source {
+        SourceConfig::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => (
+            Source::Synthetic {
+                input_tokens: input_tokens.clone(),
+                output_tokens: output_tokens.clone(),
+                shared_prefix_tokens: *shared_prefix_tokens,
+            },
+            input_tokens.nominal_mean() + output_tokens.nominal_mean(),
+        ),
+        SourceConfig::Session {
+            new_input_tokens_per_turn,
+            output_tokens_per_turn,
+            turns,
+            shared_prefix_ratio,
+            prefix_groups,
+            inter_turn_delay_ms,
+        } => (
+            Source::Sessions(SessionSpec {
+                new_input_tokens: new_input_tokens_per_turn.clone(),
+                output_tokens: output_tokens_per_turn.clone(),
+                turns: *turns,
+                shared_prefix_ratio: *shared_prefix_ratio,
+                prefix_groups: *prefix_groups,
+                think_time: SimDur::from_ms_f64(*inter_turn_delay_ms),
+            }),
+            f64::from(*turns)
+                * (new_input_tokens_per_turn.nominal_mean() + output_tokens_per_turn.nominal_mean()),
+        ),
+        SourceConfig::Trace { paths, format, block_size } => {
+            let needs_timestamps = matches!(t.load.kind, LoadKind::TraceTimestamps { .. });
+            (
+                Source::Trace(Arc::new(load_traces(
+                    paths,
+                    *format,
+                    *block_size,
+                    files,
+                    source,
+                    needs_timestamps,
+                )?)),
+                0.0,
+            )
+        }
+    };
+    let load = match t.load.kind {
+        LoadKind::Concurrency(c) => Load::Concurrency(c),
+        LoadKind::Poisson(r) => Load::Poisson(r),
+        LoadKind::ConstantRate(r) => Load::ConstantRate(r),
+        LoadKind::Gamma { rate, cv } => Load::Gamma { rate, cv },
+        LoadKind::TraceTimestamps { speedup } => Load::TraceTimestamps { speedup },
+        LoadKind::KvCapacityFraction(fraction) => {
+            // 1.0 = concurrency whose KV working set (prompt + output per request) fills the
+            // usable KV capacity of every rank of every replica (REF §1.1).
+            #[allow(clippy::cast_precision_loss)]
+            let total = kv_tokens as f64 * f64::from(kv_ranks);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let c = libm::round(fraction * total / per_job_tokens.max(1.0)).clamp(1.0, 1e6) as u32;
+            Load::Concurrency(c)
+        }
+    };
+    let load_unit = match load {
+        Load::Concurrency(c) => f64::from(c),
+        Load::Poisson(r) | Load::ConstantRate(r) | Load::Gamma { rate: r, .. } => r,
+        Load::TraceTimestamps { .. } => 1.0,
+    };
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let per_unit = |k: f64| libm::round(k * load_unit).clamp(1.0, 1e7) as u32;
+    let stop_node = root.get("traffic").and_then(|n| n.get("stop"));
+    if matches!(load, Load::TraceTimestamps { .. })
+        && (t.stop.requests_per_load_unit.is_some() || t.stop.sessions_per_load_unit.is_some())
+    {
+        let origin = stop_node.map_or(Origin::Builtin, |n| n.origin.clone());
+        return Err(config_error(
+            source,
+            vec![Diagnostic {
+                path: "traffic.stop".into(),
+                origin,
+                message:
+                    "*_per_load_unit needs a load unit (concurrency or a rate); trace_timestamps has none"
+                        .into(),
+                kind: DiagKind::Domain,
+            }],
+        ));
+    }
+    let max_requests = match (&src, t.stop.requests, t.stop.requests_per_load_unit) {
+        (_, Some(n), _) => n,
+        (_, None, Some(k)) => per_unit(k),
+        // A trace replays whole unless told otherwise; sessions stop on their own rule.
+        (Source::Trace(_), None, None) => u32::MAX,
+        (Source::Sessions(_), None, None)
+            if t.stop.sessions.is_some() || t.stop.sessions_per_load_unit.is_some() =>
+        {
+            u32::MAX
+        }
+        (_, None, None) => 100,
+    };
+    let max_sessions = match (t.stop.sessions, t.stop.sessions_per_load_unit) {
+        (Some(n), _) => n,
+        (None, Some(k)) => per_unit(k),
+        (None, None) => u32::MAX,
+    };
+    Ok(TrafficSpec {
+        source: src,
+        load,
+        stop: Stop { max_requests, max_sessions },
+        all_content_shared: false,
+    })
+}
