@@ -586,6 +586,11 @@ fn sglang_takes_its_prefill_chunk_from_the_gpu() {
     let wide = run(&[b200]);
     assert_eq!(wide, run(&[b200, &c16k]));
     assert_ne!(wide, run(&[b200, &c8k]));
+    // prediction.json says what was assumed: the chunk, and the memory fraction SGLang
+    // derives with it (TP2 on 180 GiB: 512 + 16,384 x 1.5 + 512 x 2 + 256 MiB reserved).
+    let j = predict_file_with(path, &[b200]).unwrap().json;
+    assert_eq!(j["servesim"]["deployment"]["roles"][0]["chunked_prefill_size"], 16_384);
+    assert_eq!(j["servesim"]["memory"]["aggregated"]["memory_fraction"], 0.857);
     assert_eq!(wide, run(&[b200, "engine.workers.aggregated.scheduler.max_batched_tokens=2048"]));
 }
 

@@ -305,6 +305,8 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "prefix_caching": rc.kv_cache.prefix_caching,
                 "max_batched_tokens": rc.scheduler.max_batched_tokens,
                 "max_sequences": rc.scheduler.max_sequences,
+                // SGLang's prefill budget (its own, not `max_batched_tokens`), as resolved.
+                "chunked_prefill_size": rc.scheduler.chunked_prefill_size,
             })
         })
         .collect();
@@ -324,6 +326,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "kv_size_per_token_bytes": mem.kv_bytes_per_token,
                 "total_kv_size_tokens": mem.kv_tokens,
                 "kv_blocks_per_rank": role.blocks_per_rank,
+                "memory_fraction": role.memory_fraction,
             }),
         );
     }

@@ -193,6 +193,9 @@ pub struct PreparedRole {
     pub parallelism: Parallelism,
     /// Memory of one GPU.
     pub memory: MemoryPlan,
+    /// The memory fraction the plan used: the config's, or the engine's default for its
+    /// release and GPU. `None` for a cache of fixed size.
+    pub memory_fraction: Option<f64>,
     /// KV blocks (tokens for SGLang) per attention-DP rank.
     pub blocks_per_rank: u32,
     /// How its steps are timed.

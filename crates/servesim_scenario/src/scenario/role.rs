@@ -141,6 +141,9 @@ pub(super) fn prepare_role(
     // Under attention DP each rank takes its share of the chunk (SGLang divides
     // `chunked_prefill_size` by `dp_size`).
     config.scheduler.sglang.chunked_prefill_size = (sglang_chunk / par.attention_data.max(1)).max(1);
+    if engine.backend == Backend::Sglang {
+        config.scheduler.chunked_prefill_size = Some(sglang_chunk);
+    }
     let memory_fraction = memory_fraction.or_else(|| default_memory_fraction(engine.backend, release));
     let memory_fraction = memory_fraction.unwrap_or_else(|| {
         memory::sglang_default_fraction(&SglangReserve {
@@ -288,6 +291,8 @@ pub(super) fn prepare_role(
         hardware: hw.clone(),
         parallelism,
         memory,
+        memory_fraction: matches!(role.kv_cache.capacity, Capacity::Default { .. })
+            .then_some(memory_fraction),
         blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
         timing,
     }))
