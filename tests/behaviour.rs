@@ -594,6 +594,36 @@ fn sglang_takes_its_prefill_chunk_from_the_gpu() {
     assert_eq!(wide, run(&[b200, "engine.workers.aggregated.scheduler.max_batched_tokens=2048"]));
 }
 
+/// A config that leaves the step budget and the running-request cap out gets the engine's own
+/// defaults: `vllm serve` sizes them by the GPU (A100 keeps the small ones), TensorRT-LLM
+/// takes its `BuildConfig`, SGLang its request pool; a value in the config wins.
+#[test]
+fn schedulers_default_to_their_engines_limits() {
+    let limits = |path: &str, set: &[&str]| {
+        let j = predict_file_with(path, set).unwrap().json;
+        let role = &j["servesim"]["deployment"]["roles"][0];
+        (role["max_batched_tokens"].as_u64().unwrap(), role["max_sequences"].as_u64().unwrap())
+    };
+    let vllm = "data/scenarios/default.yaml";
+    assert_eq!(limits(vllm, &[]), (8192, 1024));
+    assert_eq!(limits(vllm, &["engine.model=Qwen/Qwen3-8B", "engine.hardware=a100_sxm"]), (2048, 256));
+    assert_eq!(limits(vllm, &["engine.model=Qwen/Qwen3-8B", "engine.hardware=l40s"]), (2048, 256));
+    assert_eq!(limits(vllm, &["engine.backend=trtllm"]), (8192, 2048));
+    assert_eq!(
+        limits(
+            vllm,
+            &[
+                "engine.workers.aggregated.scheduler.max_sequences=64",
+                "engine.workers.aggregated.scheduler.max_batched_tokens=4096"
+            ]
+        ),
+        (4096, 64)
+    );
+    // SGLang: 1.83M KV tokens over Qwen3-32B's 40,960-token context is a pool of 22,891,
+    // clamped to 4,096; its budget is its chunk.
+    assert_eq!(limits("tests/scenarios/sglang_default.yaml", &[]), (8192, 4096));
+}
+
 /// TensorRT-LLM batch waiting holds prompts back while decodes run: with InferenceX's 1k/1k
 /// settings at 8 clients every prompt waits for the timeout (the token ratio is never
 /// reached), which adds about the timeout in decode steps to TTFT; other engines and attention

@@ -312,10 +312,14 @@ pub struct ParallelismConfig {
 /// `engine.workers.<role>.scheduler`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SchedulerKnobs {
-    /// `max_batched_tokens` (8192; per attention-DP rank; SGLang uses `chunked_prefill_size`).
-    pub max_batched_tokens: u32,
-    /// `max_sequences` (256).
-    pub max_sequences: u32,
+    /// `max_batched_tokens` per attention-DP rank as configured (SGLang reads
+    /// `chunked_prefill_size` instead). `None` takes the engine's default for the role's GPU,
+    /// resolved when the scenario is prepared ([`crate::scenario::PreparedRole`]).
+    pub max_batched_tokens: Option<u32>,
+    /// `max_sequences` per attention-DP rank as configured (`max_num_seqs`,
+    /// `max_batch_size`, `max_running_requests`). `None` takes the engine's default,
+    /// resolved when the scenario is prepared; a prefill role defaults to 1 (AISimulate).
+    pub max_sequences: Option<u32>,
     /// `prefill_schedule_interval` (vLLM, 1): with attention DP, admit new prompts only every
     /// N-th step.
     pub prefill_schedule_interval: u32,

@@ -303,8 +303,8 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "gpus_per_worker": role.parallelism.gpus(),
                 "block_size": rc.kv_cache.block_size,
                 "prefix_caching": rc.kv_cache.prefix_caching,
-                "max_batched_tokens": rc.scheduler.max_batched_tokens,
-                "max_sequences": rc.scheduler.max_sequences,
+                "max_batched_tokens": role.max_batched_tokens,
+                "max_sequences": role.max_sequences,
                 // SGLang's prefill budget (its own, not `max_batched_tokens`), as resolved.
                 "chunked_prefill_size": rc.scheduler.chunked_prefill_size,
             })

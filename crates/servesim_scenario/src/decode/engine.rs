@@ -623,10 +623,11 @@ fn decode_scheduler(
     dp: u32,
     prefill: bool,
 ) -> Option<SchedulerKnobs> {
-    // AISimulate: max_sequences 256, except 1 on a prefill role.
+    // The engines' own defaults depend on the GPU and the KV pool, so they are set when the
+    // scenario is prepared; a prefill role runs one prompt at a time (AISimulate).
     let defaults = SchedulerKnobs {
-        max_batched_tokens: 8192,
-        max_sequences: if prefill { 1 } else { 256 },
+        max_batched_tokens: None,
+        max_sequences: prefill.then_some(1),
         prefill_schedule_interval: 1,
         async_scheduling: true,
         chunked_prefill_size: None,
@@ -638,10 +639,10 @@ fn decode_scheduler(
     let before = cx.diags.len();
     let mut out = defaults;
     if let Some((n, p)) = f.take("max_batched_tokens") {
-        out.max_batched_tokens = u32_in(n, &p, cx, 1, MAX_TOKENS).unwrap_or(out.max_batched_tokens);
+        out.max_batched_tokens = u32_in(n, &p, cx, 1, MAX_TOKENS).or(out.max_batched_tokens);
     }
     if let Some((n, p)) = f.take("max_sequences") {
-        out.max_sequences = u32_in(n, &p, cx, 1, MAX_CONCURRENCY).unwrap_or(out.max_sequences);
+        out.max_sequences = u32_in(n, &p, cx, 1, MAX_CONCURRENCY).or(out.max_sequences);
     }
     if let Some((n, p)) = f.take("prefill_schedule_interval") {
         out.prefill_schedule_interval = u32_in(n, &p, cx, 1, 1000).unwrap_or(1);

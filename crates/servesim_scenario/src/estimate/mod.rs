@@ -41,6 +41,17 @@ pub mod sweep;
 /// the estimate reports).
 const BISECTION_STEPS: usize = 60;
 
+/// Batches the throughput peak is first looked for among (geometrically spaced up to the
+/// limit; enough that the golden-section search starts next to the peak).
+const PEAK_GRID: usize = 32;
+
+/// How much more an earlier batch must serve to count as the peak rather than the limit
+/// (interpolation noise in the step tables is a fraction of a percent).
+const PEAK_MARGIN: f64 = 1e-3;
+
+/// The golden section, (√5 − 1) / 2.
+const GOLDEN: f64 = 0.618_033_988_749_894_9;
+
 /// Squared coefficient of variation of a closed loop's arrivals at the prefill pool. A finished
 /// request is replaced at once, so arrivals follow decode completions and are far more regular
 /// than Poisson (1). Fitted to servesim's own replays (docs/estimate.md): the prefill queueing
@@ -224,14 +235,9 @@ impl RoleSteps {
         RoleSteps {
             timer: p.timer(role),
             dp,
-            // SGLang's steps take its chunk; `max_batched_tokens` is the other engines' budget.
-            budget: if p.config.engine.backend == Backend::Sglang {
-                role.config.scheduler.sglang.chunked_prefill_size.max(1)
-            } else {
-                role.config.scheduler.max_batched_tokens.max(1)
-            },
+            budget: role.max_batched_tokens.max(1),
             chunked: p.config.engine.enable_chunked_prefill,
-            max_seqs: f64::from(role.config.scheduler.max_sequences.max(1)),
+            max_seqs: f64::from(role.max_sequences.max(1)),
             kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),
             loads: vec![RankLoad::default(); dp],
             rows: 1 + spec.draft_tokens,
@@ -421,6 +427,9 @@ pub(crate) struct Aggregated {
     recv_interval: f64,
     /// Requests the traffic sends (the start-up wave's share of the mean).
     pub(crate) total_requests: f64,
+    /// The batch per rank that serves the most requests per second, and that rate (found
+    /// once, [`Aggregated::peak`]).
+    peak: Option<(f64, f64)>,
 }
 
 /// Mean time until a prompt of a wave of `b` (arriving together on an idle rank) is prefilled:
@@ -491,6 +500,7 @@ impl Aggregated {
                 1.0
             },
             total_requests: f64::from(p.traffic.max_requests()),
+            peak: None,
             steps,
             w,
         })
@@ -566,9 +576,55 @@ impl Aggregated {
         Ok(b / (self.point(b)?.e2e_ms / 1000.0))
     }
 
+    /// The batch per rank that serves the most requests per second, and that rate. The rate
+    /// grows with the batch until a limit, except where prompts fill every step: then each
+    /// added decode slows the steps that carry the prompts, and the rate peaks below the
+    /// limit. A geometric scan of the batches finds the best, and a golden-section search
+    /// narrows an interior best between its neighbours.
+    fn peak(&mut self) -> Result<(f64, f64), ScenarioError> {
+        if let Some(p) = self.peak {
+            return Ok(p);
+        }
+        let grid: Vec<f64> =
+            (0..=PEAK_GRID).map(|i| libm::pow(self.b_max, i as f64 / PEAK_GRID as f64)).collect();
+        let mut rates = Vec::with_capacity(grid.len());
+        for &b in &grid {
+            rates.push(self.rate(b)?);
+        }
+        let mut best = grid.len() - 1;
+        for (i, r) in rates.iter().enumerate() {
+            if *r > rates[best] * (1.0 + PEAK_MARGIN) {
+                best = i;
+            }
+        }
+        let mut peak = (grid[best], rates[best]);
+        if best + 1 < grid.len() {
+            let (mut lo, mut hi) = (grid[best.saturating_sub(1)], grid[best + 1]);
+            for _ in 0..BISECTION_STEPS {
+                let a = hi - GOLDEN * (hi - lo);
+                let b = lo + GOLDEN * (hi - lo);
+                if self.rate(a)? < self.rate(b)? {
+                    lo = a;
+                } else {
+                    hi = b;
+                }
+            }
+            let b = (lo + hi) / 2.0;
+            let r = self.rate(b)?;
+            if r > peak.1 {
+                peak = (b, r);
+            }
+        }
+        self.peak = Some(peak);
+        Ok(peak)
+    }
+
     pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
-        let capacity_rps = self.rate(self.b_max)? * self.ranks;
+        let (b_peak, peak_rate) = self.peak()?;
+        let capacity_rps = peak_rate * self.ranks;
         let limit = if self.kv_limited { "kv_capacity" } else { "max_sequences" };
+        // Past an interior peak it is the prompts that bound the rate, not the limit.
+        let rate_limit = if b_peak < self.b_max { "prefill" } else { limit };
         let (b, extra_wait_ms, overloaded, bound) = match op {
             Operating::Concurrency(n) => {
                 let per_rank = n / self.ranks;
@@ -582,11 +638,12 @@ impl Aggregated {
             }
             Operating::Rate(r) => {
                 let target = r / self.ranks;
-                if self.rate(self.b_max)? < target {
-                    (self.b_max, 0.0, true, Some(limit))
+                if peak_rate < target {
+                    (b_peak, 0.0, true, Some(rate_limit))
                 } else {
-                    // rate(b) grows with b: bisect for the batch that serves the offered rate.
-                    let (mut lo, mut hi) = (0.0, self.b_max);
+                    // rate(b) grows with b up to the peak: bisect for the batch that serves
+                    // the offered rate.
+                    let (mut lo, mut hi) = (0.0, b_peak);
                     for _ in 0..BISECTION_STEPS {
                         let mid = (lo + hi) / 2.0;
                         if self.rate(mid)? < target {
@@ -639,6 +696,7 @@ impl Aggregated {
                 ("batch_per_rank", b),
                 ("ranks", self.ranks),
                 ("max_batch_per_rank", self.b_max),
+                ("peak_batch_per_rank", b_peak),
                 ("mixed_step_ms", at.mix_ms),
                 ("decode_step_ms", at.gen_ms),
                 ("mixed_steps_per_cycle", at.mix_steps),

@@ -193,6 +193,12 @@ pub struct PreparedRole {
     pub parallelism: Parallelism,
     /// Memory of one GPU.
     pub memory: MemoryPlan,
+    /// The step budget per attention-DP rank, in tokens: the config's `max_batched_tokens`, the
+    /// engine's default for the GPU, or for SGLang its per-rank chunk.
+    pub max_batched_tokens: u32,
+    /// Requests one attention-DP rank runs at once: the config's `max_sequences` or the
+    /// engine's default (vLLM by GPU, TensorRT-LLM 2,048, SGLang from its KV pool).
+    pub max_sequences: u32,
     /// The memory fraction the plan used: the config's, or the engine's default for its
     /// release and GPU. `None` for a cache of fixed size.
     pub memory_fraction: Option<f64>,
@@ -513,8 +519,8 @@ impl Prepared {
             let rc = &role.config;
             let cfg = SchedulerConfig {
                 backend,
-                max_batched_tokens: rc.scheduler.max_batched_tokens,
-                max_sequences: rc.scheduler.max_sequences,
+                max_batched_tokens: role.max_batched_tokens,
+                max_sequences: role.max_sequences,
                 chunked_prefill: self.config.engine.enable_chunked_prefill,
                 prefill_schedule_interval: rc.scheduler.prefill_schedule_interval,
                 sglang: rc.scheduler.sglang,

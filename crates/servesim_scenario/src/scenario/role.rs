@@ -12,7 +12,7 @@ use servesim_perf::tables::Family;
 
 use super::{Files, PreparedRole, RoleTiming, ScenarioError};
 use crate::catalog::Catalog;
-use crate::config::{Capacity, EngineConfig, RoleConfig, SpeculationConfig, TimingKind};
+use crate::config::{Capacity, ContextLength, EngineConfig, RoleConfig, SpeculationConfig, TimingKind};
 use crate::decode::engine::{default_memory_fraction, sglang_since_0_5_3};
 use crate::diag::{Cx, DiagKind};
 use crate::node::{Node, Origin};
@@ -144,6 +144,13 @@ pub(super) fn prepare_role(
     if engine.backend == Backend::Sglang {
         config.scheduler.chunked_prefill_size = Some(sglang_chunk);
     }
+    // The step budget per rank: SGLang's chunk (it does not read `max_batched_tokens`), or
+    // the config's, or the engine's default for the GPU.
+    let max_batched_tokens = match engine.backend {
+        Backend::Sglang => config.scheduler.sglang.chunked_prefill_size,
+        Backend::Vllm => role.scheduler.max_batched_tokens.unwrap_or_else(|| vllm_batch_defaults(hw).0),
+        Backend::TrtLlm => role.scheduler.max_batched_tokens.unwrap_or(TRTLLM_MAX_NUM_TOKENS),
+    };
     let memory_fraction = memory_fraction.or_else(|| default_memory_fraction(engine.backend, release));
     let memory_fraction = memory_fraction.unwrap_or_else(|| {
         memory::sglang_default_fraction(&SglangReserve {
@@ -169,12 +176,7 @@ pub(super) fn prepare_role(
                 Backend::Sglang => FractionOf::WeightsAndKv,
                 Backend::TrtLlm => FractionOf::Free,
             },
-            // SGLang's steps take its chunk, not `max_batched_tokens`.
-            max_batched_tokens: if engine.backend == Backend::Sglang {
-                config.scheduler.sglang.chunked_prefill_size
-            } else {
-                role.scheduler.max_batched_tokens
-            },
+            max_batched_tokens,
             block_size: role.kv_cache.block_size,
             cuda_graph_reserved_bytes: graphs,
         },
@@ -196,6 +198,17 @@ pub(super) fn prepare_role(
             message: format!("{name} workers: the KV cache holds no block"),
         });
     }
+    let max_sequences = role.scheduler.max_sequences.unwrap_or_else(|| match engine.backend {
+        Backend::Vllm => vllm_batch_defaults(hw).1,
+        Backend::TrtLlm => TRTLLM_MAX_BATCH_SIZE,
+        Backend::Sglang => {
+            let context = match engine.context_length {
+                ContextLength::Tokens(n) => u64::from(n),
+                ContextLength::Max => model.max_position_embeddings,
+            };
+            sglang_max_running_requests(blocks * block, context)
+        }
+    });
     let timing = match &role.timing.kind {
         TimingKind::Roofline => RoleTiming::Roofline,
         TimingKind::Fpm(src) => {
@@ -255,7 +268,7 @@ pub(super) fn prepare_role(
                     kv: kv_dtype,
                     attention_fp8: engine.backend != Backend::Vllm,
                     graphs: match engine.backend {
-                        Backend::Vllm => GraphPolicy::vllm(role.scheduler.max_sequences),
+                        Backend::Vllm => GraphPolicy::vllm(max_sequences),
                         Backend::Sglang => GraphPolicy::sglang(sglang_gpu.cuda_graph_max_bs),
                         Backend::TrtLlm => GraphPolicy::trtllm(),
                     },
@@ -291,6 +304,8 @@ pub(super) fn prepare_role(
         hardware: hw.clone(),
         parallelism,
         memory,
+        max_batched_tokens,
+        max_sequences,
         memory_fraction: matches!(role.kv_cache.capacity, Capacity::Default { .. })
             .then_some(memory_fraction),
         blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
@@ -306,4 +321,32 @@ fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
         SpeculationConfig::DraftLayers { .. } => 2048.0,
         SpeculationConfig::Off | SpeculationConfig::Ngram { .. } => 0.0,
     }
+}
+
+/// TensorRT-LLM's default `max_batch_size` (its `BuildConfig`, which `trtllm-serve` and the
+/// LLM API take when none is given).
+const TRTLLM_MAX_BATCH_SIZE: u32 = 2048;
+
+/// TensorRT-LLM's default `max_num_tokens` (`BuildConfig`).
+const TRTLLM_MAX_NUM_TOKENS: u32 = 8192;
+
+/// `vllm serve`'s default `max_num_batched_tokens` and `max_num_seqs` (`EngineArgs`, the
+/// `OPENAI_API_SERVER` usage context): 8,192 and 1,024 on GPUs of 70 GiB and more other than
+/// A100 ("for GPUs like H100 and MI300x, use larger default values"; PR #17885 keeps A100 on
+/// the small ones), 2,048 and 256 elsewhere.
+fn vllm_batch_defaults(hw: &Hardware) -> (u32, u32) {
+    let large = hw.hbm_bytes >= 70 * memory::GIB && !hw.id.contains("a100");
+    if large {
+        (8192, 1024)
+    } else {
+        (2048, 256)
+    }
+}
+
+/// SGLang's default `max_running_requests` per attention-DP rank (`model_runner`): its
+/// request pool, `kv_tokens / context_len × 512` clamped to 2,048–4,096, and at most half the
+/// KV pool's tokens.
+fn sglang_max_running_requests(kv_tokens: u64, context_len: u64) -> u32 {
+    let pool = (kv_tokens.saturating_mul(512) / context_len.max(1)).clamp(2048, 4096);
+    u32::try_from(pool.min(kv_tokens / 2).max(1)).unwrap_or(u32::MAX)
 }
