@@ -264,6 +264,24 @@ traffic:
     assert!((default / replay_ttft - 1.0).abs() < 0.1, "estimate {default} ms, replay {replay_ttft} ms");
 }
 
+/// TensorRT-LLM runs up to 2,048 requests by default, so this deployment is held by KV (842
+/// a rank). But 4,000-token prompts fill every step long before that, and each added decode
+/// slows those steps: the rate peaks at a smaller batch, which is the capacity an open loop
+/// is measured against.
+#[test]
+fn capacity_is_the_peak_rate_below_the_batch_limit() {
+    let p = prepared(AGG);
+    let e = at(&p, Operating::Concurrency(512.0));
+    let d = |k: &str| e.detail.iter().find(|(n, _)| *n == k).unwrap().1;
+    let (peak, limit) = (d("peak_batch_per_rank"), d("max_batch_per_rank"));
+    assert!(peak < limit / 2.0, "peak {peak}, limit {limit}");
+    assert!(e.request_rate_rps < e.capacity_rps, "512 in flight serve less than the peak");
+    let served = at(&p, Operating::Rate(e.capacity_rps * 0.999));
+    assert!(!served.overloaded);
+    let over = at(&p, Operating::Rate(e.capacity_rps * 1.01));
+    assert!(over.overloaded && over.bottleneck == "prefill", "{}", over.bottleneck);
+}
+
 #[test]
 fn traffic_the_estimate_cannot_describe_is_a_clear_error() {
     let yaml = AGG.replace(

@@ -591,12 +591,9 @@ impl Aggregated {
         for &b in &grid {
             rates.push(self.rate(b)?);
         }
-        let mut best = grid.len() - 1;
-        for (i, r) in rates.iter().enumerate() {
-            if *r > rates[best] * (1.0 + PEAK_MARGIN) {
-                best = i;
-            }
-        }
+        let last = grid.len() - 1;
+        let top = (0..grid.len()).fold(last, |a, i| if rates[i] > rates[a] { i } else { a });
+        let best = if rates[top] > rates[last] * (1.0 + PEAK_MARGIN) { top } else { last };
         let mut peak = (grid[best], rates[best]);
         if best + 1 < grid.len() {
             let (mut lo, mut hi) = (grid[best.saturating_sub(1)], grid[best + 1]);
