@@ -146,10 +146,10 @@ pub(super) fn prepare_role(
     }
     // The step budget per rank: SGLang's chunk (it does not read `max_batched_tokens`), or
     // the config's, or the engine's default for the GPU.
+    let (default_tokens, default_sequences) = batch_defaults(engine.backend, hw);
     let max_batched_tokens = match engine.backend {
         Backend::Sglang => config.scheduler.sglang.chunked_prefill_size,
-        Backend::Vllm => role.scheduler.max_batched_tokens.unwrap_or_else(|| vllm_batch_defaults(hw).0),
-        Backend::TrtLlm => role.scheduler.max_batched_tokens.unwrap_or(TRTLLM_MAX_NUM_TOKENS),
+        Backend::Vllm | Backend::TrtLlm => role.scheduler.max_batched_tokens.unwrap_or(default_tokens),
     };
     let memory_fraction = memory_fraction.or_else(|| default_memory_fraction(engine.backend, release));
     let memory_fraction = memory_fraction.unwrap_or_else(|| {
@@ -199,8 +199,7 @@ pub(super) fn prepare_role(
         });
     }
     let max_sequences = role.scheduler.max_sequences.unwrap_or_else(|| match engine.backend {
-        Backend::Vllm => vllm_batch_defaults(hw).1,
-        Backend::TrtLlm => TRTLLM_MAX_BATCH_SIZE,
+        Backend::Vllm | Backend::TrtLlm => default_sequences,
         Backend::Sglang => {
             let context = match engine.context_length {
                 ContextLength::Tokens(n) => u64::from(n),
@@ -323,23 +322,19 @@ fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
     }
 }
 
-/// TensorRT-LLM's default `max_batch_size` (its `BuildConfig`, which `trtllm-serve` and the
-/// LLM API take when none is given).
-const TRTLLM_MAX_BATCH_SIZE: u32 = 2048;
-
-/// TensorRT-LLM's default `max_num_tokens` (`BuildConfig`).
-const TRTLLM_MAX_NUM_TOKENS: u32 = 8192;
-
-/// `vllm serve`'s default `max_num_batched_tokens` and `max_num_seqs` (`EngineArgs`, the
-/// `OPENAI_API_SERVER` usage context): 8,192 and 1,024 on GPUs of 70 GiB and more other than
-/// A100 ("for GPUs like H100 and MI300x, use larger default values"; PR #17885 keeps A100 on
-/// the small ones), 2,048 and 256 elsewhere.
-fn vllm_batch_defaults(hw: &Hardware) -> (u32, u32) {
-    let large = hw.hbm_bytes >= 70 * memory::GIB && !hw.id.contains("a100");
-    if large {
-        (8192, 1024)
-    } else {
-        (2048, 256)
+/// An engine's default step budget and running-request cap, `(tokens, sequences)`:
+/// - `vllm serve` (`EngineArgs`, the `OPENAI_API_SERVER` usage context): 8,192 and 1,024 on
+///   GPUs of 70 GiB and more other than A100 ("for GPUs like H100 and MI300x, use larger
+///   default values"; PR #17885 keeps A100 on the small ones), 2,048 and 256 elsewhere;
+/// - TensorRT-LLM: `max_num_tokens` 8,192 and `max_batch_size` 2,048 (its `BuildConfig`,
+///   which `trtllm-serve` and the LLM API take when none is given);
+/// - SGLang reads neither: its chunk is the budget and its request pool the cap
+///   ([`sglang_max_running_requests`]); the pair returned for it is unused.
+fn batch_defaults(backend: Backend, hw: &Hardware) -> (u32, u32) {
+    match backend {
+        Backend::TrtLlm | Backend::Sglang => (8192, 2048),
+        Backend::Vllm if hw.hbm_bytes >= 70 * memory::GIB && !hw.id.contains("a100") => (8192, 1024),
+        Backend::Vllm => (2048, 256),
     }
 }
 
