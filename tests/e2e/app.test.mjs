@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, mkdirSync, writeFileSync, symlinkSync, cpSync } from 'node:fs';
+import { mkdtempSync, readFileSync, mkdirSync, writeFileSync, symlinkSync, cpSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -16,9 +16,12 @@ mkdirSync(ARTIFACTS, { recursive: true });
 
 let browser;
 const logs = [];
+// Every test's files live under one scratch directory, removed when the run ends.
+const SCRATCH = mkdtempSync(join(tmpdir(), 'servesim-e2e-'));
+const scratchDir = (prefix) => mkdtempSync(join(SCRATCH, prefix));
 
 function cliPrediction(args = []) {
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-'));
+  const dir = scratchDir('run-');
   execFileSync(BIN, ['predict', '-c', 'data/scenarios/default.yaml', '--output-dir', dir, '--format', 'json', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -76,6 +79,7 @@ before(async () => {
 after(async () => {
   if (logs.length) console.log(logs.join('\n'));
   await browser?.close();
+  rmSync(SCRATCH, { recursive: true, force: true });
 });
 
 test('the page runs the default scenario on load and matches the CLI byte for byte', async () => {
@@ -173,7 +177,7 @@ test('the form and the YAML stay in step both ways, and problems show at their f
   await page.click('#run');
   await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
     && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-form-'));
+  const dir = scratchDir('form-');
   writeFileSync(join(dir, 'scenario.yaml'), yaml);
   execFileSync(BIN, ['predict', '-c', join(dir, 'scenario.yaml'), '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
@@ -198,7 +202,7 @@ test('speculative decoding set in the form runs, is summarised, and equals the C
   await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
     && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
   assert.match(await page.textContent('#speculation'), /^draft layers \(MTP\/EAGLE\): 2 drafts a round · [0-9.]+ tokens a round \(2\.50 expected\)$/);
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-spec-'));
+  const dir = scratchDir('spec-');
   writeFileSync(join(dir, 'scenario.yaml'), await page.inputValue('#scenario-yaml'));
   execFileSync(BIN, ['predict', '-c', join(dir, 'scenario.yaml'), '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
@@ -243,7 +247,7 @@ test('a long run can be cancelled', async () => {
 });
 
 function cliRecommend(spec) {
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-rec-'));
+  const dir = scratchDir('rec-');
   execFileSync(BIN, ['recommend', '-c', spec, '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   return readFileSync(join(dir, 'recommendation.json'), 'utf8');
 }
@@ -446,7 +450,7 @@ test('Predict draws every chart and a sortable, filterable request table with do
   await page.click('#request-table button.sort[data-key="ttft_ms"]');
   const ttfts = await page.$$eval('#request-table tbody tr td:nth-child(3)', (tds) => tds.map((td) => Number(td.textContent)));
   assert.deepEqual(ttfts, [...ttfts].sort((a, b) => a - b), 'ascending by TTFT');
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-req-'));
+  const dir = scratchDir('req-');
   execFileSync(BIN, ['predict', '-c', 'data/scenarios/default.yaml', '--output-dir', dir, '--capture-per-request'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const records = readFileSync(join(dir, 'requests.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
   const minTtft = Math.min(...records.map((r) => r.ttft_ms));
@@ -527,7 +531,7 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.match(await page.inputValue('#scenario-yaml'), /Prefill\/decode disaggregation/);
   await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
     && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-preset-'));
+  const dir = scratchDir('preset-');
   execFileSync(BIN, ['predict', '-c', 'tests/scenarios/pd_vllm.yaml', '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
   await page.close();
@@ -535,7 +539,7 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
 
 test('Data: dropped files are described like servesim data inspect, drawn, and a trace replays in Predict as in the CLI', async () => {
   // A small Mooncake trace (shared prompt blocks, timestamps), a corrupt one, and a kernel table.
-  const dir = mkdtempSync(join(tmpdir(), 'servesim-e2e-data-'));
+  const dir = scratchDir('data-');
   const rows = [];
   for (let i = 0; i < 40; i++) {
     const blocks = 1 + (i % 3);
@@ -666,7 +670,7 @@ test('a strict Content-Security-Policy holds, and the app runs offline after its
 
 test('the built app works from a sub-path of a static host', async () => {
   // dist/ served as /apps/servesim/ by a plain static server (nothing rewrites URLs).
-  const root = mkdtempSync(join(tmpdir(), 'servesim-e2e-host-'));
+  const root = scratchDir('host-');
   mkdirSync(join(root, 'apps'));
   symlinkSync(join(process.cwd(), 'dist'), join(root, 'apps', 'servesim'));
   const server = spawn('python3', ['-u', '-m', 'http.server', '0', '--bind', '127.0.0.1', '--directory', root], { stdio: ['ignore', 'pipe', 'pipe'] });

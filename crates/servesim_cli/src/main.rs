@@ -235,6 +235,11 @@ enum Command {
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
         #[arg(long, default_value_t = 0.8)]
         length_floor: f64,
+        /// Requests each concurrency slot sends (AISimulate's replay policy: 10). Fewer weigh
+        /// the cold start, when every client's first prompt arrives at once, more heavily.
+        #[arg(long, default_value_t = servesim_scenario::validate::REQUESTS_PER_SLOT,
+              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        requests_per_slot: u32,
         /// Replay MLA models' `tp N, attention_dp 1` layouts as attention data parallelism over N GPUs.
         #[arg(long)]
         mla_attention_dp: bool,
@@ -406,6 +411,7 @@ fn main() -> ExitCode {
             frontend_request_ms,
             frontend_chunk_us,
             length_floor,
+            requests_per_slot,
             mla_attention_dp,
             no_recipes,
             nextn,
@@ -421,6 +427,7 @@ fn main() -> ExitCode {
                 frontend_request_ms,
                 frontend_chunk_us,
                 length_floor: Some(length_floor),
+                requests_per_slot: Some(requests_per_slot),
                 mla_attention_dp,
                 no_recipes,
                 speculation: nextn.zip(nextn_accepted),

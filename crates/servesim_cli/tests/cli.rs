@@ -13,10 +13,31 @@ fn servesim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_servesim")).args(args).current_dir(repo()).output().unwrap()
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servesim-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A test's scratch space: `path` (not created) inside a fresh directory of its own, so files
+/// beside it (`path.with_extension(..)`) stay inside too; all removed when the test ends.
+struct Scratch {
+    root: PathBuf,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
+    let root = std::env::temp_dir().join(format!("servesim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    Scratch { path: root.join("out"), root }
 }
 
 fn text(b: &[u8]) -> String {
@@ -219,7 +240,7 @@ fn detail_memory_adds_the_breakdown_and_unknown_details_exit_2() {
 #[test]
 fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     let dir = tmp("validate");
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&*dir).unwrap();
     let head = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
     let csv = format!(
         "{head}agg8,,sglang,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\

@@ -31,9 +31,9 @@ const WORKER_GPUS: [u32; 5] = [1, 2, 4, 8, 16];
 /// Screened disaggregated points estimated with the full model.
 pub const REFINE: usize = 24;
 
-/// Replays run `REPLAY_REQUESTS_PER_SLOT` requests per concurrency slot (AISimulate's replay
+/// Replays run as many requests per concurrency slot as `validate`'s (AISimulate's replay
 /// policy, REF §7).
-pub const REPLAY_REQUESTS_PER_SLOT: u32 = 10;
+pub use crate::validate::REQUESTS_PER_SLOT as REPLAY_REQUESTS_PER_SLOT;
 
 /// Lengths in the replay configs vary ±10% around nominal (same mean) so that a closed loop
 /// of identical requests does not lock into phase; the estimate uses the mean.

@@ -49,6 +49,8 @@ pub struct Knobs {
     /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
     /// `None`: fixed lengths.
     pub length_floor: Option<f64>,
+    /// Requests each concurrency slot sends; `None`: [`REQUESTS_PER_SLOT`].
+    pub requests_per_slot: Option<u32>,
     /// Read an MLA model's `tp N, attention_dp 1` layout as attention data parallelism over
     /// the N GPUs (`tp 1, attention_dp N`), the way SGLang and TensorRT-LLM serve DeepSeek-style
     /// models at high concurrency. One rule for every row; off by default (rows replay as
@@ -467,7 +469,8 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
         len(row.osl.max(2))
     );
     let _ = writeln!(y, "  load: {{type: concurrency, concurrency: {}}}", row.concurrency);
-    let _ = writeln!(y, "  stop: {{requests: {}}}", row.concurrency.saturating_mul(REQUESTS_PER_SLOT));
+    let per_slot = knobs.requests_per_slot.unwrap_or(REQUESTS_PER_SLOT).max(1);
+    let _ = writeln!(y, "  stop: {{requests: {}}}", row.concurrency.saturating_mul(per_slot));
     y
 }
 

@@ -70,6 +70,13 @@ fn rows_become_closed_loop_scenarios() {
     let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true, None);
     assert!(y.contains("concurrency: 8"), "{y}");
     assert!(y.contains("requests: 80"), "{y}");
+    let short = scenario_yaml(
+        &row(Mode::Agg { layout: l }),
+        &Knobs { requests_per_slot: Some(2), ..Knobs::default() },
+        true,
+        None,
+    );
+    assert!(short.contains("stop: {requests: 16}"), "{short}");
     assert!(y.contains("input_tokens: 1024"), "{y}");
     let sampled = scenario_yaml(
         &row(Mode::Agg { layout: l }),
