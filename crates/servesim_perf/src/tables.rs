@@ -115,8 +115,14 @@ const MAX_GRID_CELLS: usize = 1 << 24;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Grid {
     axes: Vec<Vec<u64>>,
-    /// Row-major over `axes`; NaN where nothing was measured.
+    /// Row-major over `axes`; NaN where nothing was measured. What blends read: after
+    /// [`Grid::monotone_envelope`], the greatest function of the measurements that never
+    /// falls as a work axis grows.
     values: Vec<f64>,
+    /// Measured latencies the envelope lowered, by index into `values`, ascending: what
+    /// [`Grid::exact`] reports, while lookups there answer with the envelope and say it was
+    /// derived ([`Source::Interpolated`]).
+    measured_above: Vec<(usize, f64)>,
     /// Index distance between neighbours along each axis in `values`.
     strides: [usize; MAX_DIMS],
     measured_points: usize,
@@ -264,7 +270,13 @@ impl Grid {
             strides[d] = stride;
             stride *= axes[d].len();
         }
-        let mut g = Grid { axes, values: vec![f64::NAN; cells], strides, measured_points: 0 };
+        let mut g = Grid {
+            axes,
+            values: vec![f64::NAN; cells],
+            measured_above: Vec::new(),
+            strides,
+            measured_points: 0,
+        };
         let mut duplicates = 0;
         for (c, lat) in coords.chunks_exact(dims).zip(lats) {
             let mut idx = 0;
@@ -281,6 +293,64 @@ impl Grid {
             }
         }
         Ok((g, duplicates))
+    }
+
+    /// Lowers each measured point to the least latency measured at or beyond it along the
+    /// axes marked `true` (more tokens, longer contexts, larger messages: more work), so that
+    /// more work is never timed faster. Kernel tables carry isolated slow measurements:
+    /// AIConfigurator's B200 fp8 GEMM at M = 17 takes 37 µs where M = 16 and M = 32 take
+    /// 17 µs (N 7,168, K 8,192), and its vLLM B200 TP8 custom all-reduce takes 26 µs for
+    /// 131,072 and 262,144 values but 17 µs for 524,288. Read as measured, they made a TP8
+    /// Llama-3.1-70B decode step 40% slower at 16–32 requests than at 64, and a blend anchored
+    /// on one spread it over every batch up to the next grid line. The result is the greatest
+    /// function not above the measurements that never falls along those axes: the time of
+    /// more work bounds the time of less (M rows can always be padded to a larger measured M).
+    /// A measured row above it is kept for [`Grid::exact`]; lookups there use the envelope and
+    /// say so ([`Source::Interpolated`]).
+    pub fn monotone_envelope(&mut self, monotone: &[bool]) {
+        let dims = self.axes.len();
+        let original = self.values.clone();
+        for d in (0..dims.min(MAX_DIMS)).filter(|&d| monotone.get(d).copied().unwrap_or(false)) {
+            let (n, stride) = (self.axes[d].len(), self.strides[d]);
+            if n < 2 {
+                continue;
+            }
+            // Every line along axis d starts at an index whose coordinate d is 0.
+            for start in 0..self.values.len() {
+                if (start / stride) % n != 0 {
+                    continue;
+                }
+                let mut least = f64::INFINITY;
+                for i in (0..n).rev() {
+                    let v = &mut self.values[start + i * stride];
+                    if v.is_nan() {
+                        continue;
+                    }
+                    least = least.min(*v);
+                    *v = least;
+                }
+            }
+        }
+        self.measured_above = original
+            .iter()
+            .zip(&self.values)
+            .enumerate()
+            .filter(|(_, (m, e))| !m.is_nan() && m > e)
+            .map(|(i, (m, _))| (i, *m))
+            .collect();
+    }
+
+    /// The measured latency at flat index `i` (NaN for a hole).
+    fn measured(&self, i: usize) -> f64 {
+        match self.measured_above.binary_search_by_key(&i, |(j, _)| *j) {
+            Ok(k) => self.measured_above[k].1,
+            Err(_) => self.values.get(i).copied().unwrap_or(f64::NAN),
+        }
+    }
+
+    /// Whether the envelope lowered the measurement at flat index `i`.
+    fn lowered(&self, i: usize) -> bool {
+        self.measured_above.binary_search_by_key(&i, |(j, _)| *j).is_ok()
     }
 
     /// The sorted grid values of each axis.
@@ -303,7 +373,7 @@ impl Grid {
             let i = self.axes.get(d)?.binary_search(v).ok()?;
             idx = idx * self.axes[d].len() + i;
         }
-        self.values.get(idx).copied().filter(|v| !v.is_nan())
+        Some(self.measured(idx)).filter(|v| !v.is_nan())
     }
 
     #[allow(clippy::cast_precision_loss, clippy::float_cmp)] // Grid values are integers; hits are exact.
@@ -367,8 +437,8 @@ impl Grid {
         for (l, b) in lo.iter_mut().zip(br.iter()) {
             *l = b.lo;
         }
-        if let Some(v) = self.at(&lo[..dims]) {
-            return Some((v, Source::Measured));
+        if let Some((v, src)) = self.at(&lo[..dims]) {
+            return Some((v, src));
         }
         // The exact point is a hole: let its neighbours stand in (on a copy, so the cache
         // keeps the query's own brackets).
@@ -436,12 +506,15 @@ impl Grid {
         finish_blend(acc / wsum, x, clamped, || bracket_points(br), sol)
     }
 
-    fn at(&self, idx: &[usize]) -> Option<f64> {
+    /// A lookup's answer on a grid point: the measurement, or the envelope where a
+    /// measurement of more work was faster.
+    fn at(&self, idx: &[usize]) -> Option<(f64, Source)> {
         let mut flat = 0;
         for (d, i) in idx.iter().enumerate() {
             flat = flat * self.axes[d].len() + i;
         }
-        self.values.get(flat).copied().filter(|v| !v.is_nan())
+        let v = self.values.get(flat).copied().filter(|v| !v.is_nan())?;
+        Some((v, if self.lowered(flat) { Source::Interpolated } else { Source::Measured }))
     }
 }
 
@@ -565,6 +638,20 @@ impl Family {
         }
     }
 
+    /// Axes along which more is more work, so latency never falls
+    /// ([`Grid::monotone_envelope`]): tokens, batch, context length, message size. Head
+    /// counts and GPU counts change the kernel's shape, not just its size, and are left be.
+    #[must_use]
+    pub fn monotone(self) -> &'static [bool] {
+        match self {
+            Family::Gemm => &[true, true, true],
+            Family::ContextAttention | Family::GenerationAttention => &[true, true, false, false],
+            Family::AllReduce | Family::Nccl => &[false, true],
+            Family::Moe => &[true],
+            Family::ContextMla | Family::GenerationMla => &[true, true, false],
+        }
+    }
+
     /// Numeric axes, in grid order.
     #[must_use]
     pub fn axes(self) -> &'static [&'static str] {
@@ -621,9 +708,10 @@ impl Table {
         let mut slices = BTreeMap::new();
         let mut duplicates = 0;
         for (k, pts) in by_key {
-            let (g, dup) = Grid::from_points(na, &pts).map_err(|e| TableError {
+            let (mut g, dup) = Grid::from_points(na, &pts).map_err(|e| TableError {
                 message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
             })?;
+            g.monotone_envelope(family.monotone());
             duplicates += dup;
             slices.insert(k, Rc::new(g));
         }
@@ -653,9 +741,10 @@ impl Table {
                     ),
                 });
             }
-            let (g, dup) = Grid::from_flat(na, &coords, &lats).map_err(|e| TableError {
+            let (mut g, dup) = Grid::from_flat(na, &coords, &lats).map_err(|e| TableError {
                 message: format!("{} slice {}: {}", family.name(), k.join("/"), e.message),
             })?;
+            g.monotone_envelope(family.monotone());
             duplicates += dup;
             if slices.insert(k.clone(), Rc::new(g)).is_some() {
                 return Err(TableError {
@@ -687,12 +776,46 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
     use proptest::strategy::Strategy as _;
 
     const LL: [Scale; 2] = [Scale::Linear, Scale::Linear];
 
     fn pts(v: &[(u64, u64, f64)]) -> Vec<(Vec<u64>, f64)> {
         v.iter().map(|(a, b, l)| (vec![*a, *b], *l)).collect()
+    }
+
+    #[test]
+    fn a_spike_is_kept_at_its_point_but_not_spread_between_points() {
+        // M = 17 measured twice as slow as M = 16 and M = 32 (AIConfigurator's B200 fp8 GEMM).
+        let rows = [(16u64, 0.0168), (17, 0.0373), (32, 0.0172), (48, 0.0172), (64, 0.0175)]
+            .iter()
+            .map(|&(m, l)| (vec!["fp8".to_string()], vec![m, 8192, 7168], l))
+            .collect();
+        let t = Table::from_rows(Family::Gemm, rows).unwrap();
+        let g = t.slice(&["fp8"]).unwrap();
+        let sol = |c: &[f64]| c[0] * c[1] * c[2];
+        let at = |m: f64| g.lookup(&[m, 8192.0, 7168.0], Family::Gemm.scales(), sol).unwrap();
+        // The table keeps what was measured; a lookup takes the least time measured at 17
+        // rows or more, and says it did not read the row as it stands.
+        assert_eq!(g.exact(&[17, 8192, 7168]), Some(0.0373));
+        assert_eq!(at(17.0), (0.0172, Source::Interpolated));
+        assert_eq!(at(16.0), (0.0168, Source::Measured));
+        let (mid, src) = at(24.0);
+        assert_eq!(src, Source::Interpolated);
+        assert!((mid - 0.0172).abs() < 1e-12, "{mid}");
+        // Below the spike the blend rises from 16 to the envelope's 17.
+        let (below, _) = at(16.5);
+        assert!(below > 0.0168 && below <= 0.0172, "{below}");
+        // Axes that are not work (GPU counts) are left as measured.
+        let rows = [(2u64, 1024u64, 0.02), (4, 1024, 0.01), (2, 2048, 0.03), (4, 2048, 0.04)]
+            .iter()
+            .map(|&(g, n, l)| (vec!["bfloat16".to_string(), "graph".to_string()], vec![g, n], l))
+            .collect();
+        let t = Table::from_rows(Family::AllReduce, rows).unwrap();
+        let g = t.slice(&["bfloat16", "graph"]).unwrap();
+        let (l, _) = g.lookup(&[3.0, 1024.0], Family::AllReduce.scales(), |c| c[1]).unwrap();
+        assert!((l - 0.015).abs() < 1e-12, "{l}");
     }
 
     #[test]
@@ -866,6 +989,33 @@ mod tests {
         /// More work is never faster when the measurements are monotone: along each axis of
         /// a random monotone 2-D grid, interpolated and extrapolated latencies never decrease.
         #[test]
+        /// Whatever was measured, lookups along a work axis never fall (on grid points and
+        /// between them), and never exceed the slowest measurement.
+        fn blends_along_work_axes_never_fall(
+            values in proptest::collection::vec(0.001f64..1.0, 18),
+            ms in proptest::collection::vec(1.0f64..72.0, 2..40),
+            n in 1.0f64..32.0,
+        ) {
+            let (am, an) = ([1u64, 2, 8, 16, 64, 72], [1u64, 4, 32]);
+            let mut rows = Vec::new();
+            for (i, m) in am.iter().enumerate() {
+                for (j, nn) in an.iter().enumerate() {
+                    rows.push((vec!["bfloat16".to_string()], vec![*m, *nn, 64], values[i * 3 + j]));
+                }
+            }
+            let t = Table::from_rows(Family::Gemm, rows).unwrap();
+            let g = t.slice(&["bfloat16"]).unwrap();
+            let mut ms = ms;
+            ms.sort_by(f64::total_cmp);
+            let mut last = 0.0;
+            for m in ms {
+                let (lat, _) = g.lookup(&[m.round(), n, 64.0], Family::Gemm.scales(), |c| c[0] * c[1]).unwrap();
+                proptest::prop_assert!(lat + 1e-12 >= last, "m={m}: {lat} < {last}");
+                proptest::prop_assert!(lat <= values.iter().copied().fold(0.0, f64::max) + 1e-12);
+                last = lat;
+            }
+        }
+
         fn monotone_measurements_give_monotone_lookups(
             base in proptest::collection::vec(0.001f64..1.0, 12),
             xs in proptest::collection::vec(1.0f64..80.0, 2..40),

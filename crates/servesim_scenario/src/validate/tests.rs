@@ -229,7 +229,11 @@ fn dynamo_rows_replay_with_the_engine_release_their_runtime_bundles() {
     (r.backend, r.backend_version, r.source) = ("trtllm".into(), "0.8.1.post2".into(), String::new());
     assert_eq!(release_knobs(&r, &Knobs::default()), Knobs::default());
     r.backend_version = "1.0.0rc3".into();
-    assert_eq!(release_knobs(&r, &Knobs::default()).prefill_scale, Some(1.25));
+    let k = release_knobs(&r, &Knobs::default());
+    assert_eq!((k.prefill_scale, k.frontend_ms, k.step_overhead_ms), (Some(1.25), Some(50.0), Some(0.6)));
+    // Knobs given on the command line win.
+    let mine = Knobs { step_overhead_ms: Some(0.0), ..Knobs::default() };
+    assert_eq!(release_knobs(&r, &mine).step_overhead_ms, Some(0.0));
     // vLLM 0.12 behind Dynamo 0.8 schedules synchronously, as vLLM 0.12 does.
     (r.backend, r.backend_version, r.source) = ("vllm".into(), "0.8.0".into(), image("0.8.0", "vllm"));
     assert!(scenario_yaml(&r, &Knobs::default(), true, None).contains("async_scheduling: false"));
@@ -264,14 +268,17 @@ fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
     for (version, written) in [("1.0.0rc3", true), ("0.21.0", true), ("1.1.0rc2.post2", false), ("", false)] {
         r.backend_version = version.into();
         let y = scenario_yaml(&r, &Knobs::default(), true, None);
-        let release = "timing: {prefill_scale: 1.25, frontend_ms: 50}";
+        let release = "timing: {prefill_scale: 1.25, step_overhead_ms: 0.6, frontend_ms: 50}";
         assert_eq!(y.contains(release), written, "{version}: {y}");
     }
     // A constant given on the command line wins over the release's.
     r.backend_version = "1.0.0rc3".into();
     let mine = Knobs { prefill_scale: Some(1.1), allreduce: Some(AllReduceImpl::Custom), ..Knobs::default() };
     let y = scenario_yaml(&r, &mine, true, None);
-    assert!(y.contains("timing: {prefill_scale: 1.1, frontend_ms: 50, allreduce: custom}"), "{y}");
+    assert!(
+        y.contains("timing: {prefill_scale: 1.1, step_overhead_ms: 0.6, frontend_ms: 50, allreduce: custom}"),
+        "{y}"
+    );
     // Other engines' releases share one calibration.
     r.backend = "sglang".into();
     r.backend_version = "0.4.0".into();
