@@ -309,7 +309,9 @@ impl Grid {
     /// say so ([`Source::Interpolated`]).
     pub fn monotone_envelope(&mut self, monotone: &[bool]) {
         let dims = self.axes.len();
-        let original = self.values.clone();
+        // What was measured (an envelope taken before is undone first).
+        let original: Vec<f64> = (0..self.values.len()).map(|i| self.measured(i)).collect();
+        self.values.clone_from(&original);
         for d in (0..dims.min(MAX_DIMS)).filter(|&d| monotone.get(d).copied().unwrap_or(false)) {
             let (n, stride) = (self.axes[d].len(), self.strides[d]);
             if n < 2 {
@@ -437,8 +439,8 @@ impl Grid {
         for (l, b) in lo.iter_mut().zip(br.iter()) {
             *l = b.lo;
         }
-        if let Some((v, src)) = self.at(&lo[..dims]) {
-            return Some((v, src));
+        if let Some(found) = self.at(&lo[..dims]) {
+            return Some(found);
         }
         // The exact point is a hole: let its neighbours stand in (on a copy, so the cache
         // keeps the query's own brackets).
@@ -801,6 +803,12 @@ mod tests {
         assert_eq!(g.exact(&[17, 8192, 7168]), Some(0.0373));
         assert_eq!(at(17.0), (0.0172, Source::Interpolated));
         assert_eq!(at(16.0), (0.0168, Source::Measured));
+        // Taking the envelope again (here over N only) starts from the measurements.
+        let mut again = g.clone();
+        again.monotone_envelope(&[false, true, true]);
+        assert_eq!(again.exact(&[17, 8192, 7168]), Some(0.0373));
+        let (spike, src) = again.lookup(&[17.0, 8192.0, 7168.0], Family::Gemm.scales(), sol).unwrap();
+        assert_eq!((spike, src), (0.0373, Source::Measured));
         let (mid, src) = at(24.0);
         assert_eq!(src, Source::Interpolated);
         assert!((mid - 0.0172).abs() < 1e-12, "{mid}");
