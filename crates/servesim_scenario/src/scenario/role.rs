@@ -275,8 +275,7 @@ pub(super) fn prepare_role(
                     constants: {
                         let mut c = OpConstants::for_backend(backend);
                         if !role.scheduler.async_scheduling {
-                            c.host_s_per_step = servesim_perf::oplevel::SYNC_HOST_S_PER_STEP;
-                            c.host_s_per_sequence = servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE;
+                            c = c.synchronous();
                         }
                         if let Some(x) = role.timing.prefill_scale {
                             c.prefill_scale = x;
