@@ -150,9 +150,9 @@ pub struct EngineCalibration {
 /// Its steps carry 0.7 ms the kernels do not (twenty-third session). The 88 rows of recent
 /// releases (InferenceX's Llama-3.1-70B sweeps on B200 and H100, fp8 and fp4, asynchronous
 /// scheduling) sat below measured TPOT once the kernel tables were read as a monotone
-/// envelope (bias −8.7% on B200, −11.7% on H100), the gap growing with the batch; a grid over {0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
-/// ms took their TPOT MAPE from 11.3% to 8.7% at 0.7 ms (flat to 0.9; B200 alone best at
-/// 0.6–0.7), TTFT 21.3% → 21.6%. Prefill scales {1.05–1.2} and frontends of 40 ms moved their
+/// envelope (bias −8.7% on B200, −11.7% on H100), the gap growing with the batch; a grid
+/// over {0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1} ms took their TPOT MAPE from 11.3% to 8.7% at
+/// 0.7 ms (flat to 0.9; B200 alone best at 0.6–0.7), TTFT 21.3% → 21.6%. Prefill scales {1.05–1.2} and frontends of 40 ms moved their
 /// TTFT by under a point either way, so those stay. The overhead is what an asynchronous
 /// scheduler leaves exposed; a synchronous one's host time replaces it
 /// ([`OpConstants::synchronous`]), which is how the 46 rows of vLLM 0.12 were fitted.
