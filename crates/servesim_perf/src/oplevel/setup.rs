@@ -152,10 +152,11 @@ pub struct EngineCalibration {
 /// scheduling) sat below measured TPOT once the kernel tables were read as a monotone
 /// envelope (bias −8.7% on B200, −11.7% on H100), the gap growing with the batch; a grid
 /// over {0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1} ms took their TPOT MAPE from 11.3% to 8.7% at
-/// 0.7 ms (flat to 0.9; B200 alone best at 0.6–0.7), TTFT 21.3% → 21.6%. Prefill scales {1.05–1.2} and frontends of 40 ms moved their
-/// TTFT by under a point either way, so those stay. The overhead is what an asynchronous
-/// scheduler leaves exposed; a synchronous one's host time replaces it
-/// ([`OpConstants::synchronous`]), which is how the 46 rows of vLLM 0.12 were fitted.
+/// 0.7 ms (flat to 0.9; B200 alone best at 0.6–0.7), TTFT 21.3% → 21.6%. Prefill scales
+/// {1.05–1.2} and frontends of 40 ms moved their TTFT by under a point either way, so those
+/// stay. The overhead is what an asynchronous scheduler leaves exposed; a synchronous one's
+/// host time replaces it ([`OpConstants::synchronous`]), which is how the 46 rows of vLLM
+/// 0.12 were fitted.
 pub const VLLM: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.7e-3,
     prefill_scale: 1.0,
@@ -259,7 +260,8 @@ pub fn release_triple(version: &str) -> Option<(u32, u32, u32)> {
     Some((parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
 }
 
-/// Host time of a step that an engine scheduling synchronously adds to every step, seconds
+/// Host time of a step that an engine scheduling synchronously adds to every step in place of
+/// the calibrated step overhead ([`OpConstants::synchronous`]), seconds
 /// (with [`SYNC_HOST_S_PER_SEQUENCE`] per sequence in it). Fitted on the 46 dense aggregated
 /// rows measured on vLLM 0.12 (Qwen3-32B on H100, TP2–TP8, 8–256 clients), the release before
 /// async scheduling became vLLM's default (0.14, vLLM PR #27614): their measured TPOT sat
