@@ -118,6 +118,10 @@ pub struct TimerReport {
     pub lookups: Vec<(String, [u64; 4])>,
 }
 
+/// A step's seconds split by what they are spent on (op kinds, then the calibrated costs
+/// outside the kernel tables), in a stable order; the parts add up to the step's time.
+pub type StepBreakdown = Vec<(&'static str, f64)>;
+
 /// Times forward steps of one worker role.
 pub trait StepTimer {
     /// Duration of one step in which rank `i` does `ranks[i]`. With attention data
@@ -151,6 +155,13 @@ pub trait StepTimer {
 
     /// A description of the model and its lookups so far, for reports.
     fn report(&self) -> Option<TimerReport> {
+        None
+    }
+
+    /// The step [`StepTimer::step_time`] would time for `ranks`, split into its parts, for
+    /// reports; `None` when the model has no parts to show (a whole-forward table). It does
+    /// not count as a timed step (no lookups are tallied).
+    fn breakdown(&mut self, _ranks: &[RankLoad]) -> Option<StepBreakdown> {
         None
     }
 }

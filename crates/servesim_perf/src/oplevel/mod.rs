@@ -33,7 +33,7 @@ use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use servesim_core::timing::{RankLoad, StepTimer, TimerReport, TimingError};
+use servesim_core::timing::{RankLoad, StepBreakdown, StepTimer, TimerReport, TimingError};
 use servesim_core::units::{SimDur, SimTime};
 
 use crate::spec::GemmQuant;
@@ -146,6 +146,14 @@ struct AttentionLayers {
     sliding_layers: f64,
     window: Option<(u64, u32)>,
     cap: f64,
+}
+
+/// Seconds of a part of a step by op kind ([`OP_KINDS`] order).
+type KindSeconds = [f64; 7];
+
+/// A part's seconds and lookups, without its split by op kind.
+fn total((secs, tally, _): (f64, Tally, KindSeconds)) -> (f64, Tally) {
+    (secs, tally)
 }
 
 /// A memo slot: seconds and the index of the tally of the lookups behind it.
@@ -302,8 +310,9 @@ impl OpLevelTimer {
     /// Per-rank cost that depends only on the rank's new tokens: linear layers, norms,
     /// activations, all-reduces, embedding.
     #[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
-    fn dense_part(&mut self, tokens: u64, graph: bool) -> (f64, Tally) {
+    fn dense_part(&mut self, tokens: u64, graph: bool) -> (f64, Tally, KindSeconds) {
         let mut prov = Tally::default();
+        let mut by_kind = KindSeconds::default();
         let m = self.s.model.clone();
         let p = self.s.parallelism;
         let tp = u64::from(self.tp());
@@ -319,6 +328,7 @@ impl OpLevelTimer {
                     prov.count(Self::kind(fam), src);
                 }
                 secs += s * times;
+                by_kind[Self::kind(fam)] += s * times;
             };
         let attn_layers = f64::from(m.attention_layers()) / pp;
         let linear_layers = f64::from(m.num_layers - m.attention_layers()) / pp;
@@ -416,7 +426,7 @@ impl OpLevelTimer {
             let s = tf * h as f64 * 2.0 / link + self.s.constants.link_latency_s;
             add(self, "p2p", (s, Source::Roofline), (pp - 1.0) / pp, &mut prov);
         }
-        (secs, prov)
+        (secs, prov, by_kind)
     }
 
     /// LM head (and the final norm of the sampled rows) for `seqs` sampling sequences.
@@ -433,9 +443,10 @@ impl OpLevelTimer {
 
     /// Routed experts over `tokens` tokens of all ranks, with their all-to-all.
     #[allow(clippy::cast_precision_loss)]
-    fn moe_part(&mut self, tokens: u64) -> (f64, Tally) {
+    fn moe_part(&mut self, tokens: u64) -> (f64, Tally, KindSeconds) {
         let mut prov = Tally::default();
-        let Some(moe) = self.s.model.moe.clone() else { return (0.0, prov) };
+        let mut by_kind = KindSeconds::default();
+        let Some(moe) = self.s.model.moe.clone() else { return (0.0, prov, by_kind) };
         let p = self.s.parallelism;
         let layers = f64::from(self.s.model.moe_layers()) / f64::from(p.pipeline.max(1));
         let e = self.moe_experts(tokens);
@@ -443,6 +454,7 @@ impl OpLevelTimer {
             prov.count(const { Self::kind("moe") }, e.1);
         }
         let mut secs = e.0 * layers;
+        by_kind[const { Self::kind("moe") }] = secs;
         if p.attention_data > 1 {
             // Dispatch and combine: each rank sends its tokens' hidden states to the experts'
             // ranks (bf16), evenly split over ranks.
@@ -453,8 +465,9 @@ impl OpLevelTimer {
                 prov.count(const { Self::kind("nccl") }, a.1);
             }
             secs += 2.0 * a.0 * layers;
+            by_kind[const { Self::kind("nccl") }] = 2.0 * a.0 * layers;
         }
-        (secs, prov)
+        (secs, prov, by_kind)
     }
 
     fn memo(&mut self, which: u8, key: u64) -> f64 {
@@ -478,10 +491,10 @@ impl OpLevelTimer {
             return (s, ti);
         }
         let (s, tally) = match which {
-            0 => self.dense_part(key, true),
+            0 => total(self.dense_part(key, true)),
             1 => self.head_part(key),
-            3 => self.dense_part(key, false),
-            _ => self.moe_part(key),
+            3 => total(self.dense_part(key, false)),
+            _ => total(self.moe_part(key)),
         };
         let prov = self.intern(tally);
         if idx < MEMO_LIMIT {
@@ -632,7 +645,59 @@ impl OpLevelTimer {
         }
         worst + self.memo(2, all_tokens)
     }
+
+    /// `stage_seconds` split into [`StageParts`]: the same terms of the same (slowest) rank,
+    /// evaluated without the memo so that each keeps its op kinds. Counts lookups into `used`
+    /// (attention); [`StepTimer::breakdown`] puts the counts back.
+    fn stage_parts(&mut self, ranks: &[RankLoad]) -> StageParts {
+        const GEMM: usize = OpLevelTimer::kind("gemm");
+        const ATTENTION: usize = OpLevelTimer::kind("attention");
+        let mut worst = (0.0, [0.0; STAGE_PARTS]);
+        let mut all_tokens = 0u64;
+        for r in ranks {
+            if r.is_empty() {
+                continue;
+            }
+            let t = r.new_tokens();
+            all_tokens += t;
+            let seqs = u64::from(r.decode_requests) + r.prefill.len() as u64;
+            let graph = self.s.graphs.captures(t, !r.prefill.is_empty());
+            let (dense, _, kinds) = self.dense_part(t, graph);
+            let (ctx, gen) = self.attention_part(r);
+            let head = self.head_part(seqs).0 / f64::from(self.s.parallelism.pipeline.max(1));
+            let mut parts = [0.0; STAGE_PARTS];
+            parts[..OP_KINDS.len()].copy_from_slice(&kinds);
+            parts[GEMM] += head;
+            parts[ATTENTION] += ctx + gen;
+            let mut s = dense + head + ctx + gen;
+            #[allow(clippy::float_cmp)] // 1.0 exactly means "no scaling", as in `stage_seconds`.
+            if !r.prefill.is_empty() && self.s.constants.prefill_scale != 1.0 {
+                let d = u64::from(r.decode_requests);
+                let decode_only = if d > 0 { self.dense_part(d, graph).0 } else { 0.0 };
+                let share = (self.s.constants.prefill_scale - 1.0) * ((dense - decode_only).max(0.0) + ctx);
+                parts[PREFILL_SCALE_PART] = share;
+                s += share;
+            }
+            if s > worst.0 {
+                worst = (s, parts);
+            }
+        }
+        let mut parts = worst.1;
+        if all_tokens > 0 {
+            let (_, _, moe) = self.moe_part(all_tokens);
+            for (p, m) in parts.iter_mut().zip(moe) {
+                *p += m;
+            }
+        }
+        parts
+    }
 }
+
+/// Parts of a pipeline stage's step: [`OP_KINDS`], then the prefill share the calibration
+/// adds beyond the tables.
+const STAGE_PARTS: usize = OP_KINDS.len() + 1;
+const PREFILL_SCALE_PART: usize = OP_KINDS.len();
+type StageParts = [f64; STAGE_PARTS];
 
 /// Generation attention seconds of one rank's decode batch `r` over the stage's `layers`,
 /// each kind of layer timed by `attention(kind, mean KV length)` (0: full, 1: sliding
@@ -798,6 +863,36 @@ impl StepTimer for OpLevelTimer {
         }
         (self.run_ranks, self.run_tallies) = (fixed, tallies);
         out
+    }
+
+    /// `step_seconds` by part: the slowest pipeline micro-batch's stage parts scaled to the
+    /// cycle (and to the draft layers), then the engine's step overhead and the host time.
+    fn breakdown(&mut self, ranks: &[RankLoad]) -> Option<StepBreakdown> {
+        let used = self.used;
+        let mut gpu = [0.0; STAGE_PARTS];
+        let (mut overhead, mut host) = (0.0, 0.0);
+        if !ranks.iter().all(RankLoad::is_empty) {
+            let stages = self.s.parallelism.pipeline.max(1);
+            let mut slowest = (f64::NEG_INFINITY, [0.0; STAGE_PARTS]);
+            let cycle = servesim_core::timing::pipelined_seconds(ranks, stages, &mut |r| {
+                let parts = self.stage_parts(r);
+                let s: f64 = parts.iter().sum();
+                if s > slowest.0 {
+                    slowest = (s, parts);
+                }
+                s
+            });
+            let scale = if slowest.0 > 0.0 { cycle / slowest.0 * self.s.draft_scale() } else { 0.0 };
+            gpu = slowest.1.map(|p| p * scale);
+            overhead = self.s.constants.step_overhead_s;
+            host = self.host_seconds(ranks);
+        }
+        self.used = used;
+        let mut out: StepBreakdown = OP_KINDS.iter().copied().zip(gpu).collect();
+        out.push(("prefill_scale", gpu[PREFILL_SCALE_PART]));
+        out.push(("step_overhead", overhead));
+        out.push(("host", host));
+        Some(out)
     }
 
     fn report(&self) -> Option<TimerReport> {

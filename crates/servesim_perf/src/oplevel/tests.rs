@@ -509,3 +509,57 @@ fn the_allreduce_implementation_picks_its_table() {
     s.constants.allreduce = AllReduceImpl::Nccl;
     assert_eq!(OpLevelTimer::new(s, Rc::new(gemm_db())).allreduce(8 * 4096, 4, true).1, Source::Roofline);
 }
+
+/// A step's breakdown adds up to its time and names where it goes: tensor-parallel
+/// all-reduces, expert all-to-alls under attention DP, the calibrated prefill share, the
+/// step overhead, a synchronous host's time, pipeline cycles and draft layers; and asking
+/// for it counts no lookups.
+#[test]
+fn step_breakdowns_add_up_to_the_step_time() {
+    let moe = Moe {
+        num_experts: 64,
+        experts_per_token: 4,
+        expert_intermediate_size: 1536,
+        shared_intermediate_size: 2048,
+        dense_layers: 2,
+    };
+    let mixed = RankLoad {
+        prefill: vec![PrefillChunk { new_tokens: 700, context_tokens: 300 }],
+        decode_requests: 12,
+        decode_kv_tokens: 12 * 1500,
+    };
+    let decode = RankLoad { prefill: vec![], decode_requests: 40, decode_kv_tokens: 40 * 600 };
+    let mut scaled = setup(2);
+    scaled.constants.prefill_scale = 1.3;
+    scaled.constants.step_overhead_s = 0.000_7;
+    let mut dp = setup(2);
+    dp.model.moe = Some(moe);
+    dp.parallelism = Parallelism { tensor: 1, attention_data: 2, moe_expert: 2, ..Parallelism::SINGLE };
+    let mut sync = setup(1);
+    sync.constants = sync.constants.synchronous();
+    let mut pp = setup(2);
+    pp.parallelism.pipeline = 2;
+    pp.draft_layers = 1;
+    let cases: Vec<(OpLevelSetup, Vec<RankLoad>, &[&str])> = vec![
+        (scaled, vec![mixed.clone()], &["gemm", "attention", "allreduce", "prefill_scale", "step_overhead"]),
+        (dp, vec![mixed.clone(), decode.clone()], &["moe", "nccl"]),
+        (sync, vec![decode.clone()], &["host"]),
+        (pp, vec![mixed], &["p2p", "allreduce"]),
+        (setup(1), vec![RankLoad::default()], &[]),
+    ];
+    for (i, (s, loads, nonzero)) in cases.into_iter().enumerate() {
+        let mut t = OpLevelTimer::new(s, Rc::new(decode_db()));
+        let step = t.step_seconds(&loads);
+        let counted = t.provenance_by_kind();
+        let parts = t.breakdown(&loads).unwrap();
+        assert_eq!(t.provenance_by_kind(), counted, "case {i}: lookups");
+        let sum: f64 = parts.iter().map(|(_, s)| s).sum();
+        assert!((sum - step).abs() <= 1e-12 + step * 1e-9, "case {i}: {sum} != {step}: {parts:?}");
+        assert!(parts.iter().all(|(_, s)| *s >= 0.0), "case {i}: {parts:?}");
+        for name in nonzero {
+            assert!(parts.iter().any(|(k, s)| k == name && *s > 0.0), "case {i}: no {name} in {parts:?}");
+        }
+        let names: Vec<&str> = parts.iter().map(|(k, _)| *k).collect();
+        assert_eq!(names[..OP_KINDS.len()], OP_KINDS, "case {i}");
+    }
+}
