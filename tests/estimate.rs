@@ -52,6 +52,23 @@ fn a_lone_request_costs_its_prefill_step_and_its_decode_steps() {
     let mean_step = (d("mixed_step_ms") + 99.0 * d("decode_step_ms")) / 100.0;
     assert!((e.ttft_ms - (frontend + mean_step / 2.0 + d("mixed_step_ms"))).abs() < 1e-9);
     assert!((e.tpot_ms - d("decode_step_ms")).abs() < 1e-9);
+    // Its typical steps by part add up to the steps the estimate used (up to the step
+    // time's nanosecond), TP4's all-reduces among the parts.
+    let step = |name: &str| e.steps.iter().find(|s| s.step == name).unwrap();
+    let (decode, mixed) = (step("decode"), step("mixed"));
+    assert!((decode.step_ms() - d("decode_step_ms")).abs() < 1e-5, "{decode:?}");
+    assert!((mixed.step_ms() - d("mixed_step_ms")).abs() < 1e-5, "{mixed:?}");
+    assert_eq!((decode.decode_requests, decode.prefill_tokens), (1, 0));
+    assert_eq!((mixed.decode_requests, mixed.prefill_tokens), (0, 2000));
+    for s in [decode, mixed] {
+        for kind in ["gemm", "attention", "allreduce"] {
+            assert!(s.parts_ms.iter().any(|(k, ms)| *k == kind && *ms > 0.0), "{kind}: {s:?}");
+        }
+    }
+    assert!(e.summary().contains(&format!(
+        "decode step (1 decodes, 0 prompt tokens per rank) {:.2} ms: ",
+        decode.step_ms()
+    )));
     // A replay of the same lone requests: TTFT is the prefill step plus the frontend delay,
     // TPOT the decode step (the estimate adds half a step of arrival phase).
     let j = replay(&p);
@@ -155,6 +172,9 @@ traffic:
     let e = estimate(&p).unwrap();
     assert_eq!(e.mode, "disaggregated");
     assert_eq!(e.gpus, 16);
+    let steps: Vec<(&str, bool, bool)> =
+        e.steps.iter().map(|s| (s.step, s.decode_requests > 0, s.prefill_tokens > 0)).collect();
+    assert_eq!(steps, [("prefill", false, true), ("decode", true, false)]);
     let j = replay(&p);
     let err = |k: &str, v: f64| (v / f(&j, k) - 1.0).abs();
     assert!(err("mean_tpot_ms", e.tpot_ms) < 0.05, "TPOT {} vs {}", e.tpot_ms, f(&j, "mean_tpot_ms"));

@@ -103,6 +103,14 @@ test('the page runs the default scenario on load and matches the CLI byte for by
   assert.ok(Math.abs(estTtft - est.mean_ttft_ms) <= 0.005, `estimate TTFT ${estTtft} vs ${est.mean_ttft_ms}`);
   assert.ok(Math.abs(estTpot - est.mean_tpot_ms) <= 0.005, `estimate TPOT ${estTpot} vs ${est.mean_tpot_ms}`);
   assert.match(await page.textContent('#est-note'), /^bottleneck: /);
+  // Where the estimate's typical steps spend their time: the CLI's step breakdown, a line each.
+  const stepLines = await page.$$eval('#est-steps li', (lis) => lis.map((li) => li.textContent));
+  assert.ok(est.step_breakdown.length >= 2, 'decode and mixed steps');
+  assert.equal(stepLines.length, est.step_breakdown.length);
+  est.step_breakdown.forEach((s, i) => {
+    assert.ok(stepLines[i].startsWith(`${s.step} step`), stepLines[i]);
+    assert.ok(stepLines[i].includes(`${s.step_ms.toFixed(2)} ms: `), `${stepLines[i]} vs ${s.step_ms}`);
+  });
   // The summary: GPUs, percentiles, SLA, memory and timing provenance, all from prediction.json.
   assert.equal(await page.textContent('#gpus'), String(want.servesim.deployment.gpus));
   const ttftRow = await page.$$eval('#latency-table tbody tr:first-child td', (tds) => tds.map((t) => t.textContent));

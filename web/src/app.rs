@@ -360,6 +360,13 @@ pub fn App() -> impl IntoView {
             None => String::new(),
         })
     };
+    // Where the estimate's typical steps spend their time (op kinds, overheads).
+    let est_steps = move || {
+        estimate.with(|e| match e {
+            Some(Ok(v)) => servesim_scenario::estimate::step_lines(v),
+            _ => Vec::new(),
+        })
+    };
     let running = move || state.with(|s| matches!(s, RunState::Running { .. }));
     let status = move || {
         state.with(|s| match s {
@@ -523,6 +530,9 @@ pub fn App() -> impl IntoView {
                     " tok/s · "
                     <span id="est-note">{est_note}</span>
                 </p>
+                <ul id="est-steps" class="hint">
+                    {move || est_steps().into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
+                </ul>
                 <crate::summary::Summary prediction=Signal::derive(move || state.with(|s| if let RunState::Done(o) = s { Some(o.prediction.clone()) } else { None })) />
                 <div id="ttft-chart" class="chart" data-status="empty"></div>
                 <div class="chart-grid">

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value as Json};
 
 use servesim_core::engine::Backend;
-use servesim_core::timing::{PrefillChunk, RankLoad, StepTimer};
+use servesim_core::timing::{PrefillChunk, RankLoad, StepBreakdown, StepTimer};
 use servesim_core::traffic::{LengthDist, Load, Source};
 
 use crate::scenario::{Prepared, PreparedRole, ScenarioError};
@@ -116,7 +116,87 @@ pub struct Estimate {
     pub capacity_rps: f64,
     /// Step-level figures (ms, counts) behind the estimate, in a stable order.
     pub detail: Vec<(&'static str, f64)>,
+    /// The typical steps, each split into where its time goes (empty when the timing model
+    /// has no parts, as with whole-forward tables).
+    pub steps: Vec<StepParts>,
 }
+
+/// A typical step of an estimate and where its time goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepParts {
+    /// `decode` (decode-only), `mixed` (a prompt beside the decodes) or `prefill`.
+    pub step: &'static str,
+    /// Decode requests per rank in the step.
+    pub decode_requests: u32,
+    /// Prompt tokens per rank computed in the step.
+    pub prefill_tokens: u32,
+    /// Milliseconds by part, adding up to the step (the timing model's breakdown).
+    pub parts_ms: StepBreakdown,
+}
+
+impl StepParts {
+    /// The whole step (ms).
+    #[must_use]
+    pub fn step_ms(&self) -> f64 {
+        self.parts_ms.iter().map(|(_, ms)| ms).sum()
+    }
+
+    fn to_json(&self) -> Json {
+        let parts: serde_json::Map<String, Json> =
+            self.parts_ms.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+        json!({
+            "step": self.step,
+            "decode_requests": self.decode_requests,
+            "prefill_tokens": self.prefill_tokens,
+            "step_ms": self.step_ms(),
+            "parts_ms": parts,
+        })
+    }
+
+    /// One line: the step and its parts above 0.5% of it, largest first.
+    fn line(&self) -> String {
+        let parts: Vec<(&str, f64)> = self.parts_ms.iter().map(|(k, ms)| (*k, *ms)).collect();
+        describe_step(self.step, u64::from(self.decode_requests), u64::from(self.prefill_tokens), parts)
+    }
+}
+
+/// The summary line of each step in `estimate.json`'s `step_breakdown` (as `servesim
+/// estimate` prints them), for pages that hold the JSON.
+#[must_use]
+pub fn step_lines(estimate: &Json) -> Vec<String> {
+    let Some(steps) = estimate["step_breakdown"].as_array() else { return Vec::new() };
+    steps
+        .iter()
+        .map(|v| {
+            let parts: Vec<(&str, f64)> = v["parts_ms"]
+                .as_object()
+                .map(|o| o.iter().map(|(k, ms)| (k.as_str(), ms.as_f64().unwrap_or(0.0))).collect())
+                .unwrap_or_default();
+            let count = |key: &str| v[key].as_u64().unwrap_or(0);
+            describe_step(
+                v["step"].as_str().unwrap_or("?"),
+                count("decode_requests"),
+                count("prefill_tokens"),
+                parts,
+            )
+        })
+        .collect()
+}
+
+fn describe_step(step: &str, decodes: u64, prompt_tokens: u64, mut parts: Vec<(&str, f64)>) -> String {
+    let total: f64 = parts.iter().map(|(_, ms)| ms).sum();
+    parts.retain(|(_, ms)| *ms > total * PART_SHOWN_SHARE);
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shown: Vec<String> = parts.iter().map(|(k, ms)| format!("{k} {ms:.2}")).collect();
+    format!(
+        "{step} step ({decodes} decodes, {prompt_tokens} prompt tokens per rank) {total:.2} ms: {}",
+        shown.join(", ")
+    )
+}
+
+/// Parts smaller than this share of their step are left out of the summary line (the JSON
+/// has them all).
+const PART_SHOWN_SHARE: f64 = 0.005;
 
 impl Estimate {
     /// Output tokens per second per GPU.
@@ -164,6 +244,7 @@ impl Estimate {
             "bottleneck": self.bottleneck,
             "overloaded": self.overloaded,
             "detail": detail,
+            "step_breakdown": self.steps.iter().map(StepParts::to_json).collect::<Vec<_>>(),
         })
     }
 
@@ -203,6 +284,9 @@ impl Estimate {
             self.concurrency,
             self.bottleneck
         );
+        for step in &self.steps {
+            let _ = writeln!(s, "{}", step.line());
+        }
         s
     }
 }
@@ -252,6 +336,13 @@ impl RoleSteps {
         decodes: u32,
         kv_per_decode: f64,
     ) -> Result<f64, ScenarioError> {
+        self.fill(chunks, decodes, kv_per_decode);
+        let d = self.timer.step_time(&self.loads).map_err(|e| run_error(e.message))?;
+        Ok(d.as_secs_f64() * 1000.0)
+    }
+
+    /// Lays out one step with the same work on every rank in `loads`.
+    fn fill(&mut self, chunks: &[PrefillChunk], decodes: u32, kv_per_decode: f64) {
         // A speculating request verifies `rows` positions, each seeing one more key than the
         // one before, as the replay's worker lays them out.
         let q = f64::from(self.rows);
@@ -265,8 +356,24 @@ impl RoleSteps {
                 l.decode_kv_tokens = (f64::from(decodes) * kv_per_request).round() as u64;
             }
         }
-        let d = self.timer.step_time(&self.loads).map_err(|e| run_error(e.message))?;
-        Ok(d.as_secs_f64() * 1000.0)
+    }
+
+    /// The step `step_ms` times, by part, when the timing model has parts.
+    fn parts(
+        &mut self,
+        step: &'static str,
+        chunks: &[PrefillChunk],
+        decodes: u32,
+        kv_per_decode: f64,
+    ) -> Option<StepParts> {
+        self.fill(chunks, decodes, kv_per_decode);
+        let parts = self.timer.breakdown(&self.loads)?;
+        Some(StepParts {
+            step,
+            decode_requests: decodes,
+            prefill_tokens: chunks.iter().map(|c| c.new_tokens).sum(),
+            parts_ms: parts.into_iter().map(|(k, secs)| (k, secs * 1000.0)).collect(),
+        })
     }
 
     /// A decode-only step for `b` requests (linear between whole batch sizes; at least one).
@@ -506,20 +613,44 @@ impl Aggregated {
         })
     }
 
-    fn point(&mut self, b: f64) -> Result<AggPoint, ScenarioError> {
-        let b = b.max(1.0);
-        let osl = self.w.osl;
+    /// The mixed steps at `b` requests per rank: a prompt's chunks, how many prompts share a
+    /// step, how many decodes run beside them, and a request's life in steps.
+    fn mix_plan(&self, b: f64) -> (Vec<PrefillChunk>, f64, f64, f64) {
         let rows = f64::from(self.steps.rows);
         let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, (b - 1.0) * rows);
         let k = chunks.len() as f64;
         // Decode steps emit `tokens_per_step` tokens each (more than one when speculating).
-        let per_step = self.steps.tokens_per_step;
-        let life = k + (osl - 1.0) / per_step;
+        let life = k + (self.w.osl - 1.0) / self.steps.tokens_per_step;
         // Prompts share a step only when more of them start per step than one: about b·k/life
         // requests enter prefill each step in steady state.
         let q = (b * k / life).ceil().clamp(1.0, f64::from(fit).min(b));
         // The mixed steps: q prompts (or one chunk) beside the others' decodes.
-        let decodes_beside = (b - q).max(0.0);
+        (chunks, q, (b - q).max(0.0), life)
+    }
+
+    /// The typical steps at `b` requests per rank by part: decode-only, and the first of a
+    /// prompt's mixed steps.
+    fn step_parts(&mut self, b: f64) -> Vec<StepParts> {
+        let b = b.max(1.0);
+        let (chunks, q, beside, _) = self.mix_plan(b);
+        let packed: Vec<PrefillChunk> =
+            if chunks.len() == 1 { vec![chunks[0]; to_u32(q) as usize] } else { chunks[..1].to_vec() };
+        let kv = self.kv_mean;
+        [
+            self.steps.parts("decode", &[], to_u32(b), kv),
+            self.steps.parts("mixed", &packed, to_u32(beside), kv),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    fn point(&mut self, b: f64) -> Result<AggPoint, ScenarioError> {
+        let b = b.max(1.0);
+        let osl = self.w.osl;
+        let per_step = self.steps.tokens_per_step;
+        let (chunks, q, decodes_beside, life) = self.mix_plan(b);
+        let k = chunks.len() as f64;
         let mut own_ms = 0.0;
         let mut mix_sum = 0.0;
         for c in &chunks {
@@ -703,6 +834,7 @@ impl Aggregated {
                 ("start_wave_ttft_ms", wave_ms),
                 ("start_wave_share", share),
             ],
+            steps: self.step_parts(b),
         })
     }
 }
@@ -960,6 +1092,23 @@ impl Disaggregated {
                 ("start_wave_ttft_ms", wave_ms),
                 ("start_wave_share", share),
             ],
+            steps: self.step_parts(at.decode_batch),
         })
+    }
+
+    /// The typical steps by part: a prefill step (its prompts, or a long prompt's first
+    /// chunk) and a decode step at `b` requests per rank.
+    fn step_parts(&mut self, b: f64) -> Vec<StepParts> {
+        let q = if self.chunks.len() > 1 { 1.0 } else { self.fit.max(1.0) };
+        let prefill: Vec<PrefillChunk> = if self.chunks.len() > 1 {
+            self.chunks[..1].to_vec()
+        } else {
+            vec![self.chunks[0]; to_u32(q) as usize]
+        };
+        let kv = self.kv_mean;
+        [self.pre.parts("prefill", &prefill, 0, 0.0), self.dec.parts("decode", &[], to_u32(b.max(1.0)), kv)]
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
