@@ -51,6 +51,111 @@ impl RankLoad {
     }
 }
 
+/// What a step is, for accounting: decode-only, prompts beside decodes, or prompts only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// Only decode rows.
+    Decode,
+    /// Prefill chunks and decode rows in one step.
+    Mixed,
+    /// Only prefill chunks.
+    Prefill,
+}
+
+impl StepKind {
+    /// Every kind, in report order.
+    pub const ALL: [StepKind; 3] = [StepKind::Decode, StepKind::Mixed, StepKind::Prefill];
+
+    /// The kind of a step in which the ranks do `loads` (`None` when nothing is done).
+    #[must_use]
+    pub fn of(loads: &[RankLoad]) -> Option<StepKind> {
+        let prefill = loads.iter().any(|l| !l.prefill.is_empty());
+        let decode = loads.iter().any(|l| l.decode_requests > 0);
+        match (prefill, decode) {
+            (false, false) => None,
+            (false, true) => Some(StepKind::Decode),
+            (true, true) => Some(StepKind::Mixed),
+            (true, false) => Some(StepKind::Prefill),
+        }
+    }
+
+    /// Its name in reports.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepKind::Decode => "decode",
+            StepKind::Mixed => "mixed",
+            StepKind::Prefill => "prefill",
+        }
+    }
+}
+
+/// Sums over the steps of one kind a worker ran: their time and the work in them, from
+/// which a typical step of the kind is laid out ([`StepTally::typical`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTally {
+    /// Steps.
+    pub steps: u64,
+    /// Time in them (ns).
+    pub busy_ns: u64,
+    /// Busy ranks summed over the steps (an attention-DP rank with no work is not busy).
+    pub busy_ranks: u64,
+    /// Decode query rows.
+    pub decode_rows: u64,
+    /// Keys the decode rows saw.
+    pub decode_kv_tokens: u64,
+    /// Prefill chunks.
+    pub prefill_chunks: u64,
+    /// Prefill tokens computed.
+    pub prefill_tokens: u64,
+    /// Tokens already in KV before each prefill chunk, summed.
+    pub prefill_context_tokens: u64,
+}
+
+impl StepTally {
+    /// Counts one step of `busy_ns` in which the ranks did `loads`.
+    pub fn add(&mut self, loads: &[RankLoad], busy_ns: u64) {
+        self.steps += 1;
+        self.busy_ns += busy_ns;
+        for l in loads.iter().filter(|l| !l.is_empty()) {
+            self.busy_ranks += 1;
+            self.decode_rows += u64::from(l.decode_requests);
+            self.decode_kv_tokens += l.decode_kv_tokens;
+            self.prefill_chunks += l.prefill.len() as u64;
+            for c in &l.prefill {
+                self.prefill_tokens += u64::from(c.new_tokens);
+                self.prefill_context_tokens += u64::from(c.context_tokens);
+            }
+        }
+    }
+
+    /// The typical step: as many busy ranks as the steps had on average, each with the
+    /// mean work of a busy rank (its mean chunk repeated, its mean decode batch at the mean
+    /// KV length); empty when no step was counted.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Means of u32 quantities fit in u32.
+    pub fn typical(&self) -> Vec<RankLoad> {
+        if self.steps == 0 || self.busy_ranks == 0 {
+            return Vec::new();
+        }
+        let mean = |sum: u64, n: u64| (sum + n / 2).checked_div(n).unwrap_or(0);
+        let ranks = mean(self.busy_ranks, self.steps).max(1);
+        let chunks =
+            if self.prefill_chunks > 0 { mean(self.prefill_chunks, self.busy_ranks).max(1) } else { 0 };
+        let chunk = PrefillChunk {
+            new_tokens: mean(self.prefill_tokens, self.prefill_chunks).max(1) as u32,
+            context_tokens: mean(self.prefill_context_tokens, self.prefill_chunks) as u32,
+        };
+        let rows = if self.decode_rows > 0 { mean(self.decode_rows, self.busy_ranks).max(1) } else { 0 };
+        let load = RankLoad {
+            prefill: alloc::vec![chunk; chunks as usize],
+            decode_requests: rows as u32,
+            decode_kv_tokens: mean(self.decode_kv_tokens, self.decode_rows) * rows,
+        };
+        alloc::vec![load; ranks as usize]
+    }
+}
+
 /// Micro-batch `m` of `stages` of one rank's load, as a pipeline-parallel engine splits a
 /// batch (vLLM keeps `pipeline` batches in flight, each with its own requests): prefill
 /// chunks and decode requests dealt round-robin, decode KV shared in proportion.

@@ -24,7 +24,7 @@ use crate::frontend::Frontend;
 use crate::metrics::ItlSamples;
 use crate::queue::event_key;
 use crate::request::{Phase, ReqId, Request, Status, NEVER};
-use crate::timing::{step_dur, PrefillChunk, RankLoad, StepTimer, TimingError};
+use crate::timing::{step_dur, PrefillChunk, RankLoad, StepKind, StepTally, StepTimer, TimingError};
 use crate::units::SimTime;
 
 /// Busy-time and token counters of a worker.
@@ -46,6 +46,16 @@ pub struct WorkerStats {
     pub kv_evicted_tokens: u64,
     /// The serving processes' work, when the worker simulates them.
     pub frontend: Option<crate::frontend::FrontendStats>,
+    /// The steps by kind ([`StepKind::ALL`] order): their time and work.
+    pub by_kind: [StepTally; 3],
+}
+
+impl WorkerStats {
+    /// The tally of one kind of step.
+    #[must_use]
+    pub fn of_kind(&self, kind: StepKind) -> &StepTally {
+        &self.by_kind[kind as usize]
+    }
 }
 
 /// What a completed step produced, for the simulation to account.
@@ -395,6 +405,9 @@ impl Worker {
         }
         self.stats.steps += 1;
         self.stats.busy_ns += first.as_ns();
+        if let Some(kind) = StepKind::of(&self.loads) {
+            self.stats.by_kind[kind as usize].add(&self.loads, first.as_ns());
+        }
         Ok(Some(out))
     }
 
@@ -604,9 +617,14 @@ impl Worker {
         }
         let mut total = 0u64;
         let mut common = 0u64;
+        // Keys the run's decode rows see over these steps: each request's KV grows by one a
+        // step from its length at the first of them (itself included).
+        let mut kv_tokens = 0u64;
+        let n = u64::from(steps);
         for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
             for p in &plan.items {
                 let r = &mut reqs[p.req as usize];
+                kv_tokens += n * (u64::from(r.computed) + 1) + n * (n - 1) / 2;
                 let prev = r.stamps.last_token;
                 let (first_seen, last_seen) = match &self.frontend {
                     Some(fe) => {
@@ -651,6 +669,13 @@ impl Worker {
         self.stats.busy_ns += (last_end - run.step_start(first)).as_ns();
         self.stats.decode_tokens += u64::from(steps) * total;
         self.stats.decode_rounds += u64::from(steps) * total;
+        let busy_ns = (last_end - run.step_start(first)).as_ns();
+        let t = &mut self.stats.by_kind[StepKind::Decode as usize];
+        t.steps += n;
+        t.busy_ns += busy_ns;
+        t.busy_ranks += n * self.plans.iter().filter(|plan| !plan.items.is_empty()).count() as u64;
+        t.decode_rows += n * total;
+        t.decode_kv_tokens += kv_tokens;
         self.last_step_end = last_end;
         run.applied = m;
     }

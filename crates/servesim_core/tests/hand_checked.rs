@@ -560,3 +560,67 @@ fn speculation_under_kv_pressure_completes_every_request() {
         assert_eq!(s.total_output_tokens, 40 * 300, "{backend:?}");
     }
 }
+
+/// One request alone, by kind: a 2 ms prefill step of its 100 tokens, then 4 decode steps of
+/// 1.1 ms whose one row sees 101, 102, 103 and 104 keys. A fast-forwarded run counts what the
+/// same steps count one at a time.
+#[test]
+fn steps_are_tallied_by_kind_alike_with_and_without_runs() {
+    use servesim_core::timing::{StepKind, StepTally};
+    for fast_forward in [true, false] {
+        let r = run(Case { fast_forward, ..Case::default() });
+        let st = &r.worker_stats[0];
+        let prefill = StepTally {
+            steps: 1,
+            busy_ns: 2_000_000,
+            busy_ranks: 1,
+            prefill_chunks: 1,
+            prefill_tokens: 100,
+            ..StepTally::default()
+        };
+        let decode = StepTally {
+            steps: 4,
+            busy_ns: 4_400_000,
+            busy_ranks: 4,
+            decode_rows: 4,
+            decode_kv_tokens: 101 + 102 + 103 + 104,
+            ..StepTally::default()
+        };
+        assert_eq!(*st.of_kind(StepKind::Prefill), prefill, "fast_forward {fast_forward}");
+        assert_eq!(*st.of_kind(StepKind::Decode), decode, "fast_forward {fast_forward}");
+        assert_eq!(*st.of_kind(StepKind::Mixed), StepTally::default());
+        let typical = decode.typical();
+        assert_eq!(typical.len(), 1);
+        assert_eq!((typical[0].decode_requests, typical[0].decode_kv_tokens), (1, 103));
+    }
+}
+
+/// The kinds add up to the worker's steps and busy time, and vLLM's prompt beside a decode
+/// is a mixed step, which SGLang never runs (the case of
+/// `sglang_never_mixes_prefill_into_decode_steps_and_vllm_does`).
+#[test]
+fn step_kinds_add_up_and_tell_mixed_steps_apart() {
+    use servesim_core::timing::StepKind;
+    for backend in [Backend::Vllm, Backend::Sglang] {
+        for load in [Load::ConstantRate(1000.0 / 3.0), Load::Concurrency(8), Load::Poisson(300.0)] {
+            let r = run(Case { requests: 40, output: 20, load: load.clone(), backend, ..Case::default() });
+            let st = &r.worker_stats[0];
+            let kinds = StepKind::ALL.map(|k| *st.of_kind(k));
+            assert_eq!(kinds.iter().map(|t| t.steps).sum::<u64>(), st.steps, "{backend:?} {load:?}");
+            assert_eq!(kinds.iter().map(|t| t.busy_ns).sum::<u64>(), st.busy_ns, "{backend:?} {load:?}");
+            assert_eq!(kinds.iter().map(|t| t.prefill_tokens).sum::<u64>(), st.prefill_tokens);
+            assert_eq!(kinds.iter().map(|t| t.decode_rows).sum::<u64>(), st.decode_rounds);
+        }
+        let r = run(Case { requests: 2, load: Load::ConstantRate(1000.0 / 3.0), backend, ..Case::default() });
+        let mixed = r.worker_stats[0].of_kind(StepKind::Mixed);
+        if backend == Backend::Sglang {
+            assert_eq!(mixed.steps, 0);
+        } else {
+            // B's 100-token prompt beside A's decode: 1 + 1 + 0.1 ms.
+            assert_eq!(
+                (mixed.steps, mixed.busy_ns, mixed.prefill_tokens, mixed.decode_rows),
+                (1, 2_100_000, 100, 1)
+            );
+        }
+    }
+}

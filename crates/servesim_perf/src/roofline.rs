@@ -6,8 +6,9 @@
 //! global and sourced below, never fitted per case.
 
 use alloc::format;
+use alloc::vec;
 
-use servesim_core::timing::{RankLoad, StepTimer, TimingError};
+use servesim_core::timing::{RankLoad, StepBreakdown, StepTimer, TimingError};
 use servesim_core::units::SimDur;
 
 use crate::memory::{kv_bytes_per_token, Parallelism};
@@ -160,10 +161,17 @@ impl RooflineTimer {
     }
 
     /// Seconds one rank spends on its share of a step.
-    #[allow(clippy::cast_precision_loss)]
     fn rank_seconds(&self, r: &RankLoad) -> f64 {
+        let [gemm, head, attention, elementwise, comm] = self.rank_parts(r);
+        gemm + head + attention + elementwise + comm
+    }
+
+    /// [`RooflineTimer::rank_seconds`] by part: linear layers (experts included), LM head,
+    /// attention, element-wise kernels, communication.
+    #[allow(clippy::cast_precision_loss)]
+    fn rank_parts(&self, r: &RankLoad) -> [f64; 5] {
         if r.is_empty() {
-            return 0.0;
+            return [0.0; 5];
         }
         let tokens = r.new_tokens() as f64;
         let seqs = f64::from(r.decode_requests) + r.prefill.len() as f64;
@@ -206,7 +214,7 @@ impl RooflineTimer {
         // Element-wise kernels: launch-bound plus a few activation-sized reads and writes.
         let elementwise = self.elementwise_fixed + tokens * self.elementwise_per_token;
         let comm = self.comm_fixed + tokens * self.comm_per_token;
-        gemm + head + attention + elementwise + comm
+        [gemm, head, attention, elementwise, comm]
     }
 }
 
@@ -221,5 +229,34 @@ impl StepTimer for RooflineTimer {
             });
         }
         Ok(SimDur::from_secs_f64(worst))
+    }
+
+    /// The step by part: the slowest rank of the slowest pipeline micro-batch, scaled to the
+    /// cycle (GEMMs with the LM head and, for MoE, the experts the step touches; attention;
+    /// element-wise kernels; the all-reduces' estimate).
+    fn breakdown(&mut self, ranks: &[RankLoad]) -> Option<StepBreakdown> {
+        let mut slowest = (f64::NEG_INFINITY, [0.0; 5]);
+        let cycle = servesim_core::timing::pipelined_seconds(ranks, self.stages, &mut |micro| {
+            let mut worst = (0.0f64, [0.0; 5]);
+            for r in micro {
+                let parts = self.rank_parts(r);
+                let s: f64 = parts.iter().sum();
+                if s > worst.0 {
+                    worst = (s, parts);
+                }
+            }
+            if worst.0 > slowest.0 {
+                slowest = worst;
+            }
+            worst.0
+        });
+        let scale = if slowest.0 > 0.0 { cycle / slowest.0 * self.draft_scale } else { 0.0 };
+        let [gemm, head, attention, elementwise, comm] = slowest.1.map(|x| x * scale);
+        Some(vec![
+            ("gemm", gemm + head),
+            ("attention", attention),
+            ("allreduce", comm),
+            ("elementwise", elementwise),
+        ])
     }
 }

@@ -563,3 +563,41 @@ fn step_breakdowns_add_up_to_the_step_time() {
         assert_eq!(names[..OP_KINDS.len()], OP_KINDS, "case {i}");
     }
 }
+
+/// The roofline timer's parts add up to its step too (TP2, a pipeline of two, a draft layer).
+#[test]
+fn roofline_breakdowns_add_up_to_the_step_time() {
+    use crate::roofline::RooflineTimer;
+    let mixed = RankLoad {
+        prefill: vec![PrefillChunk { new_tokens: 700, context_tokens: 300 }],
+        decode_requests: 12,
+        decode_kv_tokens: 12 * 1500,
+    };
+    let decode = RankLoad { prefill: vec![], decode_requests: 40, decode_kv_tokens: 40 * 600 };
+    for (i, (pipeline, draft, loads)) in [
+        (1, 0, vec![mixed.clone()]),
+        (1, 0, vec![decode.clone(), mixed.clone()]),
+        (2, 1, vec![mixed.clone()]),
+        (1, 0, vec![RankLoad::default()]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = setup(2);
+        let p = Parallelism { pipeline, ..s.parallelism };
+        let mut t =
+            RooflineTimer::new(s.model, s.hardware, p, Dtype::Bf16, Dtype::Bf16).with_draft_layers(draft);
+        let step = t.step_time(&loads).unwrap().as_secs_f64();
+        let parts = t.breakdown(&loads).unwrap();
+        let sum: f64 = parts.iter().map(|(_, s)| s).sum();
+        assert!((sum - step).abs() <= 1e-9 + step * 1e-9, "case {i}: {sum} != {step}: {parts:?}");
+        if step > 0.0 {
+            for name in ["gemm", "attention", "allreduce", "elementwise"] {
+                assert!(
+                    parts.iter().any(|(k, s)| *k == name && *s > 0.0),
+                    "case {i}: no {name} in {parts:?}"
+                );
+            }
+        }
+    }
+}
