@@ -118,6 +118,14 @@ test('the page runs the default scenario on load and matches the CLI byte for by
   assert.equal(await page.textContent('#sla-attainment'), 'no SLA set');
   assert.match(await page.textContent('#provenance'), /op_level — servesim data\/perf\/h200_sxm\/vllm\/0\.24\.0/);
   assert.match(await page.textContent('#memory-table'), /KV capacity \(tokens\)/);
+  // Where the GPU time went: the lines `servesim predict --detail time` prints.
+  const table = execFileSync(BIN, ['predict', '-c', 'data/scenarios/default.yaml', '--output-dir', scratchDir('time-'), '--detail', 'time'], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const busyWant = table.split('\n').filter((l) => l.startsWith('Busy time, '));
+  assert.equal(busyWant.length, 1, table);
+  assert.deepEqual(await page.$$eval('#busy-time li', (lis) => lis.map((li) => li.textContent)), busyWant);
   await page.waitForSelector('#ttft-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
   await page.screenshot({ path: join(ARTIFACTS, 'predict-default.png'), fullPage: true });
   assert.deepEqual(logs.filter((l) => l.startsWith('[offsite]')), [], 'no request leaves the origin');

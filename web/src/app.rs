@@ -105,6 +105,8 @@ pub struct Outcome {
     pub prediction_text: String,
     /// requests.jsonl text.
     pub requests: Arc<str>,
+    /// Where each role's GPU time went (`servesim predict --detail time`'s lines).
+    pub time: Vec<String>,
     /// Host time of the run (ms).
     pub wall_ms: f64,
 }
@@ -178,12 +180,13 @@ pub fn App() -> impl IntoView {
             FromWorker::Progress { id, finished, total, .. } if id == current => {
                 state.set(RunState::Running { finished, total });
             }
-            FromWorker::Done { id, prediction, requests, wall_ms } if id == current => {
+            FromWorker::Done { id, prediction, requests, time, wall_ms } if id == current => {
                 let parsed = serde_json::from_str(&prediction).unwrap_or(Value::Null);
                 state.set(RunState::Done(Arc::new(Outcome {
                     prediction: parsed,
                     prediction_text: prediction,
                     requests: Arc::from(requests),
+                    time,
                     wall_ms,
                 })));
                 // When the result was on screen, since navigation (for the load benchmark).
@@ -367,6 +370,9 @@ pub fn App() -> impl IntoView {
             _ => Vec::new(),
         })
     };
+    // Each role's busy time by kind of step and by op, from the finished run.
+    let busy_time =
+        move || state.with(|s| if let RunState::Done(o) = s { o.time.clone() } else { Vec::new() });
     let running = move || state.with(|s| matches!(s, RunState::Running { .. }));
     let status = move || {
         state.with(|s| match s {
@@ -534,6 +540,14 @@ pub fn App() -> impl IntoView {
                     {move || est_steps().into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
                 </ul>
                 <crate::summary::Summary prediction=Signal::derive(move || state.with(|s| if let RunState::Done(o) = s { Some(o.prediction.clone()) } else { None })) />
+                <Show when=move || !busy_time().is_empty()>
+                    <details id="time-details">
+                        <summary>"Where the GPU time went"</summary>
+                        <ul id="busy-time" class="hint">
+                            {move || busy_time().into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
+                        </ul>
+                    </details>
+                </Show>
                 <div id="ttft-chart" class="chart" data-status="empty"></div>
                 <div class="chart-grid">
                     {PREDICT_CHARTS.iter().map(|id| view! { <div id=*id class="chart small" data-status="empty"></div> }).collect_view()}

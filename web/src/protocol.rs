@@ -212,6 +212,9 @@ pub enum FromWorker {
         prediction: String,
         /// requests.jsonl text.
         requests: String,
+        /// Where each role's GPU time went, as `servesim predict --detail time` prints it.
+        #[serde(default)]
+        time: Vec<String>,
         /// Host time the run took (ms).
         wall_ms: f64,
     },
@@ -470,8 +473,8 @@ fn dispatch(
         ToWorker::Run { id, config, source } => {
             let started = now_ms();
             match run(state, id, &config, &source, files, now_ms, post) {
-                Ok((prediction, requests)) => {
-                    post(FromWorker::Done { id, prediction, requests, wall_ms: now_ms() - started });
+                Ok((prediction, requests, time)) => {
+                    post(FromWorker::Done { id, prediction, requests, time, wall_ms: now_ms() - started });
                 }
                 Err(e) => post(failed(e)),
             }
@@ -714,7 +717,7 @@ fn run(
     files: &dyn Files,
     now_ms: &dyn Fn() -> f64,
     post: &mut dyn FnMut(FromWorker),
-) -> Result<(String, String), ScenarioError> {
+) -> Result<(String, String, Vec<String>), ScenarioError> {
     let root = parse_with_overrides(config, source, &[])?;
     let prepared = prepare(&root, source, state.catalog()?, None, files)?;
     match servesim_scenario::estimate::estimate(&prepared) {
@@ -740,7 +743,11 @@ fn run(
         }
     }
     let prediction = prepared.finish(sim);
-    Ok((to_pretty_json(&prediction.json), to_jsonl(&prediction.requests)))
+    let time = servesim_scenario::details::time_lines(&servesim_scenario::details::time_details(
+        &prepared,
+        &prediction,
+    ));
+    Ok((to_pretty_json(&prediction.json), to_jsonl(&prediction.requests), time))
 }
 
 /// Decodes a message, turning garbage into a `Failed` reply instead of a silent drop.

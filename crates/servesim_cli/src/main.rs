@@ -138,7 +138,7 @@ enum Command {
         /// Root seed of every random stream (default: traffic.load.seed, 42).
         #[arg(long)]
         seed: Option<u64>,
-        /// Extra sections in prediction.json: summary, memory, all (comma-separated).
+        /// Extra sections in prediction.json: summary, memory, time, source, all (comma-separated).
         #[arg(long, value_name = "LIST", default_value = "summary")]
         detail: String,
         /// Read servesim's data (kernel tables under perf/) from this directory instead of the

@@ -235,6 +235,58 @@ fn detail_memory_adds_the_breakdown_and_unknown_details_exit_2() {
     assert_eq!(m["estimated_num_gpu_blocks"], 11_889);
     let out = servesim(&["predict", "-c", "data/scenarios/default.yaml", "--detail", "energy"]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("carry no energy figures"));
+}
+
+/// `--detail time`: each role's steps and busy time by kind add up to its workers' own
+/// counters, and the op parts to the busy time (aggregated, P/D, attention DP with MoE, and
+/// a speculating engine); the summary prints one line per role.
+#[test]
+fn detail_time_accounts_for_every_step_of_every_role() {
+    for (i, config) in [
+        "data/scenarios/default.yaml",
+        "tests/scenarios/pd_vllm.yaml",
+        "tests/scenarios/mla_deepseek_dp8_ep8.yaml",
+        "tests/scenarios/spec_mtp_sglang.yaml",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = tmp(&format!("detail-time-{i}"));
+        let out =
+            servesim(&["predict", "-c", config, "--output-dir", d.to_str().unwrap(), "--detail", "all"]);
+        assert!(out.status.success(), "{config}: {}", String::from_utf8_lossy(&out.stderr));
+        let table = String::from_utf8_lossy(&out.stdout).to_string();
+        let text = std::fs::read_to_string(d.join("prediction.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let details = &v["details"];
+        assert!(details["memory"].is_object() && details["source"].is_object(), "{config}");
+        let roles = details["time"]["roles"].as_object().unwrap();
+        let workers = v["servesim"]["time_series"]["workers"].as_array().unwrap();
+        for (name, r) in roles {
+            let mine: Vec<&serde_json::Value> =
+                workers.iter().filter(|w| w["role"] == name.as_str()).collect();
+            assert_eq!(r["workers"].as_u64().unwrap() as usize, mine.len(), "{config} {name}");
+            let steps: u64 = mine.iter().map(|w| w["steps"].as_u64().unwrap()).sum();
+            let busy: f64 = mine.iter().map(|w| w["busy_ms"].as_f64().unwrap()).sum();
+            let kinds = r["by_step"].as_array().unwrap();
+            assert!(!kinds.is_empty(), "{config} {name}");
+            assert_eq!(
+                kinds.iter().map(|k| k["steps"].as_u64().unwrap()).sum::<u64>(),
+                steps,
+                "{config} {name}"
+            );
+            let kind_busy: f64 = kinds.iter().map(|k| k["busy_ms"].as_f64().unwrap()).sum();
+            assert!((kind_busy - busy).abs() <= 1e-6 * busy, "{config} {name}: {kind_busy} vs {busy}");
+            let parts: f64 = r["parts_ms"].as_object().unwrap().values().map(|x| x.as_f64().unwrap()).sum();
+            assert!((parts - busy).abs() <= 1e-6 * busy, "{config} {name}: parts {parts} vs {busy}");
+            assert!(table.contains(&format!("Busy time, {name} (")), "{config}: {table}");
+        }
+        if config.contains("pd_") {
+            assert!(roles.contains_key("prefill") && roles.contains_key("decode"), "{config}");
+            assert_eq!(roles["prefill"]["by_step"][0]["step"], "prefill");
+        }
+    }
 }
 
 #[test]

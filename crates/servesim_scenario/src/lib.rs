@@ -11,6 +11,7 @@
 pub mod catalog;
 pub mod config;
 pub mod decode;
+pub mod details;
 pub mod diag;
 pub mod edit;
 pub mod estimate;

@@ -11,8 +11,10 @@ use servesim_core::frontend::FrontendStats;
 use servesim_core::metrics::{Dist, Summary};
 use servesim_core::request::{Request, Status, NEVER};
 use servesim_core::sim::{RunResult, StopReason};
+use servesim_core::timing::StepTally;
 use servesim_core::units::SimTime;
 
+pub use crate::details::{add_details, Details};
 use crate::scenario::Prepared;
 
 /// Version of servesim's own `servesim` section in prediction.json.
@@ -27,6 +29,8 @@ pub struct Prediction {
     pub requests: Vec<RequestRecord>,
     /// The summary figures.
     pub summary: Summary,
+    /// Each worker's steps by kind ([`servesim_core::timing::StepKind::ALL`] order), for `--detail time`.
+    pub worker_steps: Vec<[StepTally; 3]>,
 }
 
 /// One line of requests.jsonl.
@@ -228,7 +232,19 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
             .total_cmp(&b.arrival_time_ms)
             .then_with(|| uuid_index(&a.uuid).cmp(&uuid_index(&b.uuid)))
     });
-    Prediction { json: Value::Object(m), requests, summary: result.summary }
+    let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();
+    Prediction { json: Value::Object(m), requests, summary: result.summary, worker_steps }
+}
+
+/// The role (index into `p.roles`) worker `w` belongs to: workers are laid out role by
+/// role, the prefill pool first when disaggregated.
+pub(crate) fn role_of_worker(p: &Prepared, w: usize) -> usize {
+    let prefill = if p.disaggregated() {
+        p.roles.first().map_or(0, |x| x.config.parallelism.replicas as usize)
+    } else {
+        0
+    };
+    usize::from(p.disaggregated() && w >= prefill)
 }
 
 fn uuid_index(u: &str) -> u64 {
@@ -260,19 +276,14 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             let decode_rate = rate_of(&|x| x.decode_cumulative);
             let rate: Vec<f64> = prefill_rate.iter().zip(&decode_rate).map(|(a, b)| a + b).collect();
             let st = &r.worker_stats[w];
-            let np = if p.disaggregated() {
-                p.roles.first().map_or(0, |x| x.config.parallelism.replicas as usize)
-            } else {
-                0
-            };
             // The worker's KV pool: every attention-DP rank's blocks.
-            let role = p.roles.get(usize::from(p.disaggregated() && w >= np));
+            let role = p.roles.get(role_of_worker(p, w));
             let kv_total = role
                 .map_or(0, |r| u64::from(r.blocks_per_rank) * u64::from(r.config.parallelism.attention_data));
             json!({
                 "worker": w,
                 "kv_blocks_total": kv_total,
-                "role": if !p.disaggregated() { "aggregated" } else if w < np { "prefill" } else { "decode" },
+                "role": role.map_or("aggregated", |r| r.name),
                 "waiting": col(&|x| f64::from(x.waiting)),
                 "running": col(&|x| f64::from(x.running)),
                 "kv_blocks_used": col(&|x| f64::from(x.kv_blocks_used)),
@@ -484,73 +495,6 @@ fn frontend_section(r: &RunResult) -> Option<Value> {
     Some(total)
 }
 
-/// Extra sections of prediction.json asked for with `--detail` (AISimulate's `details`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Details {
-    /// `memory`: the per-role memory breakdown and KV sizing.
-    pub memory: bool,
-}
-
-impl Details {
-    /// Parses `summary,memory,time,energy,source,all` (comma-separated).
-    ///
-    /// # Errors
-    /// A message naming an unknown or unsupported detail.
-    pub fn parse(list: &str) -> Result<Self, String> {
-        let mut d = Details::default();
-        for item in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-            match item {
-                "summary" => {}
-                "memory" | "all" => d.memory = true,
-                "time" | "energy" | "source" => {
-                    return Err(format!(
-                        "--detail {item} is not available yet (summary, memory and all are)"
-                    ));
-                }
-                other => return Err(format!("unknown --detail '{other}' (use summary, memory, all)")),
-            }
-        }
-        Ok(d)
-    }
-}
-
-/// Adds the requested `details` section to a prediction.
-pub fn add_details(p: &Prepared, prediction: &mut Prediction, details: Details) {
-    if !details.memory {
-        return;
-    }
-    let mut memory = Map::new();
-    for role in &p.roles {
-        let m = &role.memory;
-        let bs = u64::from(role.config.kv_cache.block_size);
-        memory.insert(
-            role.name.to_string(),
-            json!({
-                "stage": "before_native_capacity_adjustments",
-                "total_gpu_capacity_bytes": m.total_gpu_capacity_bytes,
-                "memory_breakdown": {
-                    "weights_bytes": m.weights_bytes,
-                    "activations_bytes": m.activations_bytes,
-                    "runtime_overhead_bytes": m.runtime_overhead_bytes,
-                    "comm_overhead_bytes": m.comm_overhead_bytes,
-                    "cuda_graph_reserved_bytes": m.cuda_graph_reserved_bytes,
-                },
-                "kv_cache_bytes": m.kv_cache_bytes,
-                "kv_size_per_token_bytes": m.kv_bytes_per_token,
-                "total_kv_size_tokens": m.kv_tokens,
-                "estimated_num_gpu_blocks": m.kv_tokens / bs.max(1),
-                "scheduler_block_size_tokens": bs,
-                "kv_blocks_per_rank_used": role.blocks_per_rank,
-                "tolerance_adjusted": false,
-                "source": "servesim_perf::memory (AISimulate/AIConfigurator budget rule)",
-            }),
-        );
-    }
-    if let Value::Object(o) = &mut prediction.json {
-        o.insert("details".into(), json!({"schema_version": "1.0", "memory": memory}));
-    }
-}
-
 /// Pretty JSON text of prediction.json (two-space indent, trailing newline).
 #[must_use]
 pub fn to_pretty_json(v: &Value) -> String {
@@ -660,6 +604,10 @@ pub fn summary_table(p: &Prediction) -> String {
             fe["mean_request_wait_ms"].as_f64().unwrap_or(0.0),
             fe["mean_token_delay_ms"].as_f64().unwrap_or(0.0),
         ));
+    }
+    for line in crate::details::time_lines(&p.json["details"]["time"]) {
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }

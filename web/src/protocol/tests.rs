@@ -59,7 +59,7 @@ fn default_run_reports_progress_then_done_with_the_cli_bytes() {
     let cli_est = servesim_scenario::estimate::estimate(&prepared).unwrap();
     assert_eq!(*est, to_pretty_json(&cli_est.to_json()));
     assert!(matches!(out.get(1), Some(FromWorker::Progress { id: 7, .. })));
-    let Some(FromWorker::Done { prediction, .. }) = out.last() else { panic!("{out:?}") };
+    let Some(FromWorker::Done { prediction, time, .. }) = out.last() else { panic!("{out:?}") };
     let cli = servesim_scenario::predict(
         servesim_scenario::DEFAULT_SCENARIO,
         "default",
@@ -69,6 +69,16 @@ fn default_run_reports_progress_then_done_with_the_cli_bytes() {
     )
     .unwrap();
     assert_eq!(*prediction, to_pretty_json(&cli.json));
+    // The busy-time lines are those of `--detail time`, which leaves prediction.json alone.
+    let mut detailed = cli.clone();
+    servesim_scenario::report::add_details(
+        &prepared,
+        &mut detailed,
+        servesim_scenario::report::Details { time: true, ..Default::default() },
+    );
+    assert_eq!(*time, servesim_scenario::details::time_lines(&detailed.json["details"]["time"]));
+    assert_eq!(time.len(), 1);
+    assert!(time[0].starts_with("Busy time, aggregated ("), "{time:?}");
 }
 
 /// A small staged search on the default scenario's tables.
