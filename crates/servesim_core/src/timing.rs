@@ -129,6 +129,28 @@ impl StepTally {
         }
     }
 
+    /// Adds `other`'s counts (another worker's steps of the same kind).
+    pub fn merge(&mut self, other: &StepTally) {
+        let StepTally {
+            steps,
+            busy_ns,
+            busy_ranks,
+            decode_rows,
+            decode_kv_tokens,
+            prefill_chunks,
+            prefill_tokens,
+            prefill_context_tokens,
+        } = *other;
+        self.steps += steps;
+        self.busy_ns += busy_ns;
+        self.busy_ranks += busy_ranks;
+        self.decode_rows += decode_rows;
+        self.decode_kv_tokens += decode_kv_tokens;
+        self.prefill_chunks += prefill_chunks;
+        self.prefill_tokens += prefill_tokens;
+        self.prefill_context_tokens += prefill_context_tokens;
+    }
+
     /// The typical step: as many busy ranks as the steps had on average, each with the
     /// mean work of a busy rank (its mean chunk repeated, its mean decode batch at the mean
     /// KV length); empty when no step was counted.

@@ -589,6 +589,10 @@ fn steps_are_tallied_by_kind_alike_with_and_without_runs() {
         assert_eq!(*st.of_kind(StepKind::Prefill), prefill, "fast_forward {fast_forward}");
         assert_eq!(*st.of_kind(StepKind::Decode), decode, "fast_forward {fast_forward}");
         assert_eq!(*st.of_kind(StepKind::Mixed), StepTally::default());
+        let mut both = prefill;
+        both.merge(&decode);
+        assert_eq!((both.steps, both.busy_ns, both.busy_ranks), (5, 6_400_000, 5));
+        assert_eq!((both.prefill_tokens, both.decode_kv_tokens), (100, 410));
         let typical = decode.typical();
         assert_eq!(typical.len(), 1);
         assert_eq!((typical[0].decode_requests, typical[0].decode_kv_tokens), (1, 103));

@@ -138,7 +138,7 @@ pub fn time_details(p: &Prepared, prediction: &Prediction) -> Value {
         let mut kinds = [StepTally::default(); 3];
         for w in &workers {
             for (sum, t) in kinds.iter_mut().zip(w.iter()) {
-                merge(sum, t);
+                sum.merge(t);
             }
         }
         let busy_ms: f64 = kinds.iter().map(|t| t.busy_ns as f64 / 1e6).sum();
@@ -171,17 +171,6 @@ pub fn time_details(p: &Prepared, prediction: &Prediction) -> Value {
         );
     }
     json!({"method": TIME_METHOD, "roles": roles})
-}
-
-fn merge(sum: &mut StepTally, t: &StepTally) {
-    sum.steps += t.steps;
-    sum.busy_ns += t.busy_ns;
-    sum.busy_ranks += t.busy_ranks;
-    sum.decode_rows += t.decode_rows;
-    sum.decode_kv_tokens += t.decode_kv_tokens;
-    sum.prefill_chunks += t.prefill_chunks;
-    sum.prefill_tokens += t.prefill_tokens;
-    sum.prefill_context_tokens += t.prefill_context_tokens;
 }
 
 /// One kind's entry, and its busy time by op when the model has parts.
