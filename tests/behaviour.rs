@@ -449,12 +449,13 @@ fn synchronous_scheduling_adds_host_time_to_every_step() {
         .summary;
     assert_eq!(sync.completed_requests, overlapped.completed_requests);
     let added = sync.tpot.mean - overlapped.tpot.mean;
-    // 64 clients: 1 ms + 64 × 60 µs − 0.7 ms = 4.14 ms a decode step, a little less on
-    // average as the batch drains at the end of the run.
+    // 64 clients: 1 ms + 64 × 60 µs − 0.7 ms = 4.14 ms a decode step, a little less as the
+    // batch drains at the end of the run, a little more where other clients' prompts arrive
+    // apart and each takes a step of its own (which pays the host time too).
     let full = 1.0 + 64.0 * servesim_perf::oplevel::SYNC_HOST_S_PER_SEQUENCE * 1e3
         - servesim_perf::oplevel::VLLM.step_overhead_s * 1e3;
     assert!(
-        (full - 0.7..=full + 0.1).contains(&added),
+        (full - 0.7..=full + 0.4).contains(&added),
         "TPOT {} vs {}",
         sync.tpot.mean,
         overlapped.tpot.mean

@@ -22,6 +22,14 @@ fn f(j: &serde_json::Value, k: &str) -> f64 {
     j[k].as_f64().unwrap()
 }
 
+/// The scenario with no serving-frontend delay.
+fn no_frontend(yaml: &str) -> String {
+    yaml.replace(
+        "      parallelism: {tensor: 4}",
+        "      parallelism: {tensor: 4}\n      timing: {frontend_ms: 0}",
+    )
+}
+
 const AGG: &str = "
 engine:
   model: Qwen/Qwen3-32B-FP8
@@ -70,15 +78,16 @@ fn a_lone_request_costs_its_prefill_step_and_its_decode_steps() {
         decode.step_ms()
     )));
     // A replay of the same lone requests: TTFT is the prefill step plus the frontend delay,
-    // TPOT the decode step (the estimate adds half a step of arrival phase).
-    let j = replay(&p);
+    // TPOT the decode step (the estimate adds half a step of arrival phase). Each request
+    // draws its own frontend delay around the mean, so three of them replay without one.
+    let j = replay(&prepared(&no_frontend(&yaml)));
+    let want = e.ttft_ms - mean_step / 2.0 - frontend;
     assert!(
         (f(&j, "mean_tpot_ms") / e.tpot_ms - 1.0).abs() < 0.02,
         "{} vs {}",
         f(&j, "mean_tpot_ms"),
         e.tpot_ms
     );
-    let want = e.ttft_ms - mean_step / 2.0;
     assert!((f(&j, "mean_ttft_ms") / want - 1.0).abs() < 0.02, "{} vs {want}", f(&j, "mean_ttft_ms"));
 }
 
@@ -388,9 +397,11 @@ fn bad_sweep_queries_are_clear_errors() {
 }
 
 #[test]
-fn identical_requests_in_a_closed_loop_stay_in_lock_step() {
-    // Fixed lengths: the clients start together, finish together and every wave queues for
-    // prefill like the first; the estimate's mean TTFT follows the replay's.
+fn identical_requests_in_a_closed_loop_queue_at_most_in_lock_step() {
+    // Fixed lengths: the clients start together and would finish together, every wave
+    // queueing for prefill like the first; that is the estimate's mean TTFT. The frontend's
+    // delay varies from request to request and loosens the step, so the replay lands
+    // between the steady state and that bound.
     let yaml = AGG
         .replace("{dist: uniform, min: 3600, max: 4400}", "4000")
         .replace("{dist: uniform, min: 450, max: 550}", "500");
@@ -398,12 +409,12 @@ fn identical_requests_in_a_closed_loop_stay_in_lock_step() {
     let e = estimate(&p).unwrap();
     assert!(e.workload.fixed_lengths);
     assert!(e.ttft_ms > 3.0 * e.steady_ttft_ms, "{} vs steady {}", e.ttft_ms, e.steady_ttft_ms);
-    let j = replay(&p);
+    let ttft = f(&replay(&p), "mean_ttft_ms");
     assert!(
-        (e.ttft_ms / f(&j, "mean_ttft_ms") - 1.0).abs() < 0.05,
-        "TTFT {} vs replay {}",
-        e.ttft_ms,
-        f(&j, "mean_ttft_ms")
+        e.steady_ttft_ms * 1.5 < ttft && ttft < e.ttft_ms,
+        "replay {ttft} vs {} .. {}",
+        e.steady_ttft_ms,
+        e.ttft_ms
     );
 }
 

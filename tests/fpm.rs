@@ -66,8 +66,10 @@ fn an_exported_grid_replays_to_the_op_level_numbers() {
     let op = run(&text, &files, &[]).unwrap();
     let fpm = run(&text, &files, &[FPM]).unwrap();
     // The grid is the op-level model itself; what differs is interpolation between grid
-    // points and AISimulate's mixed-step rule (vLLM mixes prefill chunks into decode steps).
-    same_within(&fpm, &op, 0.03, "vLLM grid");
+    // points and AISimulate's mixed-step rule (vLLM mixes prefill chunks into decode steps),
+    // which moves when requests meet and so, with per-request frontend delays, the TTFT
+    // median by a few percent.
+    same_within(&fpm, &op, 0.05, "vLLM grid");
     let timing = &fpm.json["servesim"]["timing"][0];
     assert_eq!(timing["model"], "fpm");
     assert!(timing["lookups"]["measured"].as_u64().unwrap() > 0, "{timing}");

@@ -26,6 +26,8 @@ pub enum Stream {
     Acceptance = 5,
     /// Content identities of synthetic prompts.
     Content = 6,
+    /// Each request's serving-frontend delay.
+    Frontend = 7,
 }
 
 /// SplitMix64 step (Steele, Lea & Flood, 2014): used to expand seeds and to mix hashes.

@@ -132,7 +132,8 @@ pub struct SimSetup {
     /// Longest request (prompt + output tokens) the engine accepts; longer ones are rejected
     /// on arrival, as vLLM refuses requests beyond `max_model_len`.
     pub context_limit: Option<u32>,
-    /// Delay between a request's arrival and its dispatch (the serving frontend).
+    /// Mean delay between a request's arrival and its dispatch (the serving frontend); each
+    /// request draws its own ([`Traffic::with_frontend`]).
     pub frontend_delay: SimDur,
 }
 
@@ -228,11 +229,7 @@ impl Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
             requests: Vec::new(),
-            traffic: {
-                let mut t = Traffic::new(setup.traffic, setup.seed);
-                t.set_dispatch_delay(setup.frontend_delay);
-                t
-            },
+            traffic: Traffic::with_frontend(setup.traffic, setup.seed, setup.frontend_delay),
             workers: setup.workers,
             timers,
             router: setup.router,
@@ -431,7 +428,8 @@ impl Simulation {
         if self.next_arrival_event <= self.now {
             self.next_arrival_event = SimTime::MAX;
         }
-        if self.traffic.next_arrival().is_some_and(|t| t <= self.now) {
+        self.traffic.arrive(self.now);
+        if self.traffic.next_dispatch().is_some_and(|t| t <= self.now) {
             // The router looks at every worker: bring fast-forwarded runs up to now.
             self.materialize_all(Some(event_key(pushed, 0)));
         }

@@ -305,18 +305,34 @@ pub struct Traffic {
     trace_jobs: Vec<Vec<usize>>,
     /// Sessions in flight, by session index.
     sessions: BTreeMap<u32, SessionState>,
+    /// Requests by arrival time, not yet arrived.
     pending: EventQueue<RequestSpec>,
+    /// Arrived requests by the time they leave the frontend.
+    dispatching: EventQueue<RequestSpec>,
     last_open_start: SimTime,
     max_requests: u32,
-    /// Time from a request's arrival to its dispatch to the router (the serving frontend:
-    /// HTTP, tokenisation). Latencies are measured from arrival.
+    /// Mean time from a request's arrival to its dispatch to the router (the serving
+    /// frontend: HTTP, tokenisation). Latencies are measured from arrival.
     dispatch_delay: SimDur,
+    /// Draws each request's frontend delay.
+    frontend: Rng,
 }
 
 impl Traffic {
-    /// Starts the arrival process for `root_seed`.
+    /// Starts the arrival process for `root_seed`, with no frontend delay.
     #[must_use]
     pub fn new(spec: TrafficSpec, root_seed: u64) -> Self {
+        Self::with_frontend(spec, root_seed, SimDur::ZERO)
+    }
+
+    /// Starts the arrival process for `root_seed`; requests reach the router `frontend_delay`
+    /// after they arrive on average. Each request's delay is drawn uniformly between zero and
+    /// twice that mean: a serving frontend's time varies with the request and with what else
+    /// its event loop is doing, and a constant delay lets a closed loop's clients march in
+    /// step (every request returning, and so being prefilled, together), which measured runs
+    /// do not show (`docs/validation.md`, "SGLang's frontend").
+    #[must_use]
+    pub fn with_frontend(spec: TrafficSpec, root_seed: u64, frontend_delay: SimDur) -> Self {
         let trace_jobs = match &spec.source {
             Source::Trace(t) => trace_jobs(t),
             Source::Synthetic { .. } | Source::Sessions(_) => Vec::new(),
@@ -332,9 +348,11 @@ impl Traffic {
             trace_jobs,
             sessions: BTreeMap::new(),
             pending: EventQueue::new(),
+            dispatching: EventQueue::new(),
             last_open_start: SimTime::ZERO,
             max_requests,
-            dispatch_delay: SimDur::ZERO,
+            dispatch_delay: frontend_delay,
+            frontend: Rng::stream(root_seed, Stream::Frontend),
         };
         match t.spec.load {
             Load::Concurrency(c) => {
@@ -367,35 +385,57 @@ impl Traffic {
         self.max_requests
     }
 
-    /// When the next request arrives, if any is scheduled.
+    /// When the next request arrives or leaves the frontend, if any is scheduled.
     #[must_use]
     pub fn next_arrival(&self) -> Option<SimTime> {
-        self.pending.peek_time().map(|t| t + self.dispatch_delay)
+        match (self.pending.peek_time(), self.dispatching.peek_time()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Sets the frontend delay between a request's arrival and its dispatch.
-    pub fn set_dispatch_delay(&mut self, d: SimDur) {
-        self.dispatch_delay = d;
+    /// When a request arriving at `arrival` reaches the router ([`Self::with_frontend`]).
+    fn dispatch_at(&mut self, arrival: SimTime) -> SimTime {
+        if self.dispatch_delay == SimDur::ZERO {
+            return arrival;
+        }
+        let spread = 2.0 * self.frontend.next_f64();
+        arrival + SimDur::from_secs_f64(self.dispatch_delay.as_secs_f64() * spread)
+    }
+
+    /// When the next request that has arrived leaves the frontend, if any has arrived.
+    #[must_use]
+    pub fn next_dispatch(&self) -> Option<SimTime> {
+        self.dispatching.peek_time()
     }
 
     /// Takes the next request due for dispatch at or before `now`.
     pub fn pop_due(&mut self, now: SimTime) -> Option<RequestSpec> {
-        if self.pending.peek_time()? + self.dispatch_delay > now {
+        self.arrive(now);
+        if self.dispatching.peek_time()? > now {
             return None;
         }
-        let (at, spec) = self.pending.pop()?;
-        // Open loops start the next job when this one's first request arrives.
-        let first_of_job = spec.session.is_none_or(|(_, turn)| turn == 0);
-        if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
-            let next = match self.spec.load {
-                Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
-                _ => self.open_loop_gap().map(|g| self.last_open_start.max(at) + g),
-            };
-            if let Some(next) = next {
-                self.start_job(next);
+        self.dispatching.pop().map(|(_, spec)| spec)
+    }
+
+    /// Requests that have arrived by `now` enter the frontend, each for its own time.
+    pub fn arrive(&mut self, now: SimTime) {
+        while self.pending.peek_time().is_some_and(|t| t <= now) {
+            let Some((at, spec)) = self.pending.pop() else { break };
+            // Open loops start the next job when this one's first request arrives.
+            let first_of_job = spec.session.is_none_or(|(_, turn)| turn == 0);
+            if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
+                let next = match self.spec.load {
+                    Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
+                    _ => self.open_loop_gap().map(|g| self.last_open_start.max(at) + g),
+                };
+                if let Some(next) = next {
+                    self.start_job(next);
+                }
             }
+            let due = self.dispatch_at(at);
+            self.dispatching.push(due, spec);
         }
-        Some(spec)
     }
 
     /// Tells the traffic that a request finished (or was rejected) at `now`; `session` and

@@ -166,8 +166,18 @@ pub const VLLM: EngineCalibration = EngineCalibration {
     quantized_gemm_floor: None,
 };
 
-/// SGLang: prefill scale and frontend from its 23 dense aggregated rows, same grid (frontend
-/// {0, 30, 60, 100} ms).
+/// SGLang: prefill scale from its 23 dense aggregated rows, same grid.
+///
+/// Its frontend takes 200 ms on average (twenty-sixth session), fitted on all 617 of its
+/// rows. At 8 clients or fewer its MoE rows' TTFT was 2.4× the prediction (median; 1.8–2.8×
+/// for each of DeepSeek-R1, DeepSeek-V3, GLM-5, Qwen3.5-397B and Qwen3-235B on B200, B300
+/// and H200), while the same harness's vLLM rows of Qwen3-235B-FP8 on H200 came out at 1.18×
+/// and vLLM's MoE rows as a whole at 1.03×. With each request drawing its own delay
+/// (`servesim_core::traffic::Traffic::with_frontend`), a grid over {30, 100, 150, 200, 250}
+/// ms took the 389 MoE aggregated rows' TTFT MAPE from 61.0% to 47.5 / 40.9 / 38.7 / 39.4%,
+/// the 205 disaggregated ones' from 60.8% to 44.9% at 200 ms, and the 23 dense rows' (none
+/// below 20 clients) from 42.8% to 38.3 / 39.0 / 40.8 / 42.2%. Those dense rows had rejected
+/// it (41% → 104%) only while a constant delay let their closed loops march in step.
 ///
 /// Its steps carry 2 ms the kernels do not (twenty-third session), fitted on all 426 of its
 /// aggregated rows (403 MoE, InferenceX's and AIConfigurator's DeepSeek-R1/V3, Qwen3.5, GLM-5
@@ -183,7 +193,7 @@ pub const VLLM: EngineCalibration = EngineCalibration {
 pub const SGLANG: EngineCalibration = EngineCalibration {
     step_overhead_s: 2.0e-3,
     prefill_scale: 1.5,
-    frontend_s: 0.030,
+    frontend_s: 0.200,
     frontend_request_s: 0.0,
     frontend_chunk_s: 0.0,
     quantized_gemm_floor: None,

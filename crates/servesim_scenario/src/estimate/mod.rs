@@ -77,7 +77,8 @@ pub struct Workload {
     /// Leading prompt tokens shared by every request.
     pub shared_prefix: f64,
     /// Every request has the same prompt and output length: a closed loop's clients, started
-    /// together, finish together and stay in lock step, so every wave is like the first.
+    /// together, would finish together and stay in lock step, every wave like the first (an
+    /// upper bound: a frontend delay that varies per request loosens the step).
     pub fixed_lengths: bool,
 }
 
