@@ -711,6 +711,31 @@ mod tests {
     }
 
     #[test]
+    fn frontend_delays_vary_around_their_mean_and_leave_arrivals_alone() {
+        // Poisson arrivals faster than the frontend's delay: each request leaves the frontend
+        // between 0 and 2 × 50 ms after it arrives, 50 ms on average, and the arrival process
+        // is the one the traffic has without a frontend.
+        let s = spec(Load::Poisson(100.0), 4000);
+        let mean = SimDur::from_ms(50);
+        let mut t = Traffic::with_frontend(s.clone(), 7, mean);
+        let (mut arrivals, mut delays) = (Vec::new(), Vec::new());
+        while let Some(now) = t.next_arrival() {
+            while let Some(r) = t.pop_due(now) {
+                delays.push((now - r.arrival).as_ms_f64());
+                arrivals.push(r.arrival);
+            }
+        }
+        arrivals.sort_unstable();
+        assert_eq!(arrivals, arrival_times(&s, 7));
+        assert!(delays.iter().all(|d| (0.0..=100.0).contains(d)), "{delays:?}");
+        let m = delays.iter().sum::<f64>() / delays.len() as f64;
+        assert!((m - 50.0).abs() < 2.0, "mean delay {m} ms");
+        // Not a constant: about half of them lie within 25 ms of either end.
+        let edges = delays.iter().filter(|d| **d < 25.0 || **d > 75.0).count();
+        assert!(edges * 3 > delays.len(), "{edges} of {}", delays.len());
+    }
+
+    #[test]
     fn poisson_rate_and_gamma_burstiness() {
         let n = 20_000;
         let mean_gap = |t: &[SimTime]| t.last().unwrap().as_ms_f64() / (t.len() - 1) as f64;
