@@ -418,17 +418,68 @@ fn identical_requests_in_a_closed_loop_queue_at_most_in_lock_step() {
     );
 }
 
-/// A serving-frontend queue is outside the steady-state balance: the estimate says so instead
-/// of answering as if it were not there; zero costs (the default) estimate as usual.
+/// The serving processes: below saturation a request's own work and its step's burst of tokens
+/// add to TTFT; when the processes serve fewer requests than the engine could, they set the
+/// rate and the other clients wait in front of them. Both track the replay.
 #[test]
-fn a_frontend_queue_is_refused_by_the_estimate() {
-    let with =
-        AGG.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4}\n      frontend: {chunk_us: 50}");
-    let Err(err) = estimate(&prepared(&with)) else { panic!("the estimate should refuse a frontend queue") };
-    assert!(err.to_string().contains("engine.workers.aggregated.frontend"), "{err}");
-    let zero =
-        AGG.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4}\n      frontend: {processes: 2}");
-    assert!(estimate(&prepared(&zero)).is_ok());
+fn the_estimate_follows_the_serving_processes_into_saturation() {
+    let with = |costs: &str| {
+        prepared(&AGG.replace(
+            "parallelism: {tensor: 4}",
+            &format!("parallelism: {{tensor: 4}}\n      frontend: {{{costs}}}"),
+        ))
+    };
+    let base = estimate(&prepared(AGG)).unwrap();
+    let d = |e: &Estimate, k: &str| e.detail.iter().find(|(n, _)| *n == k).unwrap().1;
+    // Light work: 2 ms a request and 50 µs a token, 16 tokens a step in one process.
+    let p = with("request_ms: 2, chunk_us: 50");
+    let light = estimate(&p).unwrap();
+    assert_eq!(light.bottleneck, base.bottleneck);
+    let added = d(&light, "serving_first_token_ms");
+    assert!((added - (2.0 + 16.0 * 0.05)).abs() < 1e-6, "{added}");
+    assert!((light.steady_ttft_ms - base.steady_ttft_ms - added).abs() < 0.05 * added, "{light:?}");
+    assert!((light.tpot_ms - base.tpot_ms).abs() < 1e-9);
+    let j = replay(&p);
+    let err = |j: &serde_json::Value, k: &str, v: f64| (v / f(j, k) - 1.0).abs();
+    assert!(
+        err(&j, "mean_ttft_ms", light.ttft_ms) < 0.25,
+        "TTFT {} vs {}",
+        light.ttft_ms,
+        f(&j, "mean_ttft_ms")
+    );
+    // Heavy work: 600 ms a request caps one process near 1.6 requests/s, below what the
+    // engine serves at 16 clients.
+    let p = with("request_ms: 600, chunk_us: 50");
+    let heavy = estimate(&p).unwrap();
+    assert_eq!(heavy.bottleneck, "frontend");
+    let cap = 1000.0 / (600.0 + 500.0 * 0.05);
+    assert!((heavy.capacity_rps - cap).abs() < 1e-6 * cap, "{heavy:?}");
+    assert!(
+        (heavy.request_rate_rps - cap).abs() < 1e-6 * cap && heavy.request_rate_rps < base.request_rate_rps
+    );
+    assert!(d(&heavy, "queue_wait_ms") > 0.0);
+    let j = replay(&p);
+    let rate = f(&j, "request_throughput_rps");
+    assert!(
+        (heavy.request_rate_rps / rate - 1.0).abs() < 0.1,
+        "rate {} vs replay {rate}",
+        heavy.request_rate_rps
+    );
+    assert!(
+        err(&j, "mean_ttft_ms", heavy.ttft_ms) < 0.25,
+        "TTFT {} vs {}",
+        heavy.ttft_ms,
+        f(&j, "mean_ttft_ms")
+    );
+    assert!(
+        err(&j, "mean_tpot_ms", heavy.tpot_ms) < 0.1,
+        "TPOT {} vs {}",
+        heavy.tpot_ms,
+        f(&j, "mean_tpot_ms")
+    );
+    // An open loop past the processes' capacity is overloaded by them.
+    let over = at(&p, Operating::Rate(cap * 1.2));
+    assert!(over.overloaded && over.bottleneck == "frontend");
 }
 
 /// Speculative decoding: the estimate's decode steps verify the drafts and emit the expected

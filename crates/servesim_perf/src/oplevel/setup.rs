@@ -190,12 +190,23 @@ pub const VLLM: EngineCalibration = EngineCalibration {
 /// ms, 82.9% at 2.5), so the low end of the flat 2–3 ms valley is taken. Prefill scales of 2
 /// and 3 left the TPOT gap where it was (27.2%, 26.0% with no overhead): it is not prefill
 /// time landing in decodes. As for vLLM, a synchronous scheduler's host time replaces it.
+///
+/// Its TokenizerManager is a queue of 40 µs a streamed chunk (twenty-seventh session;
+/// `servesim_core::frontend`): one process receives, tokenises and streams every request's
+/// results and hits "single-core bottlenecks under high-concurrency scenarios" (SGLang issue
+/// #6553; `--tokenizer-worker-num`, SGLang PR #8964, defaults to one). The dense rows at
+/// 352–512 clients measure 1.3–6.3 s TTFTs at 11–19 thousand streamed tokens/s, 0.4–0.8 s
+/// predicted without it. A grid over {0, 15, 20, 25, 30, 35, 40, 45, 50} µs took the 23 dense
+/// rows' TTFT MAPE from 40.8% to 30.9 / 35.0 / 34.1% at 35 / 40 / 45 µs (55.0% at 50), TPOT
+/// 19.5% → 18.7 / 16.8 / 16.2%; a per-request cost of 1–4 ms on top changed nothing or made
+/// it worse. Its MoE rows stream too few tokens a second to feel it (389 rows, 38.7% / 21.7%
+/// at every point of the grid).
 pub const SGLANG: EngineCalibration = EngineCalibration {
     step_overhead_s: 2.0e-3,
     prefill_scale: 1.5,
     frontend_s: 0.200,
     frontend_request_s: 0.0,
-    frontend_chunk_s: 0.0,
+    frontend_chunk_s: 40.0e-6,
     quantized_gemm_floor: None,
 };
 /// TensorRT-LLM 1.1 and later (the default release, 1.3.0rc20, among them): 122 dense
@@ -236,8 +247,26 @@ pub const TRTLLM: EngineCalibration = EngineCalibration {
 /// measured (bias), and a grid over {0, 0.2, 0.4, 0.6, 0.8, 1.0} ms took the 203 dense rows'
 /// TPOT MAPE 12.5% → 10.0% at 0.6 ms and the 57 Qwen3-235B-FP8 rows' 10.5% → 9.1%, while the
 /// 1.1-and-later InferenceX rows were best at 0 (6.2% → 7.7% at 0.6 ms).
-pub const TRTLLM_1_0: EngineCalibration =
-    EngineCalibration { prefill_scale: 1.25, frontend_s: 0.050, step_overhead_s: 0.6e-3, ..TRTLLM };
+///
+/// Its single serving process is a queue of 6 ms a request and 70 µs a streamed chunk
+/// (twenty-seventh session; `servesim_core::frontend`). trtllm-serve parses every request and
+/// writes every streamed chunk on one event loop (TensorRT-LLM PR #16523, which added
+/// `num_serve_frontends` because that loop, not the GPU, set first-token latency at high
+/// concurrency). The Llama-3.1-8B rows at TP4–TP8 and 64–128 clients measure 0.4–2 s TTFTs
+/// at a decode step the kernels predict, and top out near 18 requests/s at 512 output tokens
+/// whatever the TP. A grid over {0, 50, 65, 70, 75, 85, 100} µs × {0, 3, 4, 6, 8, 10, 15} ms
+/// took the 193 dense rows' TTFT MAPE from 30.6% to 26.5–27.5% over 65–75 µs × 4–8 ms (27.0%
+/// here, the middle; 28.7% at 85 µs, 39.1% at 100 as the 8B rows saturate), TPOT 7.4% →
+/// 7.6%, and the same harness's 56 Qwen3-235B-FP8 rows' from 46.4% to 41.1% (TPOT 9.0% →
+/// 9.1%). Dynamo-served rows of later releases have a separate frontend and keep none.
+pub const TRTLLM_1_0: EngineCalibration = EngineCalibration {
+    prefill_scale: 1.25,
+    frontend_s: 0.050,
+    step_overhead_s: 0.6e-3,
+    frontend_request_s: 6.0e-3,
+    frontend_chunk_s: 70.0e-6,
+    ..TRTLLM
+};
 
 impl EngineCalibration {
     /// The calibration of an engine release (`version` as the engine reports it, e.g.

@@ -16,6 +16,9 @@
 //! - **Disaggregated**: a prefill rank serves `q` prompts per step; a decode rank holds `b_d =
 //!   λ_d · osl · TPOT(b_d)` requests (solved by bisection); TTFT adds the KV transfer and the
 //!   first decode step. The closed-loop rate solves `λ · E2E(λ) = concurrency`.
+//! - **Serving processes** (aggregated): a request's first token also waits for its own work
+//!   and its step's burst of tokens; when the processes serve fewer requests than the engine
+//!   could, they set the rate and a closed loop's other clients wait in front of them.
 //! - **Limits**: a rank holds at most `max_sequences` requests and as many as its KV capacity
 //!   allows (reserved to completion for TensorRT-LLM, half the output on average for vLLM and
 //!   SGLang's optimistic admission). Beyond capacity a closed loop's excess requests wait
@@ -108,7 +111,8 @@ pub struct Estimate {
     pub e2e_ms: f64,
     /// Output tokens per second.
     pub output_tok_s: f64,
-    /// What limits throughput: `none`, `prefill`, `decode`, `kv_capacity` or `max_sequences`.
+    /// What limits throughput: `none`, `prefill`, `decode`, `kv_capacity`, `max_sequences` or
+    /// `frontend` (the serving processes).
     pub bottleneck: &'static str,
     /// Open loop only: the offered rate exceeds capacity (latencies are those at capacity and
     /// queues grow without bound).
@@ -482,14 +486,6 @@ pub fn estimate_at(p: &Prepared, w: Workload, op: Operating) -> Result<Estimate,
         }
         _ => {}
     }
-    if p.roles.iter().any(|r| p.frontend_spec(r).is_active()) {
-        // A steady-state balance has no place for the serving processes' queue: say so rather
-        // than estimate a deployment without it.
-        return Err(run_error(
-            "the static estimate does not model the serving frontend's queue \
-             (engine.workers.aggregated.frontend costs); use predict for this deployment",
-        ));
-    }
     match &p.roles[..] {
         [a] => Aggregated::new(p, a, w)?.solve(op),
         [pre, dec] => {
@@ -531,6 +527,8 @@ pub(crate) struct Aggregated {
     pub(crate) b_max: f64,
     kv_limited: bool,
     frontend_ms: f64,
+    /// The replica's serving processes ([`ServingProcesses`]).
+    serving: ServingProcesses,
     /// SGLang's `scheduler_recv_interval` (1 elsewhere): decode steps between intakes.
     recv_interval: f64,
     /// Requests the traffic sends (the start-up wave's share of the mean).
@@ -538,6 +536,46 @@ pub(crate) struct Aggregated {
     /// The batch per rank that serves the most requests per second, and that rate (found
     /// once, [`Aggregated::peak`]).
     peak: Option<(f64, f64)>,
+}
+
+/// A replica's serving processes in steady state (`servesim_core::frontend`): each writes the
+/// tokens of its requests at the end of every engine step and does each request's own work when
+/// it arrives. Below saturation a request waits for its own work and for its process to write
+/// its step's burst of tokens before its client sees the first one (queueing behind other
+/// bursts is not estimated, as elsewhere in the estimate); at saturation the processes cap the
+/// request rate and a closed loop's other clients wait in front of them.
+#[derive(Clone, Copy, Debug, Default)]
+struct ServingProcesses {
+    /// Processes per replica (0: no serving work is modelled).
+    processes: f64,
+    /// Work per request, ms.
+    request_ms: f64,
+    /// Work per output token, ms.
+    token_ms: f64,
+    /// Attention-DP ranks per replica, whose tokens the same processes write.
+    ranks_per_replica: f64,
+}
+
+impl ServingProcesses {
+    /// Client-side delay a request's first token sees at `b` requests per rank emitting
+    /// `tokens_per_step` each a step: its own work and its process's burst of tokens.
+    fn first_token_delay_ms(&self, b: f64, tokens_per_step: f64) -> f64 {
+        if self.processes <= 0.0 {
+            return 0.0;
+        }
+        let burst = b * self.ranks_per_replica * tokens_per_step / self.processes * self.token_ms;
+        self.request_ms + burst
+    }
+
+    /// Most requests per second one rank's share of the processes serves (infinite without
+    /// serving work).
+    fn rank_capacity_rps(&self, osl: f64) -> f64 {
+        let work_ms = self.request_ms + osl * self.token_ms;
+        if self.processes <= 0.0 || work_ms <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.processes / self.ranks_per_replica / (work_ms / 1000.0)
+    }
 }
 
 /// Mean time until a prompt of a wave of `b` (arriving together on an idle rank) is prefilled:
@@ -593,7 +631,19 @@ impl Aggregated {
             )));
         }
         let b_max = by_kv.min(steps.max_seqs);
+        let spec = p.frontend_spec(role);
+        let serving = if spec.is_active() {
+            ServingProcesses {
+                processes: f64::from(spec.processes),
+                request_ms: spec.per_request.as_secs_f64() * 1000.0,
+                token_ms: spec.per_token.as_secs_f64() * 1000.0,
+                ranks_per_replica: steps.dp as f64,
+            }
+        } else {
+            ServingProcesses::default()
+        };
         Ok(Aggregated {
+            serving,
             ranks: f64::from(role.config.parallelism.replicas) * steps.dp as f64,
             gpus: role.gpus(),
             new_tokens: (w.isl - cached).max(1.0),
@@ -678,7 +728,7 @@ impl Aggregated {
         } else {
             0.0
         };
-        let ttft_ms = self.frontend_ms + wait_ms + own_ms;
+        let ttft_ms = self.frontend_ms + wait_ms + own_ms + self.serving.first_token_delay_ms(b, per_step);
         Ok(AggPoint {
             ttft_ms,
             tpot_ms,
@@ -697,7 +747,7 @@ impl Aggregated {
         let (chunks, fit) = self.steps.plan(self.new_tokens, self.cached, 0.0);
         let q = if chunks.len() > 1 { 1 } else { fit.max(1) };
         let wait = wave_wait_ms(&mut self.steps, &chunks, q, b)?;
-        Ok(self.frontend_ms + wait)
+        Ok(self.frontend_ms + wait + self.serving.first_token_delay_ms(b, self.steps.tokens_per_step))
     }
 
     fn wave_share(&self, n: f64) -> f64 {
@@ -748,16 +798,69 @@ impl Aggregated {
         Ok(peak)
     }
 
+    /// The batch per rank that serves `target` requests per second, at most `b_peak` (the
+    /// rate grows with the batch up to the peak, so bisection finds it).
+    fn batch_for_rate(&mut self, target: f64, b_peak: f64) -> Result<f64, ScenarioError> {
+        let (mut lo, mut hi) = (0.0, b_peak);
+        for _ in 0..BISECTION_STEPS {
+            let mid = (lo + hi) / 2.0;
+            if self.rate(mid)? < target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(hi)
+    }
+
+    /// The batch per rank when the serving processes pass `rate` requests per second to the
+    /// engine: by Little's law over the time a request spends in the engine, which excludes
+    /// the frontend delay and the processes' own work before it and after its last token.
+    fn batch_behind_serving(&mut self, rate: f64, b_peak: f64) -> Result<f64, ScenarioError> {
+        let (mut lo, mut hi) = (0.0, b_peak);
+        for _ in 0..BISECTION_STEPS {
+            let mid: f64 = (lo + hi) / 2.0;
+            let at = self.point(mid)?;
+            let outside_ms = self.frontend_ms
+                + self.serving.first_token_delay_ms(mid.max(1.0), self.steps.tokens_per_step);
+            let in_engine_s = ((at.e2e_ms - outside_ms) / 1000.0).max(f64::MIN_POSITIVE);
+            if mid.max(1.0) / in_engine_s < rate {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(hi)
+    }
+
     pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
-        let (b_peak, peak_rate) = self.peak()?;
+        let (b_peak, engine_peak) = self.peak()?;
+        // The serving processes may serve fewer requests than the engine could: then they set
+        // the rate, at the batch that serves just that.
+        let serving_cap = self.serving.rank_capacity_rps(self.w.osl);
+        let (b_top, peak_rate) = if serving_cap < engine_peak {
+            (self.batch_behind_serving(serving_cap, b_peak)?, serving_cap)
+        } else {
+            (b_peak, engine_peak)
+        };
         let capacity_rps = peak_rate * self.ranks;
         let limit = if self.kv_limited { "kv_capacity" } else { "max_sequences" };
         // Past an interior peak it is the prompts that bound the rate, not the limit.
-        let rate_limit = if b_peak < self.b_max { "prefill" } else { limit };
+        let rate_limit = if serving_cap < engine_peak {
+            "frontend"
+        } else if b_peak < self.b_max {
+            "prefill"
+        } else {
+            limit
+        };
         let (b, extra_wait_ms, overloaded, bound) = match op {
             Operating::Concurrency(n) => {
                 let per_rank = n / self.ranks;
-                if per_rank > self.b_max {
+                if serving_cap < engine_peak && self.rate(per_rank.min(self.b_max))? > serving_cap {
+                    // The clients the processes cannot serve wait in front of them.
+                    let at = self.point(b_top)?;
+                    (b_top, (per_rank / serving_cap * 1000.0 - at.e2e_ms).max(0.0), false, Some("frontend"))
+                } else if per_rank > self.b_max {
                     let at = self.point(self.b_max)?;
                     let served_rps = self.b_max / (at.e2e_ms / 1000.0);
                     (self.b_max, (per_rank / served_rps * 1000.0 - at.e2e_ms).max(0.0), false, Some(limit))
@@ -768,20 +871,9 @@ impl Aggregated {
             Operating::Rate(r) => {
                 let target = r / self.ranks;
                 if peak_rate < target {
-                    (b_peak, 0.0, true, Some(rate_limit))
+                    (b_top, 0.0, true, Some(rate_limit))
                 } else {
-                    // rate(b) grows with b up to the peak: bisect for the batch that serves
-                    // the offered rate.
-                    let (mut lo, mut hi) = (0.0, b_peak);
-                    for _ in 0..BISECTION_STEPS {
-                        let mid = (lo + hi) / 2.0;
-                        if self.rate(mid)? < target {
-                            lo = mid;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    (hi, 0.0, false, None)
+                    (self.batch_for_rate(target, b_peak)?, 0.0, false, None)
                 }
             }
         };
@@ -797,7 +889,8 @@ impl Aggregated {
         let steady_ttft = at.ttft_ms + extra_wait_ms;
         let ttft_ms = share * wave_ms.max(steady_ttft) + (1.0 - share) * steady_ttft;
         let e2e_ms = at.e2e_ms + extra_wait_ms + (ttft_ms - steady_ttft);
-        let served_rps = b / (at.e2e_ms / 1000.0);
+        // Behind saturated serving processes the engine's batch serves just what they pass on.
+        let served_rps = if bound == Some("frontend") { serving_cap } else { b / (at.e2e_ms / 1000.0) };
         let request_rate_rps = match op {
             Operating::Rate(r) if !overloaded => r,
             _ => served_rps * self.ranks,
@@ -831,6 +924,11 @@ impl Aggregated {
                 ("mixed_steps_per_cycle", at.mix_steps),
                 ("decode_steps_per_cycle", at.gen_steps),
                 ("queue_wait_ms", extra_wait_ms),
+                ("serving_first_token_ms", self.serving.first_token_delay_ms(b, self.steps.tokens_per_step)),
+                (
+                    "serving_capacity_rps",
+                    if serving_cap.is_finite() { serving_cap * self.ranks } else { 0.0 },
+                ),
                 ("steady_ttft_ms", steady_ttft),
                 ("start_wave_ttft_ms", wave_ms),
                 ("start_wave_share", share),

@@ -199,8 +199,9 @@ pub fn engine_release(row: &SiliconRow) -> String {
 /// The knobs a row replays with: those given, and where they leave a constant unset, the
 /// calibration of the engine release the row ran when it differs from the default release's
 /// ([`EngineCalibration::for_release`]; TensorRT-LLM 1.0 has its own prefill scale, frontend
-/// and step overhead). Scenarios cannot name a release the data holds no tables of, so the
-/// replay writes those constants out (`--show-scenarios` shows them).
+/// delay, step overhead and serving-process queue). Scenarios cannot name a release the data
+/// holds no tables of, so the replay writes those constants out (`--show-scenarios` shows
+/// them).
 #[must_use]
 pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
     let own = EngineCalibration::for_release(&row.backend, &engine_release(row));
@@ -214,6 +215,12 @@ pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
     }
     if own.step_overhead_s != default.step_overhead_s {
         k.step_overhead_ms = k.step_overhead_ms.or(Some(own.step_overhead_s * 1e3));
+    }
+    if own.frontend_request_s != default.frontend_request_s {
+        k.frontend_request_ms = k.frontend_request_ms.or(Some(own.frontend_request_s * 1e3));
+    }
+    if own.frontend_chunk_s != default.frontend_chunk_s {
+        k.frontend_chunk_us = k.frontend_chunk_us.or(Some(own.frontend_chunk_s * 1e6));
     }
     k
 }

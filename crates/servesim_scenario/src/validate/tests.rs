@@ -231,6 +231,10 @@ fn dynamo_rows_replay_with_the_engine_release_their_runtime_bundles() {
     r.backend_version = "1.0.0rc3".into();
     let k = release_knobs(&r, &Knobs::default());
     assert_eq!((k.prefill_scale, k.frontend_ms, k.step_overhead_ms), (Some(1.25), Some(50.0), Some(0.6)));
+    // Its trtllm-serve process is a queue; the replayed scenario says so.
+    assert_eq!((k.frontend_request_ms, k.frontend_chunk_us), (Some(6.0), Some(70.0)));
+    let yaml = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(yaml.contains("request_ms: 6") && yaml.contains("chunk_us: 70"), "{yaml}");
     // Knobs given on the command line win.
     let mine = Knobs { step_overhead_ms: Some(0.0), ..Knobs::default() };
     assert_eq!(release_knobs(&r, &mine).step_overhead_ms, Some(0.0));
