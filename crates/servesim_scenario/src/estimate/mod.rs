@@ -55,6 +55,23 @@ const PEAK_MARGIN: f64 = 1e-3;
 /// The golden section, (√5 − 1) / 2.
 const GOLDEN: f64 = 0.618_033_988_749_894_9;
 
+/// Bisects `[lo, hi]` for where `below(x)` stops holding (it holds at the low end and not at
+/// the high end, once), and returns the final bracket.
+fn bisect(
+    (mut lo, mut hi): (f64, f64),
+    mut below: impl FnMut(f64) -> Result<bool, ScenarioError>,
+) -> Result<(f64, f64), ScenarioError> {
+    for _ in 0..BISECTION_STEPS {
+        let mid = (lo + hi) / 2.0;
+        if below(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((lo, hi))
+}
+
 /// Squared coefficient of variation of a closed loop's arrivals at the prefill pool. A finished
 /// request is replaced at once, so arrivals follow decode completions and are far more regular
 /// than Poisson (1). Fitted to servesim's own replays (docs/estimate.md): the prefill queueing
@@ -801,36 +818,21 @@ impl Aggregated {
     /// The batch per rank that serves `target` requests per second, at most `b_peak` (the
     /// rate grows with the batch up to the peak, so bisection finds it).
     fn batch_for_rate(&mut self, target: f64, b_peak: f64) -> Result<f64, ScenarioError> {
-        let (mut lo, mut hi) = (0.0, b_peak);
-        for _ in 0..BISECTION_STEPS {
-            let mid = (lo + hi) / 2.0;
-            if self.rate(mid)? < target {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(hi)
+        Ok(bisect((0.0, b_peak), |b| Ok(self.rate(b)? < target))?.1)
     }
 
     /// The batch per rank when the serving processes pass `rate` requests per second to the
     /// engine: by Little's law over the time a request spends in the engine, which excludes
     /// the frontend delay and the processes' own work before it and after its last token.
     fn batch_behind_serving(&mut self, rate: f64, b_peak: f64) -> Result<f64, ScenarioError> {
-        let (mut lo, mut hi) = (0.0, b_peak);
-        for _ in 0..BISECTION_STEPS {
-            let mid: f64 = (lo + hi) / 2.0;
-            let at = self.point(mid)?;
-            let outside_ms = self.frontend_ms
-                + self.serving.first_token_delay_ms(mid.max(1.0), self.steps.tokens_per_step);
-            let in_engine_s = ((at.e2e_ms - outside_ms) / 1000.0).max(f64::MIN_POSITIVE);
-            if mid.max(1.0) / in_engine_s < rate {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(hi)
+        let below = |b: f64| {
+            let b = b.max(1.0);
+            let outside_ms =
+                self.frontend_ms + self.serving.first_token_delay_ms(b, self.steps.tokens_per_step);
+            let in_engine_s = ((self.point(b)?.e2e_ms - outside_ms) / 1000.0).max(f64::MIN_POSITIVE);
+            Ok(b / in_engine_s < rate)
+        };
+        Ok(bisect((0.0, b_peak), below)?.1)
     }
 
     pub(crate) fn solve(&mut self, op: Operating) -> Result<Estimate, ScenarioError> {
@@ -838,7 +840,8 @@ impl Aggregated {
         // The serving processes may serve fewer requests than the engine could: then they set
         // the rate, at the batch that serves just that.
         let serving_cap = self.serving.rank_capacity_rps(self.w.osl);
-        let (b_top, peak_rate) = if serving_cap < engine_peak {
+        let frontend_bound = serving_cap < engine_peak;
+        let (b_top, peak_rate) = if frontend_bound {
             (self.batch_behind_serving(serving_cap, b_peak)?, serving_cap)
         } else {
             (b_peak, engine_peak)
@@ -846,7 +849,7 @@ impl Aggregated {
         let capacity_rps = peak_rate * self.ranks;
         let limit = if self.kv_limited { "kv_capacity" } else { "max_sequences" };
         // Past an interior peak it is the prompts that bound the rate, not the limit.
-        let rate_limit = if serving_cap < engine_peak {
+        let rate_limit = if frontend_bound {
             "frontend"
         } else if b_peak < self.b_max {
             "prefill"
@@ -856,7 +859,7 @@ impl Aggregated {
         let (b, extra_wait_ms, overloaded, bound) = match op {
             Operating::Concurrency(n) => {
                 let per_rank = n / self.ranks;
-                if serving_cap < engine_peak && self.rate(per_rank.min(self.b_max))? > serving_cap {
+                if frontend_bound && self.rate(per_rank.min(self.b_max))? > serving_cap {
                     // The clients the processes cannot serve wait in front of them.
                     let at = self.point(b_top)?;
                     (b_top, (per_rank / serving_cap * 1000.0 - at.e2e_ms).max(0.0), false, Some("frontend"))
@@ -1076,17 +1079,9 @@ impl Disaggregated {
         let prefill_ms = self.prefill_ms(q)?;
         // Decode: b requests per rank, each resident for osl steps of TPOT(b).
         let per_dec = rate / self.dec_ranks;
-        let (mut lo, mut hi) = (0.0, self.dec_b_max);
-        for _ in 0..BISECTION_STEPS {
-            let mid = (lo + hi) / 2.0;
-            let resident = per_dec * self.w.osl * self.dec.token_ms(mid, self.kv_mean)? / 1000.0;
-            if resident > mid {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        let b = hi;
+        let (_, b) = bisect((0.0, self.dec_b_max), |b| {
+            Ok(per_dec * self.w.osl * self.dec.token_ms(b, self.kv_mean)? / 1000.0 > b)
+        })?;
         let tpot_ms = self.dec.token_ms(b, self.kv_mean)?;
         let step_ms = self.dec.gen_ms(b, self.kv_mean)?;
         // Prompts queue for a prefill rank: Kingman's G/D/1 wait with the arrivals' variability.
@@ -1127,15 +1122,7 @@ impl Disaggregated {
                     (capacity, (n / capacity * 1000.0 - at_cap.e2e_ms).max(0.0), false, Some(limit))
                 } else {
                     // λ·E2E(λ) grows with λ: bisect for the rate that keeps n in flight.
-                    let (mut lo, mut hi) = (0.0, capacity);
-                    for _ in 0..BISECTION_STEPS {
-                        let mid = (lo + hi) / 2.0;
-                        if mid * self.point(mid)?.e2e_ms / 1000.0 < n {
-                            lo = mid;
-                        } else {
-                            hi = mid;
-                        }
-                    }
+                    let (lo, _) = bisect((0.0, capacity), |r| Ok(r * self.point(r)?.e2e_ms / 1000.0 < n))?;
                     (lo, 0.0, false, None)
                 }
             }
