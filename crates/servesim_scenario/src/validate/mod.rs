@@ -8,7 +8,8 @@
 //! benchmark and AISimulate's dashboard use; floor 1 replays them exactly — fixed lengths in a
 //! closed loop phase-lock into waves that no real deployment keeps), prefix caching off,
 //! `max_batched_tokens` 8192 and `max_sequences` `max(256, concurrency per rank)` on the
-//! role that runs decode (prefill workers keep the row's prefill batch size). The KV cache is
+//! role that runs decode (prefill workers keep the row's prefill batch size), unless the
+//! row's benchmark published other engine options ([`recipe`]). The KV cache is
 //! fp8 when the row runs in fp8 or fp4, else bf16; an MXFP4 checkpoint on a GPU without FP4
 //! tensor cores keeps its own weight formats ([`interpret`]). A row of an engine release with
 //! its own calibration replays with it ([`release_knobs`]). Everything else is the engine's
@@ -252,6 +253,9 @@ pub struct Recipe {
     /// The engine's memory fraction (`--mem-fraction-static`, `free_gpu_memory_fraction`),
     /// when the script sets one.
     pub memory_fraction: Option<f64>,
+    /// TensorRT-LLM's `enable_chunked_prefill`, when the recipe sets it (servesim's default
+    /// chunks, as AISimulate assumes).
+    pub chunked_prefill: Option<bool>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -275,6 +279,9 @@ pub struct Recipe {
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
 ///   (fp8 on B200: 0.7 from 256 clients at 1k/1k and 1k/8k, 0.75 at 8k/1k on TP4; H200: 0.75);
 ///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8).
+///
+/// AIConfigurator's own gap-analysis rows (`source_file=…/aic-auto-gap-analysis/…`) ran
+/// the engine configurations AIConfigurator's generator writes ([`aic_generator_recipe`]).
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
     let first = row.source.split(';').next().unwrap_or("").trim();
@@ -287,6 +294,9 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
         Mode::Agg { layout } => layout.tp,
         Mode::Disagg { .. } => return Recipe::default(),
     };
+    if first.contains("/aic-auto-gap-analysis/") {
+        return aic_generator_recipe(row);
+    }
     if !inferencex {
         return Recipe::default();
     }
@@ -316,6 +326,39 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
             trtllm_deepseek_recipe(row, tp)
         }
         _ => Recipe::default(),
+    }
+}
+
+/// The running-request cap AIConfigurator's generator writes for aggregated TensorRT-LLM
+/// workers below 512 (`rule_plugin/trtllm.rule`: `agg_decode max_batch_size = (512 if
+/// max_batch_size < 512 else max_batch_size * 2)`).
+pub const AIC_AGG_MIN_BATCH: u32 = 512;
+
+/// Prompt headroom in the token budget AIConfigurator's generator writes
+/// (`rule_plugin/trtllm.rule`: `agg max_num_tokens = max_batch_size + isl + 1500`, rounded up
+/// to the 32-token KV block).
+pub const AIC_BUDGET_HEADROOM_TOKENS: u32 = 1500;
+
+/// The TensorRT-LLM engine options AIConfigurator's generator writes for an aggregated
+/// worker, which its evaluation pipeline (`aiconfigurator eval`) deploys behind NVIDIA
+/// Dynamo ([`recipe`]). The rules run in order, so the token budget adds the raised cap, not
+/// the configuration's batch size; `enable_chunked_prefill` stays at the template's `false`
+/// (`extra_engine_args.1.0.0rc3.yaml.j2` and later). Its vLLM template passes neither option
+/// and its SGLang rows keep the replay policy.
+fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
+    let Mode::Agg { layout } = row.mode else { return Recipe::default() };
+    if row.backend != "trtllm" {
+        return Recipe::default();
+    }
+    // The configuration's batch size (the file's `batch_size`), else the clients.
+    let batch = if layout.batch > 0 { layout.batch } else { row.concurrency };
+    let cap = if batch < AIC_AGG_MIN_BATCH { AIC_AGG_MIN_BATCH } else { 2 * batch };
+    let budget = (cap + row.isl + AIC_BUDGET_HEADROOM_TOKENS).div_ceil(32) * 32;
+    Recipe {
+        max_batched_tokens: Some(budget),
+        max_sequences: Some(cap),
+        chunked_prefill: Some(false),
+        ..Recipe::default()
     }
 }
 
@@ -436,6 +479,9 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     let low = matches!(row.precision.as_str(), "fp8" | "fp4" | "int4");
     q.push(format!("kv_cache: {}", if low { "fp8" } else { "bf16" }));
     let _ = writeln!(y, "  quantization: {{{}}}", q.join(", "));
+    if !knobs.no_recipes && recipe(row).chunked_prefill == Some(false) {
+        let _ = writeln!(y, "  enable_chunked_prefill: false");
+    }
     if let Some((nextn, accepted)) = knobs.speculation {
         let _ = writeln!(y, "  nextn: {nextn}");
         let _ = writeln!(y, "  nextn_accepted: {accepted}");

@@ -108,6 +108,48 @@ fn rows_become_closed_loop_scenarios() {
 }
 
 #[test]
+fn aiconfigurator_gap_analysis_trtllm_rows_replay_the_generators_engine_options() {
+    let l = |batch| Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch };
+    let mut r = row(Mode::Agg { layout: l(8) });
+    r.backend = "trtllm".into();
+    r.backend_version = "1.0.0rc3".into();
+    r.source =
+        "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/Qwen_Qwen3-32B.csv; \
+                silicon_concurrency=8"
+            .into();
+    (r.isl, r.concurrency) = (4096, 8);
+    // 512 + 4,096 + 1,500 = 6,108, rounded up to the 32-token block.
+    let want = Recipe {
+        max_batched_tokens: Some(6112),
+        max_sequences: Some(512),
+        chunked_prefill: Some(false),
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(y.contains("  enable_chunked_prefill: false\n"), "{y}");
+    assert!(y.contains("scheduler: {max_batched_tokens: 6112, max_sequences: 512}"), "{y}");
+    let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, true, None);
+    assert!(
+        !plain.contains("enable_chunked_prefill") && plain.contains("max_batched_tokens: 8192"),
+        "{plain}"
+    );
+    // From 512 the cap doubles the configuration's batch size, and the budget follows it.
+    r.mode = Mode::Agg { layout: l(600) };
+    assert_eq!(recipe(&r).max_batched_tokens, Some((1200 + 4096 + 1500_u32).div_ceil(32) * 32));
+    assert_eq!(recipe(&r).max_sequences, Some(1200));
+    // The harness's vLLM and SGLang rows, and its disaggregated ones, keep the policy.
+    r.mode = Mode::Agg { layout: l(8) };
+    for backend in ["vllm", "sglang"] {
+        r.backend = backend.into();
+        assert_eq!(recipe(&r), Recipe::default(), "{backend}");
+    }
+    r.backend = "trtllm".into();
+    r.mode = Mode::Disagg { prefill: l(8), prefill_workers: Some(1), decode: l(8), decode_workers: Some(1) };
+    assert_eq!(recipe(&r), Recipe::default());
+}
+
+#[test]
 fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
     let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let mut r = row(Mode::Agg { layout: l(2) });
@@ -230,7 +272,7 @@ fn dynamo_rows_replay_with_the_engine_release_their_runtime_bundles() {
     assert_eq!(release_knobs(&r, &Knobs::default()), Knobs::default());
     r.backend_version = "1.0.0rc3".into();
     let k = release_knobs(&r, &Knobs::default());
-    assert_eq!((k.prefill_scale, k.frontend_ms, k.step_overhead_ms), (Some(1.25), Some(50.0), Some(0.6)));
+    assert_eq!((k.prefill_scale, k.frontend_ms, k.step_overhead_ms), (Some(1.25), Some(80.0), Some(0.6)));
     // Its trtllm-serve process is a queue; the replayed scenario says so.
     assert_eq!((k.frontend_request_ms, k.frontend_chunk_us), (Some(6.0), Some(70.0)));
     let yaml = scenario_yaml(&r, &Knobs::default(), true, None);
@@ -272,7 +314,7 @@ fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
     for (version, written) in [("1.0.0rc3", true), ("0.21.0", true), ("1.1.0rc2.post2", false), ("", false)] {
         r.backend_version = version.into();
         let y = scenario_yaml(&r, &Knobs::default(), true, None);
-        let release = "timing: {prefill_scale: 1.25, step_overhead_ms: 0.6, frontend_ms: 50}";
+        let release = "timing: {prefill_scale: 1.25, step_overhead_ms: 0.6, frontend_ms: 80}";
         assert_eq!(y.contains(release), written, "{version}: {y}");
     }
     // A constant given on the command line wins over the release's.
@@ -280,7 +322,7 @@ fn tensorrt_llm_1_0_rows_replay_with_their_release_calibration() {
     let mine = Knobs { prefill_scale: Some(1.1), allreduce: Some(AllReduceImpl::Custom), ..Knobs::default() };
     let y = scenario_yaml(&r, &mine, true, None);
     assert!(
-        y.contains("timing: {prefill_scale: 1.1, step_overhead_ms: 0.6, frontend_ms: 50, allreduce: custom}"),
+        y.contains("timing: {prefill_scale: 1.1, step_overhead_ms: 0.6, frontend_ms: 80, allreduce: custom}"),
         "{y}"
     );
     // Other engines' releases share one calibration.
