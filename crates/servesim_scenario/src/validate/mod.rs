@@ -336,15 +336,20 @@ pub const AIC_AGG_MIN_BATCH: u32 = 512;
 
 /// Prompt headroom in the token budget AIConfigurator's generator writes
 /// (`rule_plugin/trtllm.rule`: `agg max_num_tokens = max_batch_size + isl + 1500`, rounded up
-/// to the 32-token KV block).
+/// to [`AIC_TOKENS_PER_BLOCK`]).
 pub const AIC_BUDGET_HEADROOM_TOKENS: u32 = 1500;
+
+/// The KV block the generator sizes TensorRT-LLM's budget in (`tokens_per_block` 32 unless
+/// set, so that `max_num_tokens` divides into blocks, `rule_plugin/trtllm.rule`).
+pub const AIC_TOKENS_PER_BLOCK: u32 = 32;
 
 /// The TensorRT-LLM engine options AIConfigurator's generator writes for an aggregated
 /// worker, which its evaluation pipeline (`aiconfigurator eval`) deploys behind NVIDIA
 /// Dynamo ([`recipe`]). The rules run in order, so the token budget adds the raised cap, not
 /// the configuration's batch size; `enable_chunked_prefill` stays at the template's `false`
-/// (`extra_engine_args.1.0.0rc3.yaml.j2` and later). Its vLLM template passes neither option
-/// and its SGLang rows keep the replay policy.
+/// (`extra_engine_args.1.0.0rc3.yaml.j2` and later). Its vLLM template passes neither option.
+/// Its SGLang rule sets `--enable-mixed-chunk` (prefill chunks batched with the running
+/// decodes), which servesim's SGLang scheduler does not model, so those rows keep the policy.
 fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
     let Mode::Agg { layout } = row.mode else { return Recipe::default() };
     if row.backend != "trtllm" {
@@ -353,7 +358,8 @@ fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
     // The configuration's batch size (the file's `batch_size`), else the clients.
     let batch = if layout.batch > 0 { layout.batch } else { row.concurrency };
     let cap = if batch < AIC_AGG_MIN_BATCH { AIC_AGG_MIN_BATCH } else { 2 * batch };
-    let budget = (cap + row.isl + AIC_BUDGET_HEADROOM_TOKENS).div_ceil(32) * 32;
+    let budget =
+        (cap + row.isl + AIC_BUDGET_HEADROOM_TOKENS).div_ceil(AIC_TOKENS_PER_BLOCK) * AIC_TOKENS_PER_BLOCK;
     Recipe {
         max_batched_tokens: Some(budget),
         max_sequences: Some(cap),
