@@ -568,6 +568,47 @@ fn sglang_recv_interval_holds_prompts_until_the_next_intake() {
     }
 }
 
+/// SGLang's `--enable-mixed-chunk` puts the running decodes into every prefill batch: a
+/// request decoding while 64 clients' prompts arrive no longer waits out whole prefill
+/// batches between tokens, so the longest gap and the time to the second token shrink, and
+/// the engine serves more. Other engines refuse the key; SGLang turns it off under
+/// speculative decoding, so servesim refuses that pair rather than ignore it.
+#[test]
+fn sglang_mixed_chunks_keep_decodes_running_through_prefill() {
+    let path = "tests/scenarios/sglang_mixed_chunk.yaml";
+    let mixed = predict_file_with(path, &[]).unwrap().summary;
+    let apart = predict_file_with(path, &["engine.workers.aggregated.scheduler.enable_mixed_chunk=false"])
+        .unwrap()
+        .summary;
+    assert_eq!(mixed.completed_requests, apart.completed_requests);
+    assert!(
+        mixed.itl.max < 0.25 * apart.itl.max,
+        "max ITL {} ms mixed, {} ms apart",
+        mixed.itl.max,
+        apart.itl.max
+    );
+    assert!(
+        mixed.ttst.mean < 0.5 * apart.ttst.mean,
+        "TTST {} ms mixed, {} ms apart",
+        mixed.ttst.mean,
+        apart.ttst.mean
+    );
+    assert!(mixed.request_throughput_rps > apart.request_throughput_rps);
+    for (file, set, words) in [
+        (
+            "data/scenarios/default.yaml",
+            &["engine.workers.aggregated.scheduler.enable_mixed_chunk=true"][..],
+            "SGLang knob",
+        ),
+        (path, &["engine.nextn=2", "engine.nextn_accepted=1.2"][..], "speculative decoding"),
+    ] {
+        let err = predict_file_with(file, set).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("enable_mixed_chunk") && text.contains(words), "{text}");
+    }
+}
+
 /// SGLang sizes its prefill chunk by the GPU (`_handle_gpu_memory_settings`): 8,192 tokens on
 /// H200, 16,384 on B200, unless the config sets `chunked_prefill_size`; `max_batched_tokens`,
 /// which SGLang does not read, changes nothing.

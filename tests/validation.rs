@@ -53,10 +53,11 @@ fn llama_8b_h200_rows_stay_within_recorded_error() {
     let Some(g) = replay_family("h200_sxm", "meta-llama/Llama-3.1-8B-Instruct", "dense aggregated", 5) else {
         return;
     };
-    // docs/validation.md records these 23 SGLang rows at TTFT 41.4%, TPOT 20.2% MAPE; a
-    // regression past a few points fails.
-    assert!(g.ttft_mape() < 45.0, "TTFT MAPE {}", g.ttft_mape());
-    assert!(g.tpot_mape() < 22.0, "TPOT MAPE {}", g.tpot_mape());
+    // These 23 SGLang rows are AIConfigurator's harness, replayed with its generator's mixed
+    // chunks and prefill budget: TTFT 39.4%, TPOT 17.7% MAPE here (41.4% and 20.2% without
+    // them, as recorded before); a regression past a couple of points fails.
+    assert!(g.ttft_mape() < 42.0, "TTFT MAPE {}", g.ttft_mape());
+    assert!(g.tpot_mape() < 19.5, "TPOT MAPE {}", g.tpot_mape());
 }
 
 #[test]

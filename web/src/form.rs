@@ -51,9 +51,9 @@ pub const ENGINE: [Field; 7] = [
     field("nextn_accepted", "Drafts accepted per round", Kind::Float),
 ];
 
-/// Fields of each worker role (below `engine.workers.<role>.`). The last four are SGLang's
+/// Fields of each worker role (below `engine.workers.<role>.`). The last six are SGLang's
 /// and TensorRT-LLM's (the validator says so at the field under another engine).
-pub const ROLE: [Field; 15] = [
+pub const ROLE: [Field; 16] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -67,6 +67,7 @@ pub const ROLE: [Field; 15] = [
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
     field("scheduler.scheduler_recv_interval", "Recv interval (SGLang)", Kind::Int),
+    field("scheduler.enable_mixed_chunk", "Mixed chunk (SGLang)", Kind::Bool),
     field("scheduler.batch_wait_timeout_iters", "Batch wait steps (TRT-LLM)", Kind::Int),
     field("scheduler.batch_wait_max_tokens_ratio", "Batch wait token share (TRT-LLM)", Kind::Float),
 ];

@@ -335,7 +335,7 @@ pub struct SchedulerKnobs {
     /// `sglang.chunked_prefill_size` when the scenario is prepared.
     pub chunked_prefill_size: Option<u32>,
     /// SGLang knobs (`schedule_policy`, `max_prefill_tokens`, `schedule_conservativeness`,
-    /// `scheduler_recv_interval`: servesim extensions, SGLang's own names;
+    /// `scheduler_recv_interval`, `enable_mixed_chunk`: servesim extensions, SGLang's own names;
     /// `prefill_decode_interval`: AISimulate). The per-rank chunk comes from
     /// `chunked_prefill_size`.
     pub sglang: servesim_core::engine::SglangKnobs,

@@ -81,6 +81,10 @@ pub struct SglangKnobs {
     pub prefill_decode_interval: u32,
     /// `scheduler_recv_interval` (1): new requests are taken in every N decode steps.
     pub recv_interval: u32,
+    /// `enable_mixed_chunk` (false): a prefill batch also carries a decode token for every
+    /// running request (`ForwardMode.MIXED`); SGLang turns it off without chunked prefill or
+    /// with speculative decoding.
+    pub mixed_chunk: bool,
 }
 
 impl Default for SglangKnobs {
@@ -96,6 +100,7 @@ impl Default for SglangKnobs {
             retract_decode_steps: 20,
             prefill_decode_interval: 0,
             recv_interval: 1,
+            mixed_chunk: false,
         }
     }
 }

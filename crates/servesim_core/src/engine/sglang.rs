@@ -1,9 +1,11 @@
 //! The SGLang scheduler (`python/sglang/srt/managers/scheduler.py`, `schedule_policy.py`),
 //! one rank at a time, over a token-granular radix cache.
 //!
-//! - A step is either a prefill ("extend") batch or a decode batch, never both
-//!   (`--enable-mixed-chunk` is off upstream by default). Prefill wins whenever a request
-//!   can be admitted.
+//! - A step is either a prefill ("extend") batch or a decode batch. Prefill wins whenever a
+//!   request can be admitted. With `--enable-mixed-chunk` (off upstream by default) a prefill
+//!   batch also carries one decode token for every running request (`mix_with_running`), and
+//!   the adder's budgets (`max_prefill_tokens`, the chunk and the KV room) shrink by as many
+//!   tokens; the decode-only path (retraction, ratio decay) runs only when nothing is admitted.
 //! - Admission (`PrefillAdder`): the waiting queue in FCFS or longest-prefix-match order;
 //!   each request reserves its uncached prompt plus `min(max_new, 4096)` output tokens
 //!   against the free-plus-evictable KV, after running requests reserve
@@ -75,7 +77,10 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     if state.new_token_ratio <= 0.0 || (running.is_empty() && waiting.is_empty()) {
         state.new_token_ratio = k.init_new_token_ratio;
     }
-    let any_decoding = running.iter().any(|id| reqs[*id as usize].is_decoding());
+    let decoding_now = running.iter().filter(|id| reqs[**id as usize].is_decoding()).count();
+    let any_decoding = decoding_now > 0;
+    // `is_mixed_chunk` needs a chunk size; speculative decoding turns it off (`server_args`).
+    let mixed = k.mixed_chunk && cfg.chunked_prefill && !cfg.speculation.is_on();
 
     // 1. A prefill batch, unless decode rounds are forced after the last one.
     let prefill_allowed = state.decode_rounds_left == 0 || !any_decoding;
@@ -87,10 +92,14 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             .filter(|r| r.is_decoding())
             .map(|r| f64::from(clip(cfg, r)) * state.new_token_ratio)
             .sum();
+        // Mixed batches take one decode token per running request out of every budget
+        // (`PrefillAdder(mixed_with_decode_tokens = running_bs)`).
+        let beside = if mixed { decoding_now } else { 0 };
         #[allow(clippy::cast_precision_loss)]
-        let mut rem_total = cache.available_tokens() as f64 - reserved;
-        let mut rem_input = i64::from(k.max_prefill_tokens);
-        let mut rem_chunk = i64::from(k.chunked_prefill_size);
+        let mut rem_total = cache.available_tokens() as f64 - reserved - beside as f64;
+        let beside = i64::try_from(beside).unwrap_or(i64::MAX);
+        let mut rem_input = i64::from(k.max_prefill_tokens).saturating_sub(beside);
+        let mut rem_chunk = i64::from(k.chunked_prefill_size).saturating_sub(beside);
 
         // A request left mid-prompt by the previous prefill batch continues first; that
         // includes a retracted request recomputing its prompt and earlier outputs.
@@ -186,6 +195,27 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         }
         if !plan.items.is_empty() {
             state.decode_rounds_left = k.prefill_decode_interval;
+            if mixed {
+                // The running batch rides along: one token each, allocated without the
+                // decode path's memory check (the adder already set their tokens aside).
+                let prefilling = plan.items.len();
+                for &id in running.iter() {
+                    let r = &mut reqs[id as usize];
+                    if !r.is_decoding() || plan.items[..prefilling].iter().any(|p| p.req == id) {
+                        continue;
+                    }
+                    if !cache.alloc(1) {
+                        break;
+                    }
+                    r.private_tokens += 1;
+                    plan.items.push(Planned {
+                        req: id,
+                        new_tokens: 1,
+                        context_tokens: r.computed,
+                        decode: true,
+                    });
+                }
+            }
             return;
         }
     }
@@ -264,6 +294,79 @@ mod tests {
             },
             1,
         )
+    }
+
+    fn sglang_cfg() -> SchedulerConfig {
+        SchedulerConfig {
+            backend: Backend::Sglang,
+            max_batched_tokens: 8192,
+            max_sequences: 64,
+            chunked_prefill: true,
+            prefill_schedule_interval: 1,
+            sglang: SglangKnobs { chunked_prefill_size: 1000, ..SglangKnobs::default() },
+            batch_wait: BatchWait::default(),
+            frontend: crate::frontend::FrontendSpec::default(),
+            speculation: crate::engine::Speculation::default(),
+        }
+    }
+
+    /// Three requests past their prompts (one output token each, 110 tokens in the KV) and a
+    /// 2,000-token prompt waiting.
+    fn decoding_three_and_one_waiting() -> (Rank, Vec<Request>) {
+        let mut cache = RadixCache::new(100_000, false);
+        let mut reqs: Vec<Request> = (0..3).map(|i| req(100 + i, 10, 200 + i)).collect();
+        for r in &mut reqs {
+            assert!(cache.alloc(110));
+            r.computed = 110;
+            r.emitted = 1;
+            r.private_tokens = 110;
+            r.status = Status::Running;
+            assert!(r.is_decoding());
+        }
+        reqs.push(req(300, 1900, 301));
+        let mut rank = Rank::new(KvStore::Radix(cache));
+        rank.running.extend([0, 1, 2]);
+        rank.waiting.push_back(3);
+        (rank, reqs)
+    }
+
+    #[test]
+    fn mixed_chunks_carry_the_running_decodes_and_shrink_the_chunk_by_them() {
+        let mut cfg = sglang_cfg();
+        let mut plan = RankPlan::default();
+        // Off (SGLang's default): the prompt's first 1,000-token chunk alone.
+        let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        let items: Vec<(u32, u32, bool)> =
+            plan.items.iter().map(|p| (p.req, p.new_tokens, p.decode)).collect();
+        assert_eq!(items, [(3, 1000, false)]);
+        // On: 1,000 − 3 prompt tokens, then one decode token for each running request.
+        cfg.sglang.mixed_chunk = true;
+        let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+        let free = match &rank.kv {
+            KvStore::Radix(c) => c.available_tokens(),
+            KvStore::Paged(_) => unreachable!(),
+        };
+        plan.clear();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        let items: Vec<(u32, u32, bool)> =
+            plan.items.iter().map(|p| (p.req, p.new_tokens, p.decode)).collect();
+        assert_eq!(items, [(3, 997, false), (0, 1, true), (1, 1, true), (2, 1, true)]);
+        let KvStore::Radix(c) = &rank.kv else { unreachable!() };
+        assert_eq!(free - c.available_tokens(), 1000, "the step's KV: the chunk and three tokens");
+        // Nothing to admit: a plain decode batch, as without mixing.
+        let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+        rank.waiting.clear();
+        plan.clear();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        assert!(plan.items.len() == 3 && plan.items.iter().all(|p| p.decode));
+        // Speculative decoding turns mixing off, as SGLang's server arguments do.
+        cfg.speculation.draft_tokens = 2;
+        let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+        plan.clear();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        assert_eq!(plan.items.len(), 1);
+        assert_eq!(plan.items[0].new_tokens, 1000);
     }
 
     #[test]

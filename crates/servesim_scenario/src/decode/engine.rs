@@ -123,6 +123,16 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
     if let (Some(spec), Some(w)) = (&speculation, &workers) {
         let key = if matches!(spec, SpeculationConfig::Ngram { .. }) { "speculation" } else { "nextn" };
         for (name, role) in w.roles() {
+            if *spec != SpeculationConfig::Off && role.scheduler.sglang.mixed_chunk {
+                // SGLang's server arguments turn mixed chunks off under any draft algorithm.
+                cx.domain(
+                    &crate::diag::join(path, key),
+                    node,
+                    format!(
+                        "SGLang turns --enable-mixed-chunk off with speculative decoding; drop engine.workers.{name}.scheduler.enable_mixed_chunk or the drafts"
+                    ),
+                );
+            }
             if *spec != SpeculationConfig::Off && matches!(role.timing.kind, TimingKind::Fpm(_)) {
                 cx.unsupported(
                     &crate::diag::join(path, key),
@@ -606,6 +616,7 @@ const SCHEDULER_KEYS: &[&str] = &[
     "max_prefill_tokens",
     "schedule_conservativeness",
     "scheduler_recv_interval",
+    "enable_mixed_chunk",
     "async_scheduling",
     "batch_wait_timeout_iters",
     "batch_wait_max_tokens_ratio",
@@ -682,6 +693,7 @@ fn decode_scheduler(
         "max_prefill_tokens",
         "schedule_conservativeness",
         "scheduler_recv_interval",
+        "enable_mixed_chunk",
     ];
     for key in sglang_only {
         let Some((n, p)) = f.take(key) else { continue };
@@ -712,6 +724,11 @@ fn decode_scheduler(
             "scheduler_recv_interval" => {
                 if let Some(v) = u32_in(n, &p, cx, 1, MAX_RECV_INTERVAL) {
                     out.sglang.recv_interval = v;
+                }
+            }
+            "enable_mixed_chunk" => {
+                if let Some(v) = boolean(n, &p, cx) {
+                    out.sglang.mixed_chunk = v;
                 }
             }
             _ => {

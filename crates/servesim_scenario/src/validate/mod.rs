@@ -256,6 +256,10 @@ pub struct Recipe {
     /// TensorRT-LLM's `enable_chunked_prefill`, when the recipe sets it (servesim's default
     /// chunks, as AISimulate assumes).
     pub chunked_prefill: Option<bool>,
+    /// SGLang's `--max-prefill-tokens`, when the script sets one.
+    pub max_prefill_tokens: Option<u32>,
+    /// SGLang's `--enable-mixed-chunk`, when the script sets it.
+    pub mixed_chunk: Option<bool>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -334,9 +338,9 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
 /// max_batch_size < 512 else max_batch_size * 2)`).
 pub const AIC_AGG_MIN_BATCH: u32 = 512;
 
-/// Prompt headroom in the token budget AIConfigurator's generator writes
+/// Prompt headroom in the token budgets AIConfigurator's generator writes
 /// (`rule_plugin/trtllm.rule`: `agg max_num_tokens = max_batch_size + isl + 1500`, rounded up
-/// to [`AIC_TOKENS_PER_BLOCK`]).
+/// to [`AIC_TOKENS_PER_BLOCK`]; `rule_plugin/sglang.rule`: `max_prefill_tokens = isl + 1500`).
 pub const AIC_BUDGET_HEADROOM_TOKENS: u32 = 1500;
 
 /// The KV block the generator sizes TensorRT-LLM's budget in (`tokens_per_block` 32 unless
@@ -348,15 +352,25 @@ pub const AIC_TOKENS_PER_BLOCK: u32 = 32;
 /// Dynamo ([`recipe`]). The rules run in order, so the token budget adds the raised cap, not
 /// the configuration's batch size; `enable_chunked_prefill` stays at the template's `false`
 /// (`extra_engine_args.1.0.0rc3.yaml.j2` and later). Its vLLM template passes neither option.
-/// Its SGLang rule sets `--enable-mixed-chunk` (prefill chunks batched with the running
-/// decodes), which servesim's SGLang scheduler does not model, so those rows keep the policy.
+/// Its SGLang rule sets `--max-running-requests` to the batch size, `--max-prefill-tokens` to
+/// the prompt plus [`AIC_BUDGET_HEADROOM_TOKENS`] and `--enable-mixed-chunk` (prefill batches
+/// carry the running decodes); the chunk stays SGLang's default for the GPU.
 fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
     let Mode::Agg { layout } = row.mode else { return Recipe::default() };
-    if row.backend != "trtllm" {
-        return Recipe::default();
-    }
     // The configuration's batch size (the file's `batch_size`), else the clients.
     let batch = if layout.batch > 0 { layout.batch } else { row.concurrency };
+    match row.backend.as_str() {
+        "trtllm" => {}
+        "sglang" => {
+            return Recipe {
+                max_sequences: Some(batch),
+                max_prefill_tokens: Some(row.isl + AIC_BUDGET_HEADROOM_TOKENS),
+                mixed_chunk: Some(true),
+                ..Recipe::default()
+            }
+        }
+        _ => return Recipe::default(),
+    }
     let cap = if batch < AIC_AGG_MIN_BATCH { AIC_AGG_MIN_BATCH } else { 2 * batch };
     let budget =
         (cap + row.isl + AIC_BUDGET_HEADROOM_TOKENS).div_ceil(AIC_TOKENS_PER_BLOCK) * AIC_TOKENS_PER_BLOCK;
@@ -425,6 +439,12 @@ fn role_yaml(
     }
     if let Some(n) = recipe.chunked_prefill_size {
         let _ = write!(wait, ", chunked_prefill_size: {n}");
+    }
+    if let Some(n) = recipe.max_prefill_tokens {
+        let _ = write!(wait, ", max_prefill_tokens: {n}");
+    }
+    if let Some(on) = recipe.mixed_chunk {
+        let _ = write!(wait, ", enable_mixed_chunk: {on}");
     }
     let _ = writeln!(
         out,

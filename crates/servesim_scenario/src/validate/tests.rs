@@ -108,7 +108,7 @@ fn rows_become_closed_loop_scenarios() {
 }
 
 #[test]
-fn aiconfigurator_gap_analysis_trtllm_rows_replay_the_generators_engine_options() {
+fn aiconfigurator_gap_analysis_rows_replay_the_generators_engine_options() {
     let l = |batch| Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch };
     let mut r = row(Mode::Agg { layout: l(8) });
     r.backend = "trtllm".into();
@@ -138,15 +138,32 @@ fn aiconfigurator_gap_analysis_trtllm_rows_replay_the_generators_engine_options(
     r.mode = Mode::Agg { layout: l(600) };
     assert_eq!(recipe(&r).max_batched_tokens, Some((1200 + 4096 + 1500_u32).div_ceil(32) * 32));
     assert_eq!(recipe(&r).max_sequences, Some(1200));
-    // The harness's vLLM and SGLang rows, and its disaggregated ones, keep the policy.
+    // SGLang: the batch size as the cap, the prompt plus 1,500 as the prefill budget, mixed
+    // chunks; the chunk and the (ignored) step budget stay as they were.
     r.mode = Mode::Agg { layout: l(8) };
-    for backend in ["vllm", "sglang"] {
+    r.backend = "sglang".into();
+    let want = Recipe {
+        max_sequences: Some(8),
+        max_prefill_tokens: Some(5596),
+        mixed_chunk: Some(true),
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(
+        y.contains("max_sequences: 8, max_prefill_tokens: 5596, enable_mixed_chunk: true}")
+            && !y.contains("enable_chunked_prefill"),
+        "{y}"
+    );
+    // The harness's vLLM rows, and its disaggregated ones, keep the policy.
+    r.backend = "vllm".into();
+    assert_eq!(recipe(&r), Recipe::default());
+    for backend in ["trtllm", "sglang"] {
         r.backend = backend.into();
+        r.mode =
+            Mode::Disagg { prefill: l(8), prefill_workers: Some(1), decode: l(8), decode_workers: Some(1) };
         assert_eq!(recipe(&r), Recipe::default(), "{backend}");
     }
-    r.backend = "trtllm".into();
-    r.mode = Mode::Disagg { prefill: l(8), prefill_workers: Some(1), decode: l(8), decode_workers: Some(1) };
-    assert_eq!(recipe(&r), Recipe::default());
 }
 
 #[test]
