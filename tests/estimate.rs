@@ -295,16 +295,17 @@ traffic:
 
 /// TensorRT-LLM runs up to 2,048 requests by default, so this deployment is held by KV (842
 /// a rank). But 4,000-token prompts fill every step long before that, and each added decode
-/// slows those steps: the rate peaks at a smaller batch, which is the capacity an open loop
-/// is measured against.
+/// slows those steps: the rate peaks at a smaller batch (near 500, on a plateau from about
+/// 256), which is the capacity an open loop is measured against.
 #[test]
 fn capacity_is_the_peak_rate_below_the_batch_limit() {
     let p = prepared(AGG);
     let e = at(&p, Operating::Concurrency(512.0));
     let d = |k: &str| e.detail.iter().find(|(n, _)| *n == k).unwrap().1;
     let (peak, limit) = (d("peak_batch_per_rank"), d("max_batch_per_rank"));
-    assert!(peak < limit / 2.0, "peak {peak}, limit {limit}");
-    assert!(e.request_rate_rps < e.capacity_rps, "512 in flight serve less than the peak");
+    assert!(peak < 0.7 * limit, "peak {peak}, limit {limit}");
+    let full = at(&p, Operating::Concurrency(limit));
+    assert!(full.request_rate_rps < 0.95 * e.capacity_rps, "a full batch serves well below the peak");
     let served = at(&p, Operating::Rate(e.capacity_rps * 0.999));
     assert!(!served.overloaded);
     let over = at(&p, Operating::Rate(e.capacity_rps * 1.01));

@@ -54,10 +54,11 @@ fn llama_8b_h200_rows_stay_within_recorded_error() {
         return;
     };
     // These 23 SGLang rows are AIConfigurator's harness, replayed with its generator's mixed
-    // chunks and prefill budget: TTFT 39.4%, TPOT 17.7% MAPE here (41.4% and 20.2% without
-    // them, as recorded before); a regression past a couple of points fails.
-    assert!(g.ttft_mape() < 42.0, "TTFT MAPE {}", g.ttft_mape());
-    assert!(g.tpot_mape() < 19.5, "TPOT MAPE {}", g.tpot_mape());
+    // chunks and prefill budget: TTFT 43.0%, TPOT 12.8% MAPE here since a blend's unmeasured
+    // corners are borrowed (39.4% and 17.7% before: decode attention at 240–512 requests of
+    // 2,000+ tokens was timed as 128 requests); a regression past a couple of points fails.
+    assert!(g.ttft_mape() < 45.0, "TTFT MAPE {}", g.ttft_mape());
+    assert!(g.tpot_mape() < 14.5, "TPOT MAPE {}", g.tpot_mape());
 }
 
 #[test]

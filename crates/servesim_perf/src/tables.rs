@@ -13,8 +13,11 @@
 //!   costs are close to multilinear in sizes (a GEMM is exactly `∝ m·n·k`; attention is
 //!   `∝ batch·heads·isl²`), so the blend is exact for such costs, and it never makes more
 //!   work faster than less when the measurements do not.
-//! - Missing corners are dropped and the weights renormalised; if an axis hits a grid value
-//!   exactly but that point is missing, its two neighbours stand in.
+//! - A missing corner borrows the measured corner that differs from it on the fewest axes,
+//!   scaled by the speed-of-light ratio between the two, and the answer is reported as
+//!   *extrapolated* (the tables leave out their largest shapes, so a dropped corner would
+//!   lose an axis); if an axis hits a grid value exactly but that point is missing, its two
+//!   neighbours stand in.
 //! - Outside an axis' range the query is clamped to the edge and scaled by the
 //!   speed-of-light ratio `sol(query) / sol(clamped)` the caller supplies (the edge's
 //!   efficiency is held). That is reported as *extrapolated*, never silently; with no
@@ -479,10 +482,8 @@ impl Grid {
                 nfree += 1;
             }
         }
-        let (mut acc, mut wsum) = (0.0, 0.0);
-        for mask in 0..(1usize << nfree) {
-            let mut w = 1.0;
-            let mut flat = base;
+        let corner = |mask: usize| {
+            let (mut w, mut flat) = (1.0, base);
             for (j, &d) in free[..nfree].iter().enumerate() {
                 let b = br[d];
                 if mask >> j & 1 == 1 {
@@ -492,20 +493,91 @@ impl Grid {
                     w *= 1.0 - b.t;
                 }
             }
+            (w, flat)
+        };
+        let (mut acc, mut wsum, mut holes) = (0.0, 0.0, false);
+        for mask in 0..(1usize << nfree) {
+            let (w, flat) = corner(mask);
             if w <= 0.0 {
                 continue;
             }
             if let Some(lat) = self.values.get(flat).copied().filter(|v| !v.is_nan()) {
                 acc += w * lat;
                 wsum += w;
+            } else {
+                holes = true;
             }
         }
         if wsum <= 0.0 {
             return None;
         }
+        // Unmeasured corners, added after the measured ones (rare: only near a table's edge).
+        let mut borrowed = false;
+        for mask in (0..(1usize << nfree)).filter(|_| holes) {
+            let (w, flat) = corner(mask);
+            if w <= 0.0 || self.values.get(flat).is_some_and(|v| !v.is_nan()) {
+                continue;
+            }
+            if let Some(lat) = self.borrow_corner(br, &free[..nfree], base, mask, &sol) {
+                acc += w * lat;
+                wsum += w;
+                borrowed = true;
+            }
+        }
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
         let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
-        finish_blend(acc / wsum, x, clamped, || bracket_points(br), sol)
+        finish_blend(acc / wsum, x, clamped, borrowed, || bracket_points(br), sol)
+    }
+
+    /// A time for the unmeasured corner `mask` of a blend's cell: the measured corner that
+    /// differs from it on the fewest axes (the first in mask order among equals), scaled by
+    /// the speed-of-light ratio between the two. The tables leave out the largest shapes
+    /// (AIConfigurator's decode attention stops near 512 K cached tokens per batch: 256
+    /// requests at 1,023 tokens, 64 at 8,191), and dropping those corners would time 240
+    /// requests at 2,700 tokens as the 128-request corners alone, half the work. `None` when
+    /// no corner is measured or the ratio is not a positive finite number.
+    #[allow(clippy::cast_precision_loss)]
+    fn borrow_corner(
+        &self,
+        br: &[Bracket],
+        free: &[usize],
+        base: usize,
+        mask: usize,
+        sol: impl Fn(&[f64]) -> f64,
+    ) -> Option<f64> {
+        let flat_of = |m: usize| {
+            let mut flat = base;
+            for (j, &d) in free.iter().enumerate() {
+                if m >> j & 1 == 1 {
+                    flat += (br[d].hi - br[d].lo) * self.strides[d];
+                }
+            }
+            flat
+        };
+        let (mut best, mut best_dist) = (None, u32::MAX);
+        for m in 0..(1usize << free.len()) {
+            let dist = (m ^ mask).count_ones();
+            if m == mask || dist >= best_dist {
+                continue;
+            }
+            if let Some(lat) = self.values.get(flat_of(m)).copied().filter(|v| !v.is_nan()) {
+                best = Some((m, lat));
+                best_dist = dist;
+            }
+        }
+        let (from, lat) = best?;
+        let corner = |m: usize| {
+            let mut at = [0.0f64; MAX_DIMS];
+            for (d, b) in br.iter().enumerate() {
+                let upper = free.iter().position(|&f| f == d).is_some_and(|j| m >> j & 1 == 1);
+                at[d] = self.axes[d][if upper { b.hi } else { b.lo }] as f64;
+            }
+            at
+        };
+        let dims = br.len();
+        let (s_to, s_from) = (sol(&corner(mask)[..dims]), sol(&corner(from)[..dims]));
+        let ratio = s_to / s_from;
+        (ratio.is_finite() && ratio > 0.0).then_some(lat * ratio)
     }
 
     /// A lookup's answer on a grid point: the measurement, or the envelope where a
@@ -531,11 +603,14 @@ fn bracket_points(br: &[Bracket]) -> [f64; MAX_DIMS] {
 
 /// The end of a blend: the weighted mean `lat` of the corners, scaled by the speed-of-light
 /// ratio `sol(query) / sol(clamped point)` when some axis was clamped to the grid's edge.
+/// Clamping, or a corner borrowed from a measured one ([`Grid::borrow_corner`]), makes the
+/// answer extrapolated.
 #[inline]
 fn finish_blend(
     mut lat: f64,
     x: &[f64],
     clamped: bool,
+    borrowed: bool,
     at: impl FnOnce() -> [f64; MAX_DIMS],
     sol: impl Fn(&[f64]) -> f64,
 ) -> Option<(f64, Source)> {
@@ -550,7 +625,7 @@ fn finish_blend(
     if !(lat.is_finite() && lat > 0.0) {
         return None;
     }
-    Some((lat, if clamped { Source::Extrapolated } else { Source::Interpolated }))
+    Some((lat, if clamped || borrowed { Source::Extrapolated } else { Source::Interpolated }))
 }
 
 /// The op families servesim reads, with their key and axis columns.

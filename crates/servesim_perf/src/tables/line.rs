@@ -70,7 +70,7 @@ impl GridLine {
             at[v] = xv;
             at
         };
-        Some(finish_blend(acc / wsum, &x[..dims], self.fixed_clamped, at, sol))
+        Some(finish_blend(acc / wsum, &x[..dims], self.fixed_clamped, false, at, sol))
     }
 
     /// [`GridLine::in_cell`]'s latencies at `xs` while each is a plain blend: the point
@@ -180,6 +180,10 @@ impl Grid {
         let flat0 = line.base + b.lo * self.strides[v];
         let at = |i: usize| self.values.get(i).copied().unwrap_or(f64::NAN);
         let corners = [at(flat0), at(flat0 + fs), at(flat0 + vs), at(flat0 + vs + fs)];
+        if corners.iter().any(|c| c.is_nan()) {
+            // A hole's corner is borrowed from a measured one, which only the full blend does.
+            return self.lookup_cached(&line.x[..dims], &line.scales[..dims], sol, &mut line.fallback);
+        }
         if b.lo != b.hi {
             let (lo_x, hi_x) = (self.axes[v][b.lo] as f64, self.axes[v][b.hi] as f64);
             let a = line.scales[v].apply(lo_x);
@@ -209,7 +213,7 @@ fn line_blend(
         return None;
     }
     let dims = line.dims;
-    finish_blend(acc / wsum, &line.x[..dims], clamped, || bracket_points(&line.br[..dims]), sol)
+    finish_blend(acc / wsum, &line.x[..dims], clamped, false, || bracket_points(&line.br[..dims]), sol)
 }
 
 /// The weighted sum and total weight of a line cell's `corners` (index `2 × varying side +

@@ -87,7 +87,7 @@ fn square_scale_is_exact_for_quadratic_costs() {
 }
 
 #[test]
-fn holes_are_skipped_and_exact_holes_use_neighbours() {
+fn holes_borrow_a_measured_corner_and_exact_holes_use_neighbours() {
     let (g, _) =
         Grid::from_points(2, &pts(&[(1, 1, 1.0), (2, 2, 1.0), (4, 4, 1.0), (2, 1, 1.0), (2, 4, 1.0)]))
             .unwrap();
@@ -97,6 +97,36 @@ fn holes_are_skipped_and_exact_holes_use_neighbours() {
     assert_ne!(src, Source::Measured);
     let (lat, _) = g.lookup(&[3.0, 3.0], &LL, |_| 1.0).unwrap();
     assert!((lat - 1.0).abs() < 1e-12);
+}
+
+/// A table that stops short of its largest shapes (AIConfigurator's decode attention: 256
+/// requests only up to 1,023 cached tokens, 128 up to 4,095) is read along both axes: the
+/// missing corner takes its measured neighbour's time scaled by the speed-of-light ratio,
+/// instead of the batch axis being dropped from the blend.
+#[test]
+fn a_missing_upper_corner_is_scaled_from_its_neighbour_not_dropped() {
+    // Cost ∝ batch × KV (1 ms per million cached tokens), with (256, 4096) not measured.
+    let cost = |b: u64, kv: u64| (b * kv) as f64 / 1e6;
+    let (g, _) = Grid::from_points(
+        2,
+        &pts(&[(128, 1024, cost(128, 1024)), (128, 4096, cost(128, 4096)), (256, 1024, cost(256, 1024))]),
+    )
+    .unwrap();
+    let sol = |c: &[f64]| c[0] * c[1];
+    // 192 requests at 4,096 tokens: half-way along batch on the KV grid line.
+    let (lat, src) = g.lookup(&[192.0, 4096.0], &LL, sol).unwrap();
+    assert!((lat - cost(192, 4096)).abs() < 1e-12, "{lat}");
+    assert_eq!(src, Source::Extrapolated);
+    // Inside the cell: the full blend of three measured corners and the borrowed fourth.
+    let (lat, _) = g.lookup(&[240.0, 2700.0], &LL, sol).unwrap();
+    assert!((lat - 240.0 * 2700.0 / 1e6).abs() < 1e-9, "{lat}");
+    // Where every corner is measured nothing is borrowed.
+    assert_eq!(g.lookup(&[192.0, 1024.0], &LL, sol).unwrap().1, Source::Interpolated);
+    // A line along the KV axis answers as the full lookup (the fast path steps aside).
+    let mut line = g.line(&[240.0, 2000.0], 1, &LL).unwrap();
+    for kv in [2000.0, 2001.0, 3000.5, 4095.0] {
+        assert_eq!(g.lookup_on(&mut line, kv, sol), g.lookup(&[240.0, kv], &LL, sol));
+    }
 }
 
 #[test]
