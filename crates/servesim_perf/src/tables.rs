@@ -152,6 +152,11 @@ impl Scale {
 /// Most axes a grid has (lookups keep per-axis state on the stack).
 const MAX_DIMS: usize = 6;
 
+/// How many grid lines along one axis a blend's unmeasured corner may look for a measured
+/// point when its cell has none ([`Grid::borrow_corner`]): the tables' axes mostly double
+/// from line to line, so two lines hold the speed-of-light scaling to a factor of about 4.
+const MAX_BORROW_STEPS: usize = 2;
+
 /// Brackets of a grid's previous lookup, for [`Grid::lookup_cached`]. One cache serves one
 /// grid (a cache moved to another grid gives wrong answers).
 #[derive(Clone, Copy, Debug, Default)]
@@ -508,7 +513,7 @@ impl Grid {
                 holes = true;
             }
         }
-        if wsum <= 0.0 {
+        if wsum <= 0.0 && !holes {
             return None;
         }
         // Unmeasured corners, added after the measured ones (rare: only near a table's edge).
@@ -524,18 +529,24 @@ impl Grid {
                 borrowed = true;
             }
         }
+        if wsum <= 0.0 {
+            return None;
+        }
         #[allow(clippy::float_cmp)] // `at` is either the query itself or a clamped copy.
         let clamped = br.iter().zip(x).any(|(b, xv)| b.at != *xv);
         finish_blend(acc / wsum, x, clamped, borrowed, || bracket_points(br), sol)
     }
 
-    /// A time for the unmeasured corner `mask` of a blend's cell: the measured corner that
-    /// differs from it on the fewest axes (the first in mask order among equals), scaled by
-    /// the speed-of-light ratio between the two. The tables leave out the largest shapes
-    /// (AIConfigurator's decode attention stops near 512 K cached tokens per batch: 256
-    /// requests at 1,023 tokens, 64 at 8,191), and dropping those corners would time 240
-    /// requests at 2,700 tokens as the 128-request corners alone, half the work. `None` when
-    /// no corner is measured or the ratio is not a positive finite number.
+    /// A time for the unmeasured corner `mask` of a blend's cell, from a measured grid point
+    /// scaled by the speed-of-light ratio between the two: the cell's measured corner that
+    /// differs from it on the fewest axes (the first in mask order among equals), else, when
+    /// the cell has none (an axis sits on a grid line whose points are all missing), the
+    /// nearest measured point along one axis from the corner, at most
+    /// [`MAX_BORROW_STEPS`] grid lines away, toward less work first. The tables leave out
+    /// the largest shapes (AIConfigurator's decode attention stops near 512 K cached tokens
+    /// per batch: 256 requests at 1,023 tokens, 64 at 8,191), and dropping those corners
+    /// would time 240 requests at 2,700 tokens as the 128-request corners alone, half the
+    /// work. `None` when no donor is found or the ratio is not a positive finite number.
     #[allow(clippy::cast_precision_loss)]
     fn borrow_corner(
         &self,
@@ -545,38 +556,59 @@ impl Grid {
         mask: usize,
         sol: impl Fn(&[f64]) -> f64,
     ) -> Option<f64> {
-        let flat_of = |m: usize| {
-            let mut flat = base;
-            for (j, &d) in free.iter().enumerate() {
-                if m >> j & 1 == 1 {
-                    flat += (br[d].hi - br[d].lo) * self.strides[d];
-                }
+        let dims = br.len();
+        // Grid indices of a cell corner.
+        let index_of = |m: usize| {
+            let mut idx = [0usize; MAX_DIMS];
+            for (d, b) in br.iter().enumerate() {
+                let upper = free.iter().position(|&f| f == d).is_some_and(|j| m >> j & 1 == 1);
+                idx[d] = if upper { b.hi } else { b.lo };
             }
-            flat
+            idx
         };
-        let (mut best, mut best_dist) = (None, u32::MAX);
+        let flat_of = |idx: &[usize; MAX_DIMS]| (0..dims).map(|d| idx[d] * self.strides[d]).sum::<usize>();
+        let measured =
+            |idx: &[usize; MAX_DIMS]| self.values.get(flat_of(idx)).copied().filter(|v| !v.is_nan());
+        let to = index_of(mask);
+        debug_assert_eq!(flat_of(&index_of(0)), base);
+        let mut donor = None;
+        let mut best_dist = u32::MAX;
         for m in 0..(1usize << free.len()) {
             let dist = (m ^ mask).count_ones();
             if m == mask || dist >= best_dist {
                 continue;
             }
-            if let Some(lat) = self.values.get(flat_of(m)).copied().filter(|v| !v.is_nan()) {
-                best = Some((m, lat));
+            if let Some(lat) = measured(&index_of(m)) {
+                donor = Some((index_of(m), lat));
                 best_dist = dist;
             }
         }
-        let (from, lat) = best?;
-        let corner = |m: usize| {
+        'lines: for steps in 1..=MAX_BORROW_STEPS {
+            if donor.is_some() {
+                break;
+            }
+            for up in [false, true] {
+                for d in 0..dims {
+                    let i = if up { Some(to[d] + steps) } else { to[d].checked_sub(steps) };
+                    let Some(i) = i.filter(|&i| i < self.axes[d].len()) else { continue };
+                    let mut from = to;
+                    from[d] = i;
+                    if let Some(lat) = measured(&from) {
+                        donor = Some((from, lat));
+                        break 'lines;
+                    }
+                }
+            }
+        }
+        let (from, lat) = donor?;
+        let coords = |idx: &[usize; MAX_DIMS]| {
             let mut at = [0.0f64; MAX_DIMS];
-            for (d, b) in br.iter().enumerate() {
-                let upper = free.iter().position(|&f| f == d).is_some_and(|j| m >> j & 1 == 1);
-                at[d] = self.axes[d][if upper { b.hi } else { b.lo }] as f64;
+            for d in 0..dims {
+                at[d] = self.axes[d][idx[d]] as f64;
             }
             at
         };
-        let dims = br.len();
-        let (s_to, s_from) = (sol(&corner(mask)[..dims]), sol(&corner(from)[..dims]));
-        let ratio = s_to / s_from;
+        let ratio = sol(&coords(&to)[..dims]) / sol(&coords(&from)[..dims]);
         (ratio.is_finite() && ratio > 0.0).then_some(lat * ratio)
     }
 

@@ -129,6 +129,38 @@ fn a_missing_upper_corner_is_scaled_from_its_neighbour_not_dropped() {
     }
 }
 
+/// On a grid line whose points are all missing in the query's cell (256 requests, whose
+/// table stops at 1,024 tokens) each corner borrows the measured point one line down the
+/// batch axis, instead of the lookup falling back to the roofline.
+#[test]
+fn a_cell_with_no_measured_corner_borrows_along_an_axis() {
+    let cost = |b: u64, kv: u64| (b * kv) as f64 / 1e6;
+    let measured = [(128, 1024), (128, 4096), (128, 8192), (256, 1024)];
+    let (g, _) = Grid::from_points(2, &pts(&measured.map(|(b, kv)| (b, kv, cost(b, kv))))).unwrap();
+    let sol = |c: &[f64]| c[0] * c[1];
+    let (lat, src) = g.lookup(&[256.0, 6000.0], &LL, sol).unwrap();
+    assert!((lat - cost(256, 6000)).abs() < 1e-9, "{lat}");
+    assert_eq!(src, Source::Extrapolated);
+    // Donors are looked for at most MAX_BORROW_STEPS lines away; beyond, the caller's
+    // roofline answers.
+    let (g, _) = Grid::from_points(
+        2,
+        // Batch lines 64, 128, 256, 512; KV lines 1, 2, 3, 4,096, 8,192.
+        &pts(&[
+            (64, 4096, 1.0),
+            (64, 8192, 2.0),
+            (64, 2, 0.1),
+            (64, 3, 0.1),
+            (128, 1, 0.1),
+            (256, 1, 0.1),
+            (512, 1, 0.1),
+        ]),
+    )
+    .unwrap();
+    assert!(g.lookup(&[256.0, 6000.0], &LL, sol).is_some(), "two lines down the batch axis");
+    assert!(g.lookup(&[512.0, 6000.0], &LL, sol).is_none(), "three lines down: too far");
+}
+
 #[test]
 fn duplicates_keep_the_first_and_are_counted() {
     let (g, dup) = Grid::from_points(1, &[(vec![2], 1.0), (vec![2], 5.0)]).unwrap();
