@@ -523,7 +523,7 @@ impl Grid {
             if w <= 0.0 || self.values.get(flat).is_some_and(|v| !v.is_nan()) {
                 continue;
             }
-            if let Some(lat) = self.borrow_corner(br, &free[..nfree], base, mask, &sol) {
+            if let Some(lat) = self.borrow_corner(br, &free[..nfree], mask, &sol) {
                 acc += w * lat;
                 wsum += w;
                 borrowed = true;
@@ -552,7 +552,6 @@ impl Grid {
         &self,
         br: &[Bracket],
         free: &[usize],
-        base: usize,
         mask: usize,
         sol: impl Fn(&[f64]) -> f64,
     ) -> Option<f64> {
@@ -570,7 +569,6 @@ impl Grid {
         let measured =
             |idx: &[usize; MAX_DIMS]| self.values.get(flat_of(idx)).copied().filter(|v| !v.is_nan());
         let to = index_of(mask);
-        debug_assert_eq!(flat_of(&index_of(0)), base);
         let mut donor = None;
         let mut best_dist = u32::MAX;
         for m in 0..(1usize << free.len()) {
@@ -578,8 +576,9 @@ impl Grid {
             if m == mask || dist >= best_dist {
                 continue;
             }
-            if let Some(lat) = measured(&index_of(m)) {
-                donor = Some((index_of(m), lat));
+            let from = index_of(m);
+            if let Some(lat) = measured(&from) {
+                donor = Some((from, lat));
                 best_dist = dist;
             }
         }
