@@ -1,0 +1,171 @@
+//! The engine options a row's published benchmark recipe set beyond the replay policy.
+
+use servesim_data::silicon::{Mode, SiliconRow};
+
+/// Engine options a row's benchmark set beyond the replay policy, from the benchmark's
+/// published recipe (never from the measurement).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recipe {
+    /// The token budget per step, when not the policy's 8,192.
+    pub max_batched_tokens: Option<u32>,
+    /// SGLang's `--chunked-prefill-size`, when the script sets one.
+    pub chunked_prefill_size: Option<u32>,
+    /// TensorRT-LLM batch waiting: (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`).
+    pub batch_wait: Option<(u32, f64)>,
+    /// SGLang's `scheduler_recv_interval`.
+    pub recv_interval: Option<u32>,
+    /// The running-request cap (`--max-running-requests`), when the script sets one.
+    pub max_sequences: Option<u32>,
+    /// The engine's memory fraction (`--mem-fraction-static`, `free_gpu_memory_fraction`),
+    /// when the script sets one.
+    pub memory_fraction: Option<f64>,
+    /// TensorRT-LLM's `enable_chunked_prefill`, when the recipe sets it (servesim's default
+    /// chunks, as AISimulate assumes).
+    pub chunked_prefill: Option<bool>,
+    /// SGLang's `--max-prefill-tokens`, when the script sets one.
+    pub max_prefill_tokens: Option<u32>,
+    /// SGLang's `--enable-mixed-chunk`, when the script sets it.
+    pub mixed_chunk: Option<bool>,
+}
+
+/// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
+/// the dated ones (`source_file=YYYY-MM-DD.csv`) and its database dump (`db-dump/…`), whose
+/// DeepSeek-V3 rows are its DeepSeek-R1 benchmarks (`dsr1_…` ids) too.
+/// - Llama-3.1-70B with TensorRT-LLM (`benchmarks/70b_*_trt*.sh`): `trtllm-serve
+///   --max_num_tokens 16384`, and for 1k/1k below TP8 also `batch_wait_timeout_iters: 20` and
+///   `batch_wait_max_tokens_ratio: 0.9` ("will improve the performance" at 1k/1k, says the
+///   script).
+/// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`):
+///   `--scheduler-recv-interval` 10, or 30 from 16 clients up ("relax to ~30 requests between
+///   scheduler recv polls"). The fp8 script's TP4 layout (8k/1k only) keeps 10 and sets
+///   `--mem-fraction-static 0.95`, `--max-running-requests 32` and `--chunked-prefill-size
+///   8192`: the weights take 157 GiB of each GPU's 180, which the default 0.88 cannot hold.
+///   Its TP8 limits (128 running requests) are left out: the 256-client rows measure 2.1 s
+///   TTFTs that such a cap would make tens of seconds, so they ran under another revision.
+///   The fp4 script's `--chunked-prefill-size 16384` and `--mem-fraction-static 0.85` are
+///   what SGLang derives on B200 at TP8 anyway (16,384 and 0.853).
+/// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
+///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
+///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
+///   (fp8 on B200: 0.7 from 256 clients at 1k/1k and 1k/8k, 0.75 at 8k/1k on TP4; H200: 0.75);
+///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8).
+///
+/// AIConfigurator's own gap-analysis rows (`source_file=…/aic-auto-gap-analysis/…`) ran
+/// the engine configurations AIConfigurator's generator writes ([`aic_generator_recipe`]).
+#[must_use]
+pub fn recipe(row: &SiliconRow) -> Recipe {
+    let first = row.source.split(';').next().unwrap_or("").trim();
+    let dated = first
+        .strip_prefix("source_file=")
+        .and_then(|f| f.strip_suffix(".csv"))
+        .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+    let inferencex = dated || first.starts_with("db-dump/");
+    let tp = match row.mode {
+        Mode::Agg { layout } => layout.tp,
+        Mode::Disagg { .. } => return Recipe::default(),
+    };
+    if first.contains("/aic-auto-gap-analysis/") {
+        return aic_generator_recipe(row);
+    }
+    if !inferencex {
+        return Recipe::default();
+    }
+    let deepseek = matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
+    match row.backend.as_str() {
+        "trtllm" if row.model == "meta-llama/Llama-3.1-70B" => Recipe {
+            max_batched_tokens: Some(16_384),
+            batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
+            ..Recipe::default()
+        },
+        "sglang" if deepseek && row.system == "b200_sxm" => {
+            let fp8_tp4 = row.precision == "fp8" && tp == 4;
+            let relaxed = row.concurrency >= 16 && !fp8_tp4;
+            let interval = Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() };
+            if fp8_tp4 {
+                Recipe {
+                    chunked_prefill_size: Some(8192),
+                    max_sequences: Some(32),
+                    memory_fraction: Some(0.95),
+                    ..interval
+                }
+            } else {
+                interval
+            }
+        }
+        "trtllm" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "h200_sxm") => {
+            trtllm_deepseek_recipe(row, tp)
+        }
+        _ => Recipe::default(),
+    }
+}
+
+/// The running-request cap AIConfigurator's generator writes for aggregated TensorRT-LLM
+/// workers below 512 (`rule_plugin/trtllm.rule`: `agg_decode max_batch_size = (512 if
+/// max_batch_size < 512 else max_batch_size * 2)`).
+pub const AIC_AGG_MIN_BATCH: u32 = 512;
+
+/// Prompt headroom in the token budgets AIConfigurator's generator writes
+/// (`rule_plugin/trtllm.rule`: `agg max_num_tokens = max_batch_size + isl + 1500`, rounded up
+/// to [`AIC_TOKENS_PER_BLOCK`]; `rule_plugin/sglang.rule`: `max_prefill_tokens = isl + 1500`).
+pub const AIC_BUDGET_HEADROOM_TOKENS: u32 = 1500;
+
+/// The KV block the generator sizes TensorRT-LLM's budget in (`tokens_per_block` 32 unless
+/// set, so that `max_num_tokens` divides into blocks, `rule_plugin/trtllm.rule`).
+pub const AIC_TOKENS_PER_BLOCK: u32 = 32;
+
+/// The TensorRT-LLM engine options AIConfigurator's generator writes for an aggregated
+/// worker, which its evaluation pipeline (`aiconfigurator eval`) deploys behind NVIDIA
+/// Dynamo ([`recipe`]). The rules run in order, so the token budget adds the raised cap, not
+/// the configuration's batch size; `enable_chunked_prefill` stays at the template's `false`
+/// (`extra_engine_args.1.0.0rc3.yaml.j2` and later). Its vLLM template passes neither option.
+/// Its SGLang rule sets `--max-running-requests` to the batch size, `--max-prefill-tokens` to
+/// the prompt plus [`AIC_BUDGET_HEADROOM_TOKENS`] and `--enable-mixed-chunk` (prefill batches
+/// carry the running decodes); the chunk stays SGLang's default for the GPU.
+fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
+    let Mode::Agg { layout } = row.mode else { return Recipe::default() };
+    // The configuration's batch size (the file's `batch_size`), else the clients.
+    let batch = if layout.batch > 0 { layout.batch } else { row.concurrency };
+    match row.backend.as_str() {
+        "trtllm" => {}
+        "sglang" => {
+            return Recipe {
+                max_sequences: Some(batch),
+                max_prefill_tokens: Some(row.isl + AIC_BUDGET_HEADROOM_TOKENS),
+                mixed_chunk: Some(true),
+                ..Recipe::default()
+            }
+        }
+        _ => return Recipe::default(),
+    }
+    let cap = if batch < AIC_AGG_MIN_BATCH { AIC_AGG_MIN_BATCH } else { 2 * batch };
+    let budget =
+        (cap + row.isl + AIC_BUDGET_HEADROOM_TOKENS).div_ceil(AIC_TOKENS_PER_BLOCK) * AIC_TOKENS_PER_BLOCK;
+    Recipe {
+        max_batched_tokens: Some(budget),
+        max_sequences: Some(cap),
+        chunked_prefill: Some(false),
+        ..Recipe::default()
+    }
+}
+
+/// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]).
+fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32) -> Recipe {
+    let many = row.concurrency >= 256;
+    let (fraction, batch_wait) = match (row.system.as_str(), row.precision.as_str()) {
+        ("h200_sxm", _) => (0.75, None),
+        (_, "fp8") => match (row.isl, row.osl) {
+            (1024, 1024 | 8192) if many => (0.7, None),
+            (1024, 1024) if row.concurrency >= 64 => (0.8, Some((40, 0.8))),
+            (8192, 1024) if tp == 4 => (0.75, None),
+            _ => (0.8, None),
+        },
+        _ => (0.8, None),
+    };
+    let budget = (row.concurrency + row.isl + 64).div_ceil(64) * 64;
+    Recipe {
+        max_batched_tokens: Some(budget.max(8192)),
+        batch_wait,
+        memory_fraction: Some(fraction),
+        ..Recipe::default()
+    }
+}
