@@ -1,7 +1,7 @@
 //! A worker (one engine replica): attention-DP ranks stepping in lockstep.
 //!
 //! A step is formed by the engine policy on every rank, timed by the worker's
-//! [`StepTimer`](crate::timing::StepTimer) as one grouped pass that ends at the slowest rank,
+//! [`StepTimer`] as one grouped pass that ends at the slowest rank,
 //! and applied when it completes: computed tokens advance, newly full blocks enter the prefix
 //! cache, and requests that finished their pending tokens emit an output token.
 //!

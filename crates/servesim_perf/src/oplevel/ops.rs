@@ -130,7 +130,7 @@ impl OpLevelTimer {
     }
 
     /// Tensor-parallel all-reduce of `elems` bf16 values over `gpus`, in a CUDA graph or
-    /// launched eagerly, by the implementation [`OpConstants::allreduce`] names.
+    /// launched eagerly, by the implementation [`super::OpConstants::allreduce`] names.
     #[allow(clippy::cast_precision_loss)]
     #[must_use]
     pub fn allreduce(&self, elems: u64, gpus: u32, graph: bool) -> (f64, Source) {

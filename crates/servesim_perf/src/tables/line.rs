@@ -8,7 +8,7 @@ use super::{bracket_points, finish_blend, Bracket, Grid, LookupCache, Scale, Sou
 /// is bit for bit [`Grid::lookup`]'s: the fixed axes are bracketed once, and when at most
 /// one of them lies between grid lines (before the varying axis) and the rest sit on one,
 /// a step's blend visits the same corners in the same order with the same weights as
-/// [`Grid::blend`] (a pinned axis' weight is 1, and multiplying by 1 is exact). Anything
+/// `Grid::blend` (a pinned axis' weight is 1, and multiplying by 1 is exact). Anything
 /// else (exact hits, holes, other shapes) takes [`Grid::lookup_cached`]. One line serves
 /// one grid.
 #[derive(Clone, Copy, Debug)]

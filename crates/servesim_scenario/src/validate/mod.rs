@@ -176,7 +176,7 @@ const DYNAMO_RUNTIMES: &[(&str, [&str; 3])] = &[
 /// The release of the engine a row ran. Rows served through NVIDIA Dynamo may record the
 /// Dynamo runtime's version instead (InferenceX's Dynamo TensorRT-LLM rows: `0.8.1.post2`,
 /// with `image=…/ai-dynamo/tensorrtllm-runtime:0.8.1.post2` or no image at all). A version
-/// that is a Dynamo release [`DYNAMO_RUNTIMES`] lists (or a patch of one, which takes its
+/// that is a Dynamo release `DYNAMO_RUNTIMES` lists (or a patch of one, which takes its
 /// base release's), on a row whose Dynamo image carries that tag or on a TensorRT-LLM row
 /// (TensorRT-LLM's own 0.x releases predate its PyTorch backend and these harnesses: 0.8.0
 /// is read as Dynamo's), names the engine release that runtime bundles. Any other version is

@@ -51,7 +51,7 @@ pub struct Recipe {
 ///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8).
 ///
 /// AIConfigurator's own gap-analysis rows (`source_file=…/aic-auto-gap-analysis/…`) ran
-/// the engine configurations AIConfigurator's generator writes ([`aic_generator_recipe`]).
+/// the engine configurations AIConfigurator's generator writes (`aic_generator_recipe`).
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
     let first = row.source.split(';').next().unwrap_or("").trim();
