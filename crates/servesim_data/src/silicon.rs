@@ -107,6 +107,21 @@ impl SiliconRow {
     }
 }
 
+/// The attention data-parallel degree a layout that leaves `attention_dp_size` blank ran
+/// with. AIConfigurator's layouts spread the experts over the GPUs attention runs on
+/// (`tp × attention_dp = moe_tp × moe_ep`), and vLLM serves an MoE model with
+/// `--data-parallel-size` that way: its expert layers form one DP × TP group, tensor
+/// parallel unless expert parallelism is enabled. So a MoE width that is a whole multiple
+/// of `tp` above it (vLLM rows recorded as `tp 1, moe_tp 2`) was attention data parallelism
+/// over the quotient; anything else (dense models, whose MoE width is 1) reads as one rank.
+fn blank_attention_dp(tp: u32, moe_width: u32) -> u32 {
+    if moe_width > tp && moe_width.is_multiple_of(tp) {
+        moe_width / tp
+    } else {
+        1
+    }
+}
+
 /// Parses a calibration CSV.
 ///
 /// # Errors
@@ -164,12 +179,21 @@ pub fn parse(bytes: &[u8], file: &str) -> Result<Vec<SiliconRow>, SiliconError> 
             }
         };
         let layout = |prefix: &str| -> Result<Layout, SiliconError> {
+            let tp = degree(&format!("{prefix}tp_size"))?;
+            let moe_tp = degree(&format!("{prefix}moe_tp_size"))?;
+            let moe_ep = degree(&format!("{prefix}moe_ep_size"))?;
+            let dp_column = format!("{prefix}attention_dp_size");
+            let dp = if text(&dp_column).is_empty() {
+                blank_attention_dp(tp, moe_tp.saturating_mul(moe_ep))
+            } else {
+                degree(&dp_column)?
+            };
             Ok(Layout {
-                tp: degree(&format!("{prefix}tp_size"))?,
+                tp,
                 pp: degree(&format!("{prefix}pp_size"))?,
-                dp: degree(&format!("{prefix}attention_dp_size"))?,
-                moe_tp: degree(&format!("{prefix}moe_tp_size"))?,
-                moe_ep: degree(&format!("{prefix}moe_ep_size"))?,
+                dp,
+                moe_tp,
+                moe_ep,
                 batch: count(&format!("{prefix}batch_size"), 1)?,
             })
         };
@@ -249,6 +273,27 @@ mod tests {
         let Mode::Disagg { prefill_workers, decode_workers, .. } = rows[1].mode else { panic!() };
         assert_eq!((prefill_workers, decode_workers), (None, None), "blank counts stay unknown");
         assert_eq!(rows[1].concurrency, 90, "one decode worker assumed for the concurrency");
+    }
+
+    #[test]
+    fn a_blank_attention_dp_is_the_moe_width_over_tp() {
+        // vLLM's Qwen3-235B rows: TP1 attention with experts over two GPUs, DP left blank.
+        let row = |tp: &str, dp: &str, moe_tp: &str, moe_ep: &str| {
+            format!(
+                "{HEAD}a,x,vllm,0.12.0,m/a,h200_sxm,fp8,agg,1000,100,fp8,fp8,8,{tp},1,{dp},{moe_tp},{moe_ep},,,,,,,,,,,,,,,356.9,54.9\n"
+            )
+        };
+        let layout = |text: String| match parse(text.as_bytes(), "c.csv").unwrap()[0].mode {
+            Mode::Agg { layout } => (layout.tp, layout.dp, layout.moe_tp, layout.moe_ep),
+            Mode::Disagg { .. } => panic!("aggregated row"),
+        };
+        assert_eq!(layout(row("1", "", "2", "1")), (1, 2, 2, 1));
+        assert_eq!(layout(row("2", "", "4", "1")), (2, 2, 4, 1));
+        assert_eq!(layout(row("1", "", "1", "4")), (1, 4, 1, 4));
+        assert_eq!(layout(row("2", "", "2", "1")), (2, 1, 2, 1), "MoE width equal to TP: no DP");
+        assert_eq!(layout(row("4", "", "1", "1")), (4, 1, 1, 1), "dense: no DP");
+        assert_eq!(layout(row("2", "", "3", "1")), (2, 1, 3, 1), "not a multiple: left as written");
+        assert_eq!(layout(row("1", "1", "2", "1")), (1, 1, 2, 1), "a recorded degree is kept");
     }
 
     #[test]
