@@ -1,4 +1,6 @@
 use super::*;
+use servesim_core::timing::StepTimer;
+use servesim_core::units::{SimDur, SimTime};
 
 #[test]
 fn op_kinds_resolve_to_themselves() {

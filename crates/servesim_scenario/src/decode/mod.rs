@@ -8,6 +8,7 @@ use crate::diag::{choice, number_in, positive, string, Cx, Fields};
 use crate::node::{Node, Value};
 
 pub(crate) mod engine;
+pub(crate) mod role;
 mod traffic;
 
 use engine::decode_engine;

@@ -13,7 +13,7 @@ use servesim_perf::tables::Family;
 use super::{Files, PreparedRole, RoleTiming, ScenarioError};
 use crate::catalog::Catalog;
 use crate::config::{Capacity, ContextLength, EngineConfig, RoleConfig, SpeculationConfig, TimingKind};
-use crate::decode::engine::{default_memory_fraction, sglang_since_0_5_3};
+use crate::decode::role::{default_memory_fraction, sglang_since_0_5_3};
 use crate::diag::{Cx, DiagKind};
 use crate::node::{Node, Origin};
 use crate::perfdata;

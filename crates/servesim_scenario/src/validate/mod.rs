@@ -296,7 +296,7 @@ fn role_yaml(
     let backend = Backend::from_name(&row.backend).unwrap_or(Backend::TrtLlm);
     let fraction = recipe.memory_fraction.or_else(|| {
         (!release.is_empty())
-            .then(|| crate::decode::engine::default_memory_fraction(backend, Some(&release)))
+            .then(|| crate::decode::role::default_memory_fraction(backend, Some(&release)))
             .flatten()
     });
     let capacity =

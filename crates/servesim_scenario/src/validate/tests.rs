@@ -417,7 +417,7 @@ fn the_speculation_what_if_replays_rows_with_drafts() {
 #[test]
 fn the_default_memory_fraction_follows_the_engine_release() {
     use crate::config::{Capacity, Workers};
-    use crate::decode::engine::default_memory_fraction;
+    use crate::decode::role::default_memory_fraction;
     let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let fraction_of = |backend: &str, version: Option<&str>| {
         default_memory_fraction(Backend::from_name(backend).unwrap(), version)

@@ -1,0 +1,606 @@
+//! Each worker role of the `engine` block: its parallelism, scheduler knobs, KV cache,
+//! capacity, frontend and timing model, with the engine defaults a role inherits.
+
+use servesim_core::engine::Backend;
+use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl};
+
+use crate::config::{
+    Capacity, FpmSource, FrontendConfig, KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig,
+    RoleConfig, SchedulerKnobs, TimingConfig, TimingKind, TransferMode, Workers,
+};
+use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
+use crate::node::{Node, Value};
+
+use super::{MAX_CONCURRENCY, MAX_PARALLEL, MAX_TOKENS};
+
+/// The engine's default memory fraction: TensorRT-LLM's `free_gpu_memory_fraction` 0.9,
+/// vLLM's `gpu_memory_utilization` 0.92 from 0.20 on and 0.9 before (AICDB §5.6 point 6;
+/// vLLM's engine arguments give 0.92), SGLang's `mem_fraction_static` 0.88 before 0.5.3 and
+/// from then on `None`: derived from the GPU's memory and the layout when the memory is
+/// planned ([`servesim_perf::memory::sglang_default_fraction`]). A release that does not parse,
+/// or none, is taken as recent.
+pub(crate) fn default_memory_fraction(backend: Backend, version: Option<&str>) -> Option<f64> {
+    match backend {
+        Backend::Sglang if !sglang_since_0_5_3(version) => Some(0.88),
+        Backend::Sglang => None,
+        Backend::TrtLlm => Some(0.9),
+        Backend::Vllm if version.is_some_and(|v| release_before(v, (0, 20))) => Some(0.9),
+        Backend::Vllm => Some(0.92),
+    }
+}
+
+/// Whether an SGLang release derives its memory settings from the GPU as 0.5.3 does
+/// (`_handle_gpu_memory_settings`, PR #10975). A release that does not parse, or none, is
+/// taken as recent.
+pub(crate) fn sglang_since_0_5_3(version: Option<&str>) -> bool {
+    version.and_then(release_triple).is_none_or(|v| v >= (0, 5, 3))
+}
+
+/// What a worker role inherits from the engine block.
+#[derive(Clone, Copy)]
+pub(super) struct RoleDefaults {
+    pub(super) backend: Backend,
+    pub(super) mode: Mode,
+}
+
+pub(super) fn decode_workers(
+    node: &Node,
+    path: &str,
+    cx: &mut Cx,
+    defaults: RoleDefaults,
+) -> Option<Workers> {
+    let mode = defaults.mode;
+    let mut f = Fields::of(node, path, cx)?;
+    // A bare `role:` (null) means "all defaults", like `role: {}`.
+    let role = |f: &mut Fields, name: &str, cx: &mut Cx, prefill: bool| -> Option<RoleConfig> {
+        let p = crate::diag::join(path, name);
+        match f.take(name) {
+            Some((n, _)) => decode_role(n, &p, cx, defaults, prefill),
+            None if node.get(name).is_some() => {
+                decode_role(&Node::builtin(Value::Null), &p, cx, defaults, prefill)
+            }
+            None => {
+                cx.schema(
+                    &p,
+                    node,
+                    format!(
+                        "required in {} mode",
+                        if mode == Mode::Aggregated { "aggregated" } else { "disaggregated" }
+                    ),
+                );
+                None
+            }
+        }
+    };
+    let out = match mode {
+        Mode::Aggregated => {
+            let r = role(&mut f, "aggregated", cx, false);
+            for k in ["prefill", "decode"] {
+                if let Some((n, p)) = f.take(k) {
+                    cx.schema(&p, n, "prefill and decode pools need engine.mode: disaggregated");
+                }
+            }
+            r.map(Workers::Aggregated)
+        }
+        Mode::Disaggregated => {
+            let prefill = role(&mut f, "prefill", cx, true);
+            let decode = role(&mut f, "decode", cx, false);
+            if let Some((n, p)) = f.take("aggregated") {
+                cx.schema(&p, n, "disaggregated mode uses prefill and decode pools, not aggregated workers");
+            }
+            match (prefill, decode) {
+                (Some(prefill), Some(decode)) => Some(Workers::Disaggregated { prefill, decode }),
+                _ => None,
+            }
+        }
+    };
+    if let Some((n, p)) = f.take("encoder") {
+        cx.unsupported(&p, n, "encoder pools (EPD) are not simulated by servesim yet");
+    }
+    f.finish(cx, &["aggregated", "prefill", "decode", "encoder"], "");
+    out
+}
+
+fn decode_role(
+    node: &Node,
+    path: &str,
+    cx: &mut Cx,
+    defaults: RoleDefaults,
+    prefill: bool,
+) -> Option<RoleConfig> {
+    let RoleDefaults { backend, mode } = defaults;
+    let mut f = Fields::of(node, path, cx)?;
+    let parallelism = match f.take("parallelism") {
+        Some((n, p)) => decode_parallelism(n, &p, cx),
+        None => Some(ParallelismConfig {
+            replicas: 1,
+            tensor: 1,
+            pipeline: 1,
+            attention_data: 1,
+            moe_tensor: 1,
+            moe_expert: 1,
+        }),
+    };
+    let dp = parallelism.map_or(1, |p| p.attention_data);
+    let scheduler_entry = f.take("scheduler");
+    let scheduler = decode_scheduler(
+        scheduler_entry.clone(),
+        &crate::diag::join(path, "scheduler"),
+        cx,
+        backend,
+        dp,
+        prefill,
+    );
+    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
+    let timing = match f.take("timing") {
+        Some((n, p)) => decode_timing(n, &p, cx),
+        None => TimingConfig::default(),
+    };
+    if let (Some(s), Some((n, p))) = (&scheduler, &scheduler_entry) {
+        if !s.async_scheduling && timing.kind != TimingKind::OpLevel {
+            cx.domain(
+                p,
+                n,
+                "async_scheduling: false is modelled by the op-level timing model only (forward_model: op_level)",
+            );
+        }
+    }
+    let frontend = match f.take("frontend") {
+        Some((n, p)) if mode == Mode::Disaggregated => {
+            cx.unsupported(&p, n, "the serving frontend's queue is modelled for aggregated workers only");
+            FrontendConfig::default()
+        }
+        Some((n, p)) => decode_frontend(n, &p, cx),
+        None => FrontendConfig::default(),
+    };
+    let hardware = match f.take("hardware") {
+        Some((n, p)) if mode == Mode::Disaggregated => string(n, &p, cx),
+        Some((n, p)) => {
+            cx.schema(
+                &p,
+                n,
+                "a per-role hardware applies to disaggregated pools; set engine.hardware instead",
+            );
+            None
+        }
+        None => None,
+    };
+    if let Some((n, p)) = f.take("startup_seconds") {
+        cx.unsupported(
+            &p,
+            n,
+            "'startup_seconds' applies to autoscaled pools, which servesim does not simulate yet",
+        );
+    }
+    f.finish(
+        cx,
+        &["parallelism", "scheduler", "kv_cache", "timing", "frontend", "hardware", "startup_seconds"],
+        "",
+    );
+    Some(RoleConfig {
+        hardware,
+        parallelism: parallelism?,
+        scheduler: scheduler?,
+        kv_cache: kv_cache?,
+        timing,
+        frontend,
+    })
+}
+
+fn decode_frontend(node: &Node, path: &str, cx: &mut Cx) -> FrontendConfig {
+    let mut out = FrontendConfig::default();
+    let Some(mut f) = Fields::of(node, path, cx) else { return out };
+    if let Some((n, p)) = f.take("processes") {
+        out.processes = u32_in(n, &p, cx, 1, 1024).unwrap_or(1);
+    }
+    if let Some((n, p)) = f.take("stream_interval") {
+        out.stream_interval = u32_in(n, &p, cx, 1, 1_000_000).unwrap_or(1);
+    }
+    out.request_ms = f.take("request_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
+    out.chunk_us = f.take("chunk_us").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    f.finish(cx, &["processes", "stream_interval", "request_ms", "chunk_us"], "");
+    out
+}
+
+pub(super) fn decode_kv_transfer(node: &Node, path: &str, cx: &mut Cx) -> Option<KvTransferConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let before = cx.diags.len();
+    let mut out = KvTransferConfig::default();
+    if let Some((n, p)) = f.take("bytes_per_token") {
+        if !matches!(&n.value, Value::Str(s) if s == "auto") {
+            out.bytes_per_token = u64_min(n, &p, cx, 1);
+        }
+    }
+    if let Some((n, p)) = f.take("bandwidth_gb_per_second") {
+        out.bandwidth_gb_per_second = positive(n, &p, cx);
+    }
+    if let Some((n, p)) = f.take("timing_mode") {
+        if let Some(m) = choice(n, &p, cx, &["destination_missing", "full"]) {
+            out.timing_mode = if m == "full" { TransferMode::Full } else { TransferMode::DestinationMissing };
+        }
+    }
+    if let Some((n, p)) = f.take("link_sharing") {
+        if let Some(m) = choice(n, &p, cx, &["max_min", "independent"]) {
+            out.link_sharing = if m == "independent" {
+                servesim_core::transfer::Sharing::Independent
+            } else {
+                servesim_core::transfer::Sharing::MaxMin
+            };
+        }
+    }
+    f.finish(cx, &["bytes_per_token", "bandwidth_gb_per_second", "timing_mode", "link_sharing"], "");
+    (cx.diags.len() == before).then_some(out)
+}
+
+fn decode_parallelism(node: &Node, path: &str, cx: &mut Cx) -> Option<ParallelismConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mut get = |key: &str, cx: &mut Cx| match f.take(key) {
+        Some((n, p)) => u32_in(n, &p, cx, 1, MAX_PARALLEL),
+        None => Some(1),
+    };
+    let replicas = get("replicas", cx);
+    let tensor = get("tensor", cx);
+    let pipeline = get("pipeline", cx);
+    let attention_data = get("attention_data", cx);
+    let moe_tensor = get("moe_tensor", cx);
+    let moe_expert = get("moe_expert", cx);
+    for k in ["prefill_context", "decode_context", "preset"] {
+        if let Some((n, p)) = f.take(k) {
+            let one = matches!(n.value, Value::Int(1));
+            if !one {
+                cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
+            }
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "replicas",
+            "tensor",
+            "pipeline",
+            "attention_data",
+            "moe_tensor",
+            "moe_expert",
+            "prefill_context",
+            "decode_context",
+            "preset",
+        ],
+        "",
+    );
+    Some(ParallelismConfig {
+        replicas: replicas?,
+        tensor: tensor?,
+        pipeline: pipeline?,
+        attention_data: attention_data?,
+        moe_tensor: moe_tensor?,
+        moe_expert: moe_expert?,
+    })
+}
+
+const SCHEDULER_KEYS: &[&str] = &[
+    "max_batched_tokens",
+    "max_sequences",
+    "prefill_schedule_interval",
+    "prefill_decode_interval",
+    "schedule_policy",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "schedule_conservativeness",
+    "scheduler_recv_interval",
+    "enable_mixed_chunk",
+    "async_scheduling",
+    "batch_wait_timeout_iters",
+    "batch_wait_max_tokens_ratio",
+];
+
+/// Largest `scheduler_recv_interval` accepted (SGLang takes any integer; recipes use 10–30,
+/// and a request held a thousand decode steps is already a misconfiguration).
+const MAX_RECV_INTERVAL: u32 = 1000;
+
+fn decode_scheduler(
+    entry: Option<(&Node, String)>,
+    path: &str,
+    cx: &mut Cx,
+    backend: Backend,
+    dp: u32,
+    prefill: bool,
+) -> Option<SchedulerKnobs> {
+    // The engines' own defaults depend on the GPU and the KV pool, so they are set when the
+    // scenario is prepared; a prefill role runs one prompt at a time (AISimulate).
+    let defaults = SchedulerKnobs {
+        max_batched_tokens: None,
+        max_sequences: prefill.then_some(1),
+        prefill_schedule_interval: 1,
+        async_scheduling: true,
+        chunked_prefill_size: None,
+        sglang: servesim_core::engine::SglangKnobs::default(),
+        batch_wait: servesim_core::engine::BatchWait::default(),
+    };
+    let Some((node, _)) = entry else { return Some(defaults) };
+    let mut f = Fields::of(node, path, cx)?;
+    let before = cx.diags.len();
+    let mut out = defaults;
+    if let Some((n, p)) = f.take("max_batched_tokens") {
+        out.max_batched_tokens = u32_in(n, &p, cx, 1, MAX_TOKENS).or(out.max_batched_tokens);
+    }
+    if let Some((n, p)) = f.take("max_sequences") {
+        out.max_sequences = u32_in(n, &p, cx, 1, MAX_CONCURRENCY).or(out.max_sequences);
+    }
+    if let Some((n, p)) = f.take("prefill_schedule_interval") {
+        out.prefill_schedule_interval = u32_in(n, &p, cx, 1, 1000).unwrap_or(1);
+        if backend != Backend::Vllm && out.prefill_schedule_interval > 1 {
+            cx.domain(&p, n, "prefill_schedule_interval is a vLLM knob");
+        }
+    }
+    if let Some((n, p)) = f.take("async_scheduling") {
+        out.async_scheduling = boolean(n, &p, cx).unwrap_or(true);
+    }
+    if let Some((n, p)) = f.take("prefill_decode_interval") {
+        out.sglang.prefill_decode_interval = u32_in(n, &p, cx, 0, 1000).unwrap_or(0);
+        if backend != Backend::Sglang && out.sglang.prefill_decode_interval > 0 {
+            cx.domain(&p, n, "prefill_decode_interval is an SGLang knob");
+        }
+    }
+    for key in ["batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"] {
+        let Some((n, p)) = f.take(key) else { continue };
+        if backend != Backend::TrtLlm {
+            cx.domain(&p, n, format!("'{key}' is a TensorRT-LLM knob (backend is not trtllm)"));
+            continue;
+        }
+        if dp > 1 {
+            // PyExecutor checks batch waiting only without attention DP.
+            cx.domain(&p, n, format!("TensorRT-LLM ignores '{key}' under attention data parallelism"));
+            continue;
+        }
+        if key == "batch_wait_timeout_iters" {
+            out.batch_wait.timeout_iters = u32_in(n, &p, cx, 0, 100_000).unwrap_or(0);
+        } else {
+            out.batch_wait.max_tokens_ratio = number_in(n, &p, cx, 0.0, 1.0).unwrap_or(0.0);
+        }
+    }
+    let sglang_only = [
+        "schedule_policy",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "schedule_conservativeness",
+        "scheduler_recv_interval",
+        "enable_mixed_chunk",
+    ];
+    for key in sglang_only {
+        let Some((n, p)) = f.take(key) else { continue };
+        if backend != Backend::Sglang {
+            cx.domain(&p, n, format!("'{key}' is an SGLang knob (backend is not sglang)"));
+            continue;
+        }
+        match key {
+            "schedule_policy" => {
+                if let Some(c) = choice(n, &p, cx, &["fcfs", "fifo", "lpm"]) {
+                    out.sglang.policy = if c == "lpm" {
+                        servesim_core::engine::SglangPolicy::Lpm
+                    } else {
+                        servesim_core::engine::SglangPolicy::Fifo
+                    };
+                }
+            }
+            "chunked_prefill_size" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
+                    out.chunked_prefill_size = Some(v);
+                }
+            }
+            "max_prefill_tokens" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_TOKENS) {
+                    out.sglang.max_prefill_tokens = v;
+                }
+            }
+            "scheduler_recv_interval" => {
+                if let Some(v) = u32_in(n, &p, cx, 1, MAX_RECV_INTERVAL) {
+                    out.sglang.recv_interval = v;
+                }
+            }
+            "enable_mixed_chunk" => {
+                if let Some(v) = boolean(n, &p, cx) {
+                    out.sglang.mixed_chunk = v;
+                }
+            }
+            _ => {
+                if let Some(v) = number_in(n, &p, cx, 0.01, 100.0) {
+                    out.sglang.init_new_token_ratio = (0.7 * v).min(1.0);
+                }
+            }
+        }
+    }
+    f.finish(cx, SCHEDULER_KEYS, "");
+    (cx.diags.len() == before).then_some(out)
+}
+
+fn decode_kv_cache(
+    entry: Option<(&Node, String)>,
+    path: &str,
+    cx: &mut Cx,
+    backend: Backend,
+) -> Option<KvCacheConfig> {
+    let default_block = match backend {
+        Backend::Vllm => 64,
+        Backend::Sglang => 1,
+        Backend::TrtLlm => 32,
+    };
+    let defaults = KvCacheConfig {
+        block_size: default_block,
+        prefix_caching: true,
+        bytes_per_token: None,
+        capacity: Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 },
+    };
+    let Some((node, _)) = entry else { return Some(defaults) };
+    let mut f = Fields::of(node, path, cx)?;
+    let block_size = match f.take("block_size") {
+        Some((n, p)) => {
+            let min = if backend == Backend::Sglang { 1 } else { 2 };
+            u32_in(n, &p, cx, min, 4096)
+        }
+        None => Some(default_block),
+    };
+    let prefix_caching = match f.take("prefix_caching") {
+        Some((n, p)) => boolean(n, &p, cx),
+        None => Some(true),
+    };
+    let bytes_per_token = match f.take("bytes_per_token") {
+        Some((n, _)) if matches!(&n.value, Value::Str(s) if s == "auto") => Some(None),
+        Some((n, p)) => u64_min(n, &p, cx, 1).map(Some),
+        None => Some(None),
+    };
+    let capacity = match f.take("capacity") {
+        Some((n, p)) => decode_capacity(n, &p, cx),
+        None => Some(defaults.capacity),
+    };
+    for k in ["host_offload", "g3_offload", "state_cache", "prefix_match_unit"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(
+                &p,
+                n,
+                format!("'{k}' (KV tiers beyond GPU memory) is not simulated by servesim yet"),
+            );
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "block_size",
+            "prefix_caching",
+            "bytes_per_token",
+            "capacity",
+            "host_offload",
+            "g3_offload",
+            "state_cache",
+            "prefix_match_unit",
+        ],
+        "",
+    );
+    Some(KvCacheConfig {
+        block_size: block_size?,
+        prefix_caching: prefix_caching?,
+        bytes_per_token: bytes_per_token?,
+        capacity: capacity?,
+    })
+}
+
+fn decode_capacity(node: &Node, path: &str, cx: &mut Cx) -> Option<Capacity> {
+    let mut f = Fields::of(node, path, cx)?;
+    let kind = match f.take("type") {
+        Some((n, p)) => choice(n, &p, cx, &["default", "fixed"])?,
+        None => "default",
+    };
+    let out = if kind == "default" {
+        let fraction = match f.take("memory_fraction") {
+            Some((n, p)) => number_in(n, &p, cx, 0.01, 1.0).map(Some),
+            None => Some(None),
+        };
+        let graphs = match f.take("cuda_graph_reserved_bytes") {
+            Some((n, p)) => u64_min(n, &p, cx, 0),
+            None => Some(0),
+        };
+        Some(Capacity::Default { memory_fraction: fraction?, cuda_graph_reserved_bytes: graphs? })
+    } else {
+        let blocks = f.take("blocks").map(|(n, p)| u64_min(n, &p, cx, 1));
+        let bytes = f.take("bytes").map(|(n, p)| u64_min(n, &p, cx, 1));
+        match (blocks, bytes) {
+            (Some(b), None) => b.map(Capacity::FixedBlocks),
+            (None, Some(b)) => b.map(Capacity::FixedBytes),
+            _ => {
+                cx.schema(path, node, "type 'fixed' needs exactly one of 'blocks' or 'bytes'");
+                None
+            }
+        }
+    };
+    f.finish(
+        cx,
+        &["type", "memory_fraction", "cuda_graph_reserved_bytes", "blocks", "bytes"],
+        &format!("to capacity type '{kind}'"),
+    );
+    out
+}
+
+fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
+    let Some(mut f) = Fields::of(node, path, cx) else { return TimingConfig::default() };
+    let mut out = TimingConfig::default();
+    if let Some((n, p)) = f.take("type") {
+        match choice(n, &p, cx, &["default", "roofline", "fixed", "polynomial"]) {
+            Some("roofline") => out.kind = TimingKind::Roofline,
+            Some("fixed" | "polynomial") => {
+                cx.unsupported(&p, n, "fixed and polynomial step times are not available in servesim yet");
+            }
+            _ => {}
+        }
+    }
+    let mut fpm = false;
+    if let Some((n, p)) = f.take("forward_model") {
+        if choice(n, &p, cx, &["op_level", "fpm"]) == Some("fpm") {
+            if out.kind == TimingKind::Roofline {
+                cx.domain(&p, n, "forward_model: fpm needs type: default (roofline uses no tables)");
+            }
+            fpm = true;
+        }
+    }
+    let parquet =
+        f.take("fpm_parquet_path").and_then(|(n, p)| string(n, &p, cx).map(|s| (s, n.origin.clone(), p)));
+    let cell_id = f.take("fpm_cell_id").and_then(|(n, p)| string(n, &p, cx));
+    match (fpm, parquet) {
+        (true, Some((parquet_path, origin, _))) => {
+            out.kind = TimingKind::Fpm(FpmSource { parquet_path, origin, cell_id });
+        }
+        (true, None) => {
+            cx.report(
+                crate::diag::DiagKind::Schema,
+                &format!("{path}.fpm_parquet_path"),
+                &node.origin,
+                "forward_model: fpm needs fpm_parquet_path (the fpm_forward_perf.parquet file)",
+            );
+        }
+        (false, Some((_, _, p))) => {
+            cx.report(
+                crate::diag::DiagKind::Domain,
+                &p,
+                &node.origin,
+                "fpm_parquet_path is only used with forward_model: fpm",
+            );
+        }
+        (false, None) => {}
+    }
+    for k in ["prefill_ms", "decode_ms"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(&p, n, format!("'{k}' is not used by servesim's timing model yet"));
+        }
+    }
+    out.prefill_scale = f.take("prefill_scale").and_then(|(n, p)| number_in(n, &p, cx, 0.1, 100.0));
+    out.step_overhead_ms = f.take("step_overhead_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e4));
+    out.frontend_ms = f.take("frontend_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    out.host_us_per_sequence =
+        f.take("host_us_per_sequence").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
+    if let Some((n, p)) = f.take("allreduce") {
+        out.allreduce = choice(n, &p, cx, &AllReduceImpl::NAMES).and_then(AllReduceImpl::from_name);
+        if out.allreduce.is_some() && out.kind != TimingKind::OpLevel {
+            cx.domain(
+                &p,
+                n,
+                "allreduce picks one of the op-level model's tables; roofline and FPM timing do not use it",
+            );
+        }
+    }
+    f.finish(
+        cx,
+        &[
+            "type",
+            "prefill_ms",
+            "decode_ms",
+            "forward_model",
+            "fpm_parquet_path",
+            "fpm_cell_id",
+            "prefill_scale",
+            "step_overhead_ms",
+            "frontend_ms",
+            "host_us_per_sequence",
+            "allreduce",
+        ],
+        "",
+    );
+    out
+}
