@@ -589,6 +589,20 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await table.locator('.chart[data-status="rendered"]').first().waitFor({ timeout: 30000 });
   await page.waitForSelector('li.data-file[data-name="gemm.parquet"] [id^="data-heatmap-"][data-status="rendered"]', { timeout: 30000 });
   await page.screenshot({ path: join(ARTIFACTS, 'data.png'), fullPage: true });
+  // Measured results: a calibration CSV and a per-request log, summarised as the CLI does.
+  const head = 'id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms';
+  writeFileSync(join(dir, 'cal.csv'), head + '\n' +
+    'a,x,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,,,8,2,1,,1,1,,,,,,,,,,,,,,,150.5,12.25\n' +
+    'b,x,trtllm,1.0.0rc3,Qwen/Qwen3-32B,h100_sxm,,agg,4096,512,,,16,4,1,,1,1,,,,,,,,,,,,,,,556.0,13.34\n');
+  writeFileSync(join(dir, 'log.jsonl'),
+    '{"request_id":"a","input_toks":10,"output_toks":5,"queued_ts":1.0,"first_token_ts":1.25,"last_token_ts":1.65}\n');
+  await page.setInputFiles('#data-files', [join(dir, 'cal.csv'), join(dir, 'log.jsonl')]);
+  for (const [name, kind] of [['cal.csv', 'calibration'], ['log.jsonl', 'request_log']]) {
+    const item = page.locator(`li.data-file[data-name="${name}"][data-kind="${kind}"]`);
+    await item.waitFor({ timeout: 30000 });
+    const cli = execFileSync(join(process.cwd(), BIN), ['data', 'inspect', name], { cwd: dir }).toString();
+    assert.equal(await item.locator('pre.summary').textContent(), cli, `${name}: page summary equals servesim data inspect`);
+  }
   // Replay the trace: the page's scenario, run by the CLI beside the trace, gives the same bytes.
   await runAfter(page, () => trace.locator('button.use-trace').click());
   assert.match(await page.textContent('#status'), /^Done: 40 requests/);

@@ -545,7 +545,7 @@ pub fn DataPage(
             <section class="panel">
                 <h2>"Data"</h2>
                 <p class="hint">
-                    "Traces (Mooncake .jsonl, Azure .csv), servesim and AIConfigurator Parquet tables, AISimulate FPM tables with their .metadata.json, and scenario configs (.yaml, .json). "
+                    "Traces (Mooncake .jsonl, Azure .csv), servesim and AIConfigurator Parquet tables, AISimulate FPM tables with their .metadata.json, measured results (AIConfigurator calibration .csv, vLLM per-request .jsonl logs) and scenario configs (.yaml, .json). "
                     "Files are read in this tab and never uploaded; a config that names a dropped file by name (or by a path ending in its name) runs with it. "
                     "Tables of the AIConfigurator perf database picked with their folders (systems/data/<gpu>/<op>/<engine>/<version>/) replace servesim's own tables for that GPU, engine and version in every run until the page is reloaded."
                 </p>

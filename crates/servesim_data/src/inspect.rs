@@ -2,12 +2,13 @@
 //! file, a text summary, and a preview to draw (curves and a heatmap of a kernel table's
 //! slice, the arrival rate of a trace). Both front ends print the same summary.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use servesim_perf::tables::{Family, Grid, Table};
 
 use crate::perf::{read_columns, read_table, Column, FAMILY_KEY};
+use crate::silicon::{self, Mode};
 use crate::{aic, fpm, trace};
 
 /// What kind of file it is.
@@ -27,6 +28,11 @@ pub enum Kind {
     MooncakeTrace,
     /// An Azure LLM inference CSV trace.
     AzureTrace,
+    /// Measured deployments in AIConfigurator's `silicon_sample.csv` columns (what
+    /// `servesim validate --silicon` replays).
+    Calibration,
+    /// A measured per-request log, vLLM's request timestamps (`servesim validate --requests`).
+    RequestLog,
 }
 
 impl Kind {
@@ -41,6 +47,8 @@ impl Kind {
             Kind::Parquet => "parquet",
             Kind::MooncakeTrace => "mooncake_trace",
             Kind::AzureTrace => "azure_trace",
+            Kind::Calibration => "calibration",
+            Kind::RequestLog => "request_log",
         }
     }
 }
@@ -168,6 +176,8 @@ pub fn inspect(
             }
             Ok(Inspection { kind, summary: out, slices, preview })
         }
+        "csv" if first_line(&bytes).contains("silicon_ttft_ms") => calibration_file(name, &bytes),
+        "jsonl" if is_request_log(&bytes) => request_log_file(name, &bytes),
         "jsonl" | "csv" => trace_file(name, &bytes),
         "json" if lower.ends_with(".metadata.json") => {
             let text = String::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8 text"))?;
@@ -182,7 +192,7 @@ pub fn inspect(
             Ok(Inspection { kind: Kind::FpmSidecar, summary: out, slices: Vec::new(), preview: None })
         }
         _ => Err(format!(
-            "{name}: unsupported file type (servesim reads .parquet tables, .metadata.json FPM sidecars, .jsonl and .csv traces)"
+            "{name}: unsupported file type (servesim reads .parquet tables, .metadata.json FPM sidecars, .jsonl and .csv traces, calibration .csv files and per-request .jsonl logs)"
         )),
     }
 }
@@ -398,6 +408,133 @@ fn fpm_table(
     Ok(())
 }
 
+/// The first line of a file, lossily decoded (enough to tell CSV dialects apart).
+fn first_line(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|b| *b == b'\n').unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// Whether a JSONL file's first record is a per-request log entry (it has `queued_ts`, which
+/// no trace format has).
+fn is_request_log(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .is_some_and(|v| v.get("queued_ts").is_some())
+}
+
+/// Smallest and largest of some values, `None` when there are none.
+fn span<T: PartialOrd + Copy>(values: impl Iterator<Item = T>) -> Option<(T, T)> {
+    values.fold(None, |acc, v| match acc {
+        None => Some((v, v)),
+        Some((lo, hi)) => Some((if v < lo { v } else { lo }, if v > hi { v } else { hi })),
+    })
+}
+
+/// A calibration file: its rows by class, engine and deployment family, and the ranges of
+/// lengths, clients and measurements.
+fn calibration_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
+    let rows = silicon::parse(bytes, name).map_err(|e| e.to_string())?;
+    let disaggregated = rows.iter().filter(|r| r.disaggregated()).count();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: measured deployments (AIConfigurator silicon_sample.csv columns), {} rows: {} aggregated, {disaggregated} disaggregated",
+        rows.len(),
+        rows.len() - disaggregated
+    );
+    let mut engines: BTreeMap<&str, usize> = BTreeMap::new();
+    // (model, system, engine, mode) → (rows, fewest clients, most clients).
+    type Deployment<'a> = (&'a str, &'a str, &'a str, &'a str);
+    let mut families: BTreeMap<Deployment, (usize, u32, u32)> = BTreeMap::new();
+    for r in &rows {
+        *engines.entry(&r.backend).or_default() += 1;
+        let mode = if matches!(r.mode, Mode::Agg { .. }) { "agg" } else { "disagg" };
+        let f = families.entry((&r.model, &r.system, &r.backend, mode)).or_insert((0, u32::MAX, 0));
+        *f = (f.0 + 1, f.1.min(r.concurrency), f.2.max(r.concurrency));
+    }
+    let models: BTreeSet<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    let systems: BTreeSet<&str> = rows.iter().map(|r| r.system.as_str()).collect();
+    let engine_counts: Vec<String> = engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
+    let _ = writeln!(
+        out,
+        "  engines: {}; {} models on {} systems",
+        engine_counts.join(", "),
+        models.len(),
+        systems.len()
+    );
+    if let (Some(isl), Some(osl), Some(c), Some(ttft), Some(tpot)) = (
+        span(rows.iter().map(|r| r.isl)),
+        span(rows.iter().map(|r| r.osl)),
+        span(rows.iter().map(|r| r.concurrency)),
+        span(rows.iter().map(|r| r.ttft_ms)),
+        span(rows.iter().map(|r| r.tpot_ms)),
+    ) {
+        let _ = writeln!(
+            out,
+            "  prompt tokens {}–{}, output tokens {}–{}, clients {}–{}; measured TTFT {:.1}–{:.1} ms, TPOT {:.2}–{:.2} ms",
+            isl.0, isl.1, osl.0, osl.1, c.0, c.1, ttft.0, ttft.1, tpot.0, tpot.1
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<40} {:<20} {:<7} {:<6} {:>5}  clients",
+        "model", "system", "engine", "mode", "rows"
+    );
+    for ((model, system, engine, mode), (n, lo, hi)) in &families {
+        let _ = writeln!(out, "  {model:<40} {system:<20} {engine:<7} {mode:<6} {n:>5}  {lo}–{hi}");
+    }
+    let _ = writeln!(out, "  replay and score them: servesim validate --silicon {name}");
+    Ok(Inspection { kind: Kind::Calibration, summary: out, slices: Vec::new(), preview: None })
+}
+
+/// A per-request log: request and token counts, and the distributions of TTFT and TPOT as
+/// `servesim validate --requests` compares them.
+#[allow(clippy::cast_precision_loss)] // Token counts are far below 2^53.
+fn request_log_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
+    let reqs = silicon::parse_request_log(bytes, name).map_err(|e| e.to_string())?;
+    let n = reqs.len() as f64;
+    let mean = |v: &mut dyn Iterator<Item = u64>| v.map(|x| x as f64).sum::<f64>() / n;
+    let ttft = servesim_core::metrics::dist(&reqs.iter().map(|r| r.ttft_ms).collect::<Vec<_>>());
+    let tpots: Vec<f64> = reqs.iter().filter_map(|r| r.tpot_ms).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: measured per-request log (vLLM request timestamps), {} requests; input tokens mean {:.0} max {}; output tokens mean {:.0} max {}",
+        reqs.len(),
+        mean(&mut reqs.iter().map(|r| r.input_tokens)),
+        reqs.iter().map(|r| r.input_tokens).max().unwrap_or(0),
+        mean(&mut reqs.iter().map(|r| r.output_tokens)),
+        reqs.iter().map(|r| r.output_tokens).max().unwrap_or(0)
+    );
+    let _ = writeln!(
+        out,
+        "  TTFT ms: mean {:.1}, p50 {:.1}, p90 {:.1}, max {:.1}",
+        ttft.mean, ttft.median, ttft.p90, ttft.max
+    );
+    if tpots.is_empty() {
+        let _ = writeln!(out, "  TPOT: no request has two or more output tokens");
+    } else {
+        let tpot = servesim_core::metrics::dist(&tpots);
+        let _ = writeln!(
+            out,
+            "  TPOT ms: mean {:.2}, p50 {:.2}, p90 {:.2}, max {:.2} ({} of the {} requests have two or more output tokens)",
+            tpot.mean,
+            tpot.median,
+            tpot.p90,
+            tpot.max,
+            tpots.len(),
+            reqs.len()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  compare with a replay of the same workload: servesim validate --requests {name} -c CONFIG"
+    );
+    Ok(Inspection { kind: Kind::RequestLog, summary: out, slices: Vec::new(), preview: None })
+}
+
 #[allow(clippy::cast_precision_loss)] // Counts are far below 2^53.
 fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     let format = trace::TraceFormat::from_name(name);
@@ -560,6 +697,50 @@ mod tests {
         let other = inspect("mystery.parquet", aic_gemm(), None, 0).unwrap();
         assert_eq!(other.kind, Kind::AicTable);
         assert!(other.preview.is_none() && other.slices.is_empty());
+    }
+
+    #[test]
+    fn calibration_files_are_summarised_by_family() {
+        let head = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+        let text = format!(
+            "{head}a,x,vllm,0.12.0,m/a,h200_sxm,fp8,agg,1000,100,fp8,fp8,8,2,1,1,1,1,,,,,,,,,,,,,,,356.9,54.9\n\
+             b,x,vllm,0.12.0,m/a,h200_sxm,fp8,agg,4000,500,fp8,fp8,32,2,1,1,1,1,,,,,,,,,,,,,,,812.5,20.25\n\
+             c,x,trtllm,1.1,m/b,gb200,fp4,disagg,8192,1024,nvfp4,nvfp4,,,,,,,1,1,1,1,4,1,4,90,4,8,1,1,1,8,494.5,14.2\n"
+        );
+        let i = inspect("cal.csv", text.into_bytes(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::Calibration);
+        let s = &i.summary;
+        assert!(s.contains("3 rows: 2 aggregated, 1 disaggregated"), "{s}");
+        assert!(s.contains("engines: trtllm 1, vllm 2; 2 models on 2 systems"), "{s}");
+        assert!(s.contains("prompt tokens 1000–8192, output tokens 100–1024, clients 8–360"), "{s}");
+        assert!(s.contains("TTFT 356.9–812.5 ms, TPOT 14.20–54.90 ms"), "{s}");
+        assert!(s.lines().any(|l| l.contains("m/a") && l.ends_with("2  8–32")), "{s}");
+        let e = inspect(
+            "cal.csv",
+            format!("{head}a,x,vllm,0.12.0,m/a,h200_sxm,fp8,agg,lots,100,,,8,1,1,1,1,1,,,,,,,,,,,,,,,1,1\n")
+                .into_bytes(),
+            None,
+            0,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("cal.csv:2:") && e.contains("'isl'"), "{e}");
+    }
+
+    #[test]
+    fn request_logs_are_summarised_as_validate_compares_them() {
+        let log = "{\"request_id\":\"a\",\"input_toks\":10,\"output_toks\":5,\"queued_ts\":1.0,\"first_token_ts\":1.25,\"last_token_ts\":1.65}\n\
+                   {\"request_id\":\"b\",\"input_toks\":30,\"output_toks\":1,\"queued_ts\":2.0,\"first_token_ts\":2.5,\"last_token_ts\":2.5}\n";
+        let i = inspect("log.jsonl", log.as_bytes().to_vec(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::RequestLog);
+        let s = &i.summary;
+        assert!(s.contains("2 requests; input tokens mean 20 max 30; output tokens mean 3 max 5"), "{s}");
+        assert!(s.contains("TTFT ms: mean 375.0, p50 500.0, p90 500.0, max 500.0"), "{s}");
+        assert!(
+            s.contains("TPOT ms: mean 100.00, p50 100.00, p90 100.00, max 100.00 (1 of the 2 requests have"),
+            "{s}"
+        );
+        let e = inspect("log.jsonl", b"{\"queued_ts\": 1}\n".to_vec(), None, 0).unwrap_err();
+        assert!(e.starts_with("log.jsonl:1:"), "{e}");
     }
 
     #[test]
