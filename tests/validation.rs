@@ -27,6 +27,36 @@ fn the_measured_vllm_request_log_replays_within_recorded_bounds() {
     }
 }
 
+#[test]
+fn the_token_id_request_file_reads_as_its_mooncake_conversion() {
+    // The log's workload ships twice: ShareGPT prompts as token ids, and the same converted to
+    // Mooncake rows of chained 16-token block ids. Read at block size 16, the token ids give the
+    // same lengths, arrival times (to the conversion's microsecond) and the same sharing: two
+    // blocks have one id in one file exactly when they have one id in the other.
+    let (Some(raw), Some(conv)) = (
+        shared("vllm-requests/sharegpt-qwen3-300-sps10.jsonl"),
+        shared("vllm-requests/sharegpt-qwen3-300-sps10.mooncake-bs16.jsonl"),
+    ) else {
+        return;
+    };
+    let read = |b: &[u8], n: &str| servesim_data::trace::parse_mooncake(b, n, 16).unwrap().trace.rows;
+    let (a, b) = (read(&raw, "sharegpt.jsonl"), read(&conv, "mooncake.jsonl"));
+    assert_eq!(a.len(), 300);
+    assert_eq!(a.len(), b.len());
+    let mut pairs = std::collections::BTreeMap::new();
+    let mut back = std::collections::BTreeMap::new();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.input_tokens, x.output_tokens), (y.input_tokens, y.output_tokens));
+        assert!((x.timestamp.as_ms_f64() - y.timestamp.as_ms_f64()).abs() < 1e-3, "{x:?} vs {y:?}");
+        assert_eq!(x.hash_ids.len(), y.hash_ids.len());
+        for (p, q) in x.hash_ids.iter().zip(&y.hash_ids) {
+            assert_eq!(*pairs.entry(*p).or_insert(*q), *q, "one token-block id, two Mooncake ids");
+            assert_eq!(*back.entry(*q).or_insert(*p), *p, "one Mooncake id, two token-block ids");
+        }
+    }
+    assert!(pairs.len() < a.iter().map(|r| r.hash_ids.len()).sum::<usize>(), "the prompts share blocks");
+}
+
 /// Replays the calibration file's rows of one model, GPU and class from the built-in data
 /// (`None` without ../shared), requiring every one predicted, and returns their errors.
 fn replay_family(system: &str, model: &str, class: &str, at_least: usize) -> Option<Group> {

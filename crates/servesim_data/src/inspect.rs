@@ -569,6 +569,13 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
             100.0 * (1.0 - unique.len() as f64 / blocks as f64)
         );
     }
+    if t.token_id_rows > 0 {
+        let _ = writeln!(
+            out,
+            "  {} rows give their prompts as token ids, hashed here in {}-token blocks; a scenario hashes them in its trace's block_size (set it to the engine's KV block size)",
+            t.token_id_rows, t.trace.block_size
+        );
+    }
     if let Some(line) = t.untimed_line {
         let _ = writeln!(
             out,

@@ -8,12 +8,20 @@
 //! fields (`request_id`, `priority`, ...) are accepted and ignored. Timestamps are shifted so
 //! the first request arrives at zero.
 //!
+//! A row may carry its prompt's token ids instead of `hash_ids` (`input_tok_ids`, as in
+//! LLMServingSim's ShareGPT request files, with `input_toks`, `output_toks` and
+//! `arrival_time_ns`): its ids are then the chained hashes of its `block_size`-token blocks
+//! (the last may be partial), so prompts that share a prefix share the ids of its whole
+//! blocks, as Mooncake's do. Set `block_size` to the engine's KV block size to see exactly
+//! the reuse the engine sees.
+//!
 //! **Azure CSV** (Azure LLM inference traces): header `TIMESTAMP,ContextTokens,GeneratedTokens`,
 //! timestamps `YYYY-MM-DD HH:MM:SS[.fraction]`.
 
 use std::fmt;
 
 use serde_json::Value;
+use servesim_core::rng::mix2;
 use servesim_core::traffic::{Trace, TraceRow};
 use servesim_core::units::SimDur;
 
@@ -48,6 +56,8 @@ pub struct ParsedTrace {
     /// First line that opens a job (standalone row or first turn) without a timestamp; such a
     /// trace can be replayed under `concurrency` but not at its timestamps.
     pub untimed_line: Option<usize>,
+    /// Rows whose block ids were hashed from their prompt's token ids (`input_tok_ids`).
+    pub token_id_rows: usize,
 }
 
 /// The formats [`parse`] understands.
@@ -116,6 +126,38 @@ fn millis(v: &Value, field: &str, file: &str, line: usize) -> Result<f64, TraceE
     }
 }
 
+/// Seed of the hash chain over a prompt's token blocks (any constant: it names the chain).
+const TOKEN_BLOCK_CHAIN: u64 = 0x70CE_B10C;
+
+/// Chained ids of a prompt's `block_size`-token blocks, the last one possibly partial: a
+/// block's id hashes its tokens and the previous block's id, so equal prefixes give equal ids
+/// and a block's id says where it sits, as Mooncake's `hash_ids` do.
+fn token_block_ids(tokens: &[u64], block_size: u32) -> Vec<u64> {
+    let mut prev = TOKEN_BLOCK_CHAIN;
+    tokens
+        .chunks(block_size as usize)
+        .map(|block| {
+            let id = block.iter().fold(mix2(prev, block.len() as u64), |h, t| mix2(h, *t));
+            prev = id;
+            id
+        })
+        .collect()
+}
+
+/// A list of non-negative integers (`hash_ids`, `input_tok_ids`).
+fn id_list(v: &Value, field: &str, file: &str, line: usize) -> Result<Vec<u64>, TraceError> {
+    let Value::Array(a) = v else {
+        return Err(err(file, Some(line), format!("'{field}' must be a list, got {v}")));
+    };
+    a.iter()
+        .map(|h| {
+            h.as_u64().ok_or_else(|| {
+                err(file, Some(line), format!("'{field}' entries must be non-negative integers, got {h}"))
+            })
+        })
+        .collect()
+}
+
 /// Parses Mooncake JSONL.
 ///
 /// # Errors
@@ -132,6 +174,7 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
     let mut sessions: Vec<String> = Vec::new();
     let mut stamps: Vec<Option<f64>> = Vec::new();
     let mut lines: Vec<usize> = Vec::new();
+    let mut token_id_rows = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let raw = raw.trim();
@@ -144,30 +187,39 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
         let Some(obj) = v.as_object() else {
             return Err(err(file, Some(line), "expected a JSON object per line"));
         };
-        let get = |a: &str, b: &str| obj.get(a).or_else(|| obj.get(b)).filter(|x| !x.is_null());
-        let hash_ids: Vec<u64> = match obj.get("hash_ids") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|h| {
-                    h.as_u64().ok_or_else(|| {
-                        err(
-                            file,
-                            Some(line),
-                            format!("'hash_ids' entries must be non-negative integers, got {h}"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            Some(other) => {
-                return Err(err(file, Some(line), format!("'hash_ids' must be a list, got {other}")))
+        let get = |names: &[&str]| names.iter().find_map(|n| obj.get(*n)).filter(|x| !x.is_null());
+        let token_ids = match (obj.get("hash_ids"), obj.get("input_tok_ids")) {
+            (None, Some(t)) => Some(id_list(t, "input_tok_ids", file, line)?),
+            _ => None,
+        };
+        let hash_ids: Vec<u64> = match (obj.get("hash_ids"), &token_ids) {
+            (Some(h), _) => id_list(h, "hash_ids", file, line)?,
+            (None, Some(t)) => {
+                token_id_rows += 1;
+                token_block_ids(t, block_size)
             }
-            None => return Err(err(file, Some(line), "missing 'hash_ids'")),
+            (None, None) => return Err(err(file, Some(line), "missing 'hash_ids' (or 'input_tok_ids')")),
         };
         let capacity = (hash_ids.len() as u64).saturating_mul(u64::from(block_size));
-        let input_tokens = match get("input_length", "input_tokens") {
-            Some(x) => tokens(x, "input_length", file, line, 1)?,
-            None if capacity > 0 => u32::try_from(capacity.min(MAX_TOKENS)).unwrap_or(u32::MAX),
-            None => {
+        let input_tokens = match (get(&["input_length", "input_tokens", "input_toks"]), &token_ids) {
+            (Some(x), Some(t)) => {
+                let n = tokens(x, "input_length", file, line, 1)?;
+                if u64::from(n) != t.len() as u64 {
+                    return Err(err(
+                        file,
+                        Some(line),
+                        format!(
+                            "the input length {n} differs from the {} entries of 'input_tok_ids'",
+                            t.len()
+                        ),
+                    ));
+                }
+                n
+            }
+            (None, Some(t)) => tokens(&Value::from(t.len()), "input_tok_ids", file, line, 1)?,
+            (Some(x), None) => tokens(x, "input_length", file, line, 1)?,
+            (None, None) if capacity > 0 => u32::try_from(capacity.min(MAX_TOKENS)).unwrap_or(u32::MAX),
+            (None, None) => {
                 return Err(err(
                     file,
                     Some(line),
@@ -175,13 +227,29 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
                 ))
             }
         };
-        let output_tokens = match get("output_length", "output_tokens") {
+        let output_tokens = match get(&["output_length", "output_tokens", "output_toks"]) {
             Some(x) => tokens(x, "output_length", file, line, 1)?,
             None => return Err(err(file, Some(line), "missing 'output_length'")),
         };
-        let timestamp =
-            get("timestamp", "created_time").map(|x| millis(x, "timestamp", file, line)).transpose()?;
-        let delay = get("delay", "delay_ms").map(|x| millis(x, "delay", file, line)).transpose()?;
+        let timestamp = match get(&["timestamp", "created_time"]) {
+            Some(x) => Some(millis(x, "timestamp", file, line)?),
+            None => match get(&["arrival_time_ns"]) {
+                Some(x) => match x.as_f64() {
+                    Some(ns) if ns.is_finite() && ns >= 0.0 => Some(ns / 1e6),
+                    _ => {
+                        return Err(err(
+                            file,
+                            Some(line),
+                            format!(
+                                "'arrival_time_ns' must be a non-negative number of nanoseconds, got {x}"
+                            ),
+                        ))
+                    }
+                },
+                None => None,
+            },
+        };
+        let delay = get(&["delay", "delay_ms"]).map(|x| millis(x, "delay", file, line)).transpose()?;
         let session = match obj.get("session_id") {
             None | Some(Value::Null) => None,
             Some(s) => {
@@ -238,7 +306,7 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
     for (row, ts) in rows.iter_mut().zip(&stamps) {
         row.timestamp = SimDur::from_ms_f64(ts.unwrap_or(first) - first);
     }
-    Ok(ParsedTrace { trace: Trace::new(rows, block_size), untimed_line })
+    Ok(ParsedTrace { trace: Trace::new(rows, block_size), untimed_line, token_id_rows })
 }
 
 /// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
@@ -343,7 +411,7 @@ pub fn parse_azure(bytes: &[u8], file: &str) -> Result<ParsedTrace, TraceError> 
     for (row, ts) in rows.iter_mut().zip(&stamps) {
         row.timestamp = SimDur::from_ns(u64::try_from(ts - first).unwrap_or(u64::MAX));
     }
-    Ok(ParsedTrace { trace: Trace::new(rows, 512), untimed_line: None })
+    Ok(ParsedTrace { trace: Trace::new(rows, 512), untimed_line: None, token_id_rows: 0 })
 }
 
 #[cfg(test)]
@@ -392,6 +460,59 @@ mod tests {
     }
 
     #[test]
+    fn token_id_rows_share_the_ids_of_their_common_whole_blocks() {
+        // Block size 4: rows a and b share their first two blocks (8 tokens); c shares a's
+        // first block only; b's partial last block differs from a's full one.
+        let text = br#"{"arrival_time_ns": 2000000, "input_toks": 10, "output_toks": 3, "input_tok_ids": [1,2,3,4,5,6,7,8,9,10]}
+{"arrival_time_ns": 5500000, "output_toks": 2, "input_tok_ids": [1,2,3,4,5,6,7,8,9]}
+{"arrival_time_ns": 7000000, "output_toks": 2, "input_tok_ids": [1,2,3,4,9,9,9,9], "output_tok_ids": [5, 6]}
+"#;
+        let parsed = parse_mooncake(text, "s.jsonl", 4).unwrap();
+        assert_eq!(parsed.token_id_rows, 3);
+        let t = parsed.trace;
+        let ids: Vec<&[u64]> = t.rows.iter().map(|r| r.hash_ids.as_slice()).collect();
+        assert_eq!((ids[0].len(), ids[1].len(), ids[2].len()), (3, 3, 2));
+        assert_eq!(ids[0][..2], ids[1][..2]);
+        assert_ne!(ids[0][2], ids[1][2], "a partial block is its own content");
+        assert_eq!(ids[0][0], ids[2][0]);
+        assert_ne!(ids[0][1], ids[2][1]);
+        assert_eq!(t.rows.iter().map(|r| r.input_tokens).collect::<Vec<_>>(), [10, 9, 8]);
+        assert_eq!(t.rows.iter().map(|r| r.output_tokens).collect::<Vec<_>>(), [3, 2, 2]);
+        assert_eq!(t.rows[1].timestamp, SimDur::from_ms_f64(3.5), "nanoseconds, shifted to start at zero");
+        // The ids depend on the block size, not on the file: the same prompts chunked as 8.
+        let t8 = parse_mooncake(text, "s.jsonl", 8).unwrap().trace;
+        assert_eq!(t8.rows[0].hash_ids.len(), 2);
+        assert_eq!(t8.rows[0].hash_ids[0], t8.rows[1].hash_ids[0]);
+        // Explicit hash_ids win over token ids.
+        let both = parse_mooncake(
+            b"{\"output_toks\": 1, \"hash_ids\": [7], \"input_tok_ids\": [1, 2]}\n",
+            "s.jsonl",
+            4,
+        )
+        .unwrap()
+        .trace;
+        assert_eq!(both.rows[0].hash_ids, [7]);
+        let bad = |text: &[u8]| parse_mooncake(text, "s.jsonl", 4).unwrap_err().to_string();
+        assert_eq!(
+            bad(b"{\"output_toks\": 1, \"input_toks\": 3, \"input_tok_ids\": [1, 2]}\n"),
+            "s.jsonl:1: the input length 3 differs from the 2 entries of 'input_tok_ids'"
+        );
+        assert_eq!(
+            bad(b"{\"output_toks\": 1, \"input_tok_ids\": [1, -2]}\n"),
+            "s.jsonl:1: 'input_tok_ids' entries must be non-negative integers, got -2"
+        );
+        assert_eq!(
+            bad(b"{\"output_toks\": 1, \"input_tok_ids\": []}\n"),
+            "s.jsonl:1: 'input_tok_ids' must be between 1 and 16777216, got 0"
+        );
+        assert_eq!(
+            bad(b"{\"output_toks\": 1, \"input_tok_ids\": [1], \"arrival_time_ns\": \"soon\"}\n"),
+            "s.jsonl:1: 'arrival_time_ns' must be a non-negative number of nanoseconds, got \"soon\""
+        );
+        assert_eq!(bad(b"{\"output_toks\": 1}\n"), "s.jsonl:1: missing 'hash_ids' (or 'input_tok_ids')");
+    }
+
+    #[test]
     fn untimed_job_rows_are_reported() {
         let text = b"{\"timestamp\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{\"output_length\": 1, \"hash_ids\": [2]}\n";
         assert_eq!(parse_mooncake(text, "u.jsonl", 512).unwrap().untimed_line, Some(2));
@@ -436,7 +557,7 @@ mod tests {
         }
 
         #[test]
-        fn mooncake_never_panics_on_json_like_lines(lines in proptest::collection::vec("\\{\"(hash_ids|output_length|input_length|timestamp|session_id|delay)\": ?(\\[[0-9, \"a-]*\\]|-?[0-9.e]{0,12}|\"[a-z]*\"|null|\\{\\})(, ?\"[a-z_]+\": ?[0-9\\[\\]]{0,6})?\\}", 0..6)) {
+        fn mooncake_never_panics_on_json_like_lines(lines in proptest::collection::vec("\\{\"(hash_ids|input_tok_ids|output_length|output_toks|input_length|input_toks|timestamp|arrival_time_ns|session_id|delay)\": ?(\\[[0-9, \"a-]*\\]|-?[0-9.e]{0,12}|\"[a-z]*\"|null|\\{\\})(, ?\"[a-z_]+\": ?[0-9\\[\\]]{0,6})?\\}", 0..6)) {
             let _ = parse_mooncake(lines.join("\n").as_bytes(), "fuzz.jsonl", 512);
         }
 
