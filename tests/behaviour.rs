@@ -826,3 +826,24 @@ fn nccl_allreduce_slows_tensor_parallel_steps_only() {
     assert_eq!(one.tpot.mean.to_bits(), one_nccl.tpot.mean.to_bits());
     assert_eq!(one.ttft.mean.to_bits(), one_nccl.ttft.mean.to_bits());
 }
+
+#[test]
+fn sglang_refuses_a_derived_memory_fraction_with_nothing_left_and_says_what_to_set() {
+    // SGLang 0.5.3+ reserves memory per CUDA-graph slot and attention-DP rank; at 64 ranks on
+    // a 141 GiB H200 its own rule goes negative, so the derived fraction cannot be used.
+    let wide = [
+        "engine.backend=sglang",
+        "engine.workers.aggregated.parallelism={tensor: 1, attention_data: 64, moe_expert: 64}",
+        "traffic.stop={requests: 64}",
+    ];
+    let e = predict_file_with("tests/scenarios/moe_qwen3_30b_ep2.yaml", &wide).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, servesim_scenario::ScenarioError::Resource { .. }), "{text}");
+    assert!(text.contains("derived mem_fraction_static for this layout is -0.17"), "{text}");
+    assert!(text.contains("set engine.workers.aggregated.kv_cache.capacity.memory_fraction"), "{text}");
+    // Given a fraction, as a deployment of that size must be, it runs.
+    let mut given = wide.to_vec();
+    given.push("engine.workers.aggregated.kv_cache.capacity={type: default, memory_fraction: 0.8}");
+    let p = predict_file_with("tests/scenarios/moe_qwen3_30b_ep2.yaml", &given).unwrap();
+    assert_eq!(p.summary.completed_requests, 64);
+}

@@ -152,16 +152,34 @@ pub(super) fn prepare_role(
         Backend::Vllm | Backend::TrtLlm => role.scheduler.max_batched_tokens.unwrap_or(default_tokens),
     };
     let memory_fraction = memory_fraction.or_else(|| default_memory_fraction(engine.backend, release));
-    let memory_fraction = memory_fraction.unwrap_or_else(|| {
-        memory::sglang_default_fraction(&SglangReserve {
-            hbm_bytes: hw.hbm_bytes,
-            chunked_prefill_tokens: sglang_chunk,
-            tp_size: sglang_tp,
-            pipeline: par.pipeline,
-            attention_data: par.attention_data,
-            draft_mib: sglang_draft_mib(&engine.speculation),
-        })
-    });
+    let memory_fraction = match memory_fraction {
+        Some(f) => f,
+        None => {
+            let derived = memory::sglang_default_fraction(&SglangReserve {
+                hbm_bytes: hw.hbm_bytes,
+                chunked_prefill_tokens: sglang_chunk,
+                tp_size: sglang_tp,
+                pipeline: par.pipeline,
+                attention_data: par.attention_data,
+                draft_mib: sglang_draft_mib(&engine.speculation),
+            });
+            // SGLang's own rule leaves nothing for weights and KV: its reserve per CUDA-graph
+            // slot grows with the attention-DP ranks. The engine would start with a
+            // meaningless fraction, so say which setting to give instead.
+            if derived <= 0.0 {
+                #[allow(clippy::cast_precision_loss)] // GPU memory is far below 2^53 bytes.
+                let gib = hw.hbm_bytes as f64 / f64::from(1u32 << 30);
+                return Err(ScenarioError::Resource {
+                    message: format!(
+                        "{name} workers: SGLang's derived mem_fraction_static for this layout is {derived:.3}: its reserve for activations and CUDA graphs ({:.1} GiB of the {gib:.1} GiB GPU, with {} attention-DP ranks) leaves nothing for weights and KV; set engine.workers.{name}.kv_cache.capacity.memory_fraction (SGLang's --mem-fraction-static)",
+                        (1.0 - derived) * gib,
+                        par.attention_data
+                    ),
+                });
+            }
+            derived
+        }
+    };
     let mut memory = memory::plan(
         model,
         hw,
