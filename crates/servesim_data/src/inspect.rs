@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use servesim_core::metrics::dist;
 use servesim_perf::tables::{Family, Grid, Table};
 
 use crate::perf::{read_columns, read_table, Column, FAMILY_KEY};
@@ -494,19 +495,19 @@ fn calibration_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
 #[allow(clippy::cast_precision_loss)] // Token counts are far below 2^53.
 fn request_log_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     let reqs = silicon::parse_request_log(bytes, name).map_err(|e| e.to_string())?;
-    let n = reqs.len() as f64;
-    let mean = |v: &mut dyn Iterator<Item = u64>| v.map(|x| x as f64).sum::<f64>() / n;
-    let ttft = servesim_core::metrics::dist(&reqs.iter().map(|r| r.ttft_ms).collect::<Vec<_>>());
+    let of = |f: fn(&silicon::MeasuredRequest) -> f64| dist(&reqs.iter().map(f).collect::<Vec<_>>());
+    let (input, output, ttft) =
+        (of(|r| r.input_tokens as f64), of(|r| r.output_tokens as f64), of(|r| r.ttft_ms));
     let tpots: Vec<f64> = reqs.iter().filter_map(|r| r.tpot_ms).collect();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{name}: measured per-request log (vLLM request timestamps), {} requests; input tokens mean {:.0} max {}; output tokens mean {:.0} max {}",
+        "{name}: measured per-request log (vLLM request timestamps), {} requests; input tokens mean {:.0} max {:.0}; output tokens mean {:.0} max {:.0}",
         reqs.len(),
-        mean(&mut reqs.iter().map(|r| r.input_tokens)),
-        reqs.iter().map(|r| r.input_tokens).max().unwrap_or(0),
-        mean(&mut reqs.iter().map(|r| r.output_tokens)),
-        reqs.iter().map(|r| r.output_tokens).max().unwrap_or(0)
+        input.mean,
+        input.max,
+        output.mean,
+        output.max
     );
     let _ = writeln!(
         out,
@@ -516,7 +517,7 @@ fn request_log_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     if tpots.is_empty() {
         let _ = writeln!(out, "  TPOT: no request has two or more output tokens");
     } else {
-        let tpot = servesim_core::metrics::dist(&tpots);
+        let tpot = dist(&tpots);
         let _ = writeln!(
             out,
             "  TPOT ms: mean {:.2}, p50 {:.2}, p90 {:.2}, max {:.2} ({} of the {} requests have two or more output tokens)",
@@ -551,7 +552,7 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{name}: {what} trace, {} requests over {span_s:.1} s; input tokens mean {:.0} max {}; output tokens mean {:.0} max {}",
+        "{name}: {what} trace, {} requests over {span_s:.1} s; input tokens mean {:.0} max {:.0}; output tokens mean {:.0} max {:.0}",
         rows.len(),
         mean(&inputs),
         inputs.iter().max().unwrap_or(&0),

@@ -116,13 +116,16 @@ fn tokens(v: &Value, field: &str, file: &str, line: usize, min: u64) -> Result<u
 }
 
 fn millis(v: &Value, field: &str, file: &str, line: usize) -> Result<f64, TraceError> {
+    duration(v, field, "milliseconds", file, line)
+}
+
+/// A non-negative, finite number of `unit`s.
+fn duration(v: &Value, field: &str, unit: &str, file: &str, line: usize) -> Result<f64, TraceError> {
     match v.as_f64() {
         Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        _ => Err(err(
-            file,
-            Some(line),
-            format!("'{field}' must be a non-negative number of milliseconds, got {v}"),
-        )),
+        _ => {
+            Err(err(file, Some(line), format!("'{field}' must be a non-negative number of {unit}, got {v}")))
+        }
     }
 }
 
@@ -233,21 +236,9 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
         };
         let timestamp = match get(&["timestamp", "created_time"]) {
             Some(x) => Some(millis(x, "timestamp", file, line)?),
-            None => match get(&["arrival_time_ns"]) {
-                Some(x) => match x.as_f64() {
-                    Some(ns) if ns.is_finite() && ns >= 0.0 => Some(ns / 1e6),
-                    _ => {
-                        return Err(err(
-                            file,
-                            Some(line),
-                            format!(
-                                "'arrival_time_ns' must be a non-negative number of nanoseconds, got {x}"
-                            ),
-                        ))
-                    }
-                },
-                None => None,
-            },
+            None => get(&["arrival_time_ns"])
+                .map(|x| duration(x, "arrival_time_ns", "nanoseconds", file, line).map(|ns| ns / 1e6))
+                .transpose()?,
         };
         let delay = get(&["delay", "delay_ms"]).map(|x| millis(x, "delay", file, line)).transpose()?;
         let session = match obj.get("session_id") {

@@ -168,7 +168,7 @@ pub(super) fn prepare_role(
             // meaningless fraction, so say which setting to give instead.
             if derived <= 0.0 {
                 #[allow(clippy::cast_precision_loss)] // GPU memory is far below 2^53 bytes.
-                let gib = hw.hbm_bytes as f64 / f64::from(1u32 << 30);
+                let gib = hw.hbm_bytes as f64 / memory::GIB as f64;
                 return Err(ScenarioError::Resource {
                     message: format!(
                         "{name} workers: SGLang's derived mem_fraction_static for this layout is {derived:.3}: its reserve for activations and CUDA graphs ({:.1} GiB of the {gib:.1} GiB GPU, with {} attention-DP ranks) leaves nothing for weights and KV; set engine.workers.{name}.kv_cache.capacity.memory_fraction (SGLang's --mem-fraction-static)",
