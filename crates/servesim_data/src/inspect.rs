@@ -418,10 +418,10 @@ fn first_line(bytes: &[u8]) -> String {
 /// Whether a JSONL file's first record is a per-request log entry (it has `queued_ts`, which
 /// no trace format has).
 fn is_request_log(bytes: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(bytes);
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    bytes
+        .split(|b| *b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty())
+        .and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
         .is_some_and(|v| v.get("queued_ts").is_some())
 }
 
