@@ -401,8 +401,13 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
 /// load its experts as MXFP4 weights and run them with 16-bit activations (`w4a16_mxfp4`, the
 /// format AIConfigurator measured gpt-oss's experts in on those GPUs; NVFP4 kernels do not
 /// run there) and its attention in bf16, as the checkpoint stores it.
-/// With [`Knobs::mla_attention_dp`], MLA layouts written as tensor parallelism become
-/// attention data parallelism.
+/// An MLA model's layout whose tensor-parallel degree does not divide its attention heads
+/// (DeepSeek-R1's 128 at `tp 36` or `tp 72` on GB200 racks) can only have run as attention
+/// data parallelism over those GPUs: that is how TensorRT-LLM's `enable_attention_dp` and
+/// SGLang's `--enable-dp-attention` count them (`tensor_parallel_size` / `--tp` is the world
+/// size, each rank running attention for its own requests), so such a layout replays as
+/// `tp 1, attention_dp N`. With [`Knobs::mla_attention_dp`], every MLA layout written as
+/// tensor parallelism does.
 #[must_use]
 pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconRow {
     let model = catalog.model(&row.model);
@@ -413,11 +418,11 @@ pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconR
         out.gemm_quant = String::new();
         out.moe_quant = String::new();
     }
-    let mla = model.is_some_and(|m| m.mla.is_some());
-    if !(knobs.mla_attention_dp && mla) {
+    let Some(model) = model.filter(|m| m.mla.is_some()) else {
         return out;
-    }
-    let dp = |l: Layout| if l.dp <= 1 && l.tp > 1 { Layout { dp: l.tp, tp: 1, ..l } } else { l };
+    };
+    let as_dp = |l: &Layout| l.dp <= 1 && l.tp > 1 && (knobs.mla_attention_dp || model.num_heads % l.tp != 0);
+    let dp = |l: Layout| if as_dp(&l) { Layout { dp: l.tp, tp: 1, ..l } } else { l };
     out.mode = match row.mode {
         Mode::Agg { layout } => Mode::Agg { layout: dp(layout) },
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {

@@ -65,6 +65,28 @@ fn mla_layouts_can_be_read_as_attention_data_parallel() {
 }
 
 #[test]
+fn an_mla_tensor_degree_that_does_not_divide_the_heads_is_read_as_attention_data_parallel() {
+    let catalog = Catalog::builtin().unwrap();
+    let wide = Layout { tp: 36, pp: 1, dp: 1, moe_tp: 36, moe_ep: 1, batch: 32 };
+    let fits = Layout { tp: 4, pp: 1, dp: 1, moe_tp: 1, moe_ep: 4, batch: 32 };
+    let mut r =
+        row(Mode::Disagg { prefill: fits, prefill_workers: None, decode: wide, decode_workers: None });
+    r.model = "deepseek-ai/DeepSeek-R1".into();
+    let Mode::Disagg { prefill, decode, .. } = interpret(&r, &catalog, &Knobs::default()).mode else {
+        panic!()
+    };
+    // 128 heads: TP36 cannot split them, TP4 can and stays as written.
+    assert_eq!((decode.tp, decode.dp, decode.moe_tp, decode.moe_ep), (1, 36, 36, 1));
+    assert_eq!(prefill, fits);
+    // Models without MLA keep the layout (the scenario check then names the heads).
+    let mut gqa = row(Mode::Agg { layout: Layout { tp: 64, moe_tp: 8, moe_ep: 8, ..wide } });
+    gqa.model = "Qwen/Qwen3-235B-A22B".into();
+    assert_eq!(interpret(&gqa, &catalog, &Knobs::default()), gqa);
+    let y = scenario_yaml(&interpret(&r, &catalog, &Knobs::default()), &Knobs::default(), false, None);
+    assert!(y.contains("tensor: 1, pipeline: 1, attention_data: 36"), "{y}");
+}
+
+#[test]
 fn rows_become_closed_loop_scenarios() {
     let l = Layout { tp: 2, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let y = scenario_yaml(&row(Mode::Agg { layout: l }), &Knobs::default(), true, None);
