@@ -847,3 +847,39 @@ fn sglang_refuses_a_derived_memory_fraction_with_nothing_left_and_says_what_to_s
     let p = predict_file_with("tests/scenarios/moe_qwen3_30b_ep2.yaml", &given).unwrap();
     assert_eq!(p.summary.completed_requests, 64);
 }
+
+#[test]
+fn a_token_id_trace_is_hashed_at_the_engine_block_unless_the_source_sets_one() {
+    // Two prompts share their first 128 of 160 tokens. At the engine's 64-token KV block the
+    // second reuses two blocks of the first; at Mooncake's 512 each prompt is one partial
+    // block of its own and nothing is reused. A file of hash_ids beside it is refused.
+    let dir = std::env::temp_dir().join(format!("servesim-token-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompt = |last: u32| (0..160).map(|i| if i < 128 { i } else { last + i }).collect::<Vec<_>>();
+    let row = |ns: u64, last: u32| {
+        format!(
+            "{{\"arrival_time_ns\": {ns}, \"input_toks\": 160, \"output_toks\": 4, \"input_tok_ids\": {:?}}}\n",
+            prompt(last)
+        )
+    };
+    std::fs::write(dir.join("tokens.jsonl"), row(0, 1000) + &row(1_000_000_000, 2000)).unwrap();
+    std::fs::write(dir.join("hashes.jsonl"), "{\"timestamp\": 0, \"hash_ids\": [1], \"output_length\": 4}\n")
+        .unwrap();
+    let run = |source: &str| {
+        let yaml = format!(
+            "engine:\n  model: meta-llama/Llama-3.1-8B-Instruct\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache: {{prefix_caching: true, block_size: 64}}\ntraffic:\n  source: {source}\n  load: {{type: trace_timestamps}}\n"
+        );
+        servesim_scenario::predict(&yaml, "blocks.yaml", &[], None, &servesim_tests::DirFiles(dir.clone()))
+    };
+    // Reused tokens of the 320 prompt tokens.
+    let reused = |source: &str| run(source).unwrap().summary.prefix_cache_reused_ratio * 320.0;
+    let fine = reused("{type: trace, paths: [tokens.jsonl]}");
+    assert!((fine - 128.0).abs() < 1e-9, "{fine}");
+    assert!(reused("{type: trace, paths: [tokens.jsonl], block_size: 512}").abs() < 1e-9);
+    let err = run("{type: trace, paths: [tokens.jsonl, hashes.jsonl]}").unwrap_err().to_string();
+    assert!(
+        err.contains("hashes.jsonl hashes its prompts in blocks of 512") && err.contains("block_size"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

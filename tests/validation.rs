@@ -6,7 +6,7 @@
 
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::validate::{compare_requests, run_row, summarize, Group, Knobs};
-use servesim_tests::{predict_file, repo_root, DataOnly};
+use servesim_tests::{predict_file, predict_file_with, repo_root, DataOnly};
 
 fn shared(rel: &str) -> Option<Vec<u8>> {
     std::fs::read(repo_root().join("../shared/validation").join(rel)).ok()
@@ -25,6 +25,29 @@ fn the_measured_vllm_request_log_replays_within_recorded_bounds() {
         let err = (s - m) / m;
         assert!(err.abs() < 0.18, "{name}: measured {m}, servesim {s} ({:+.1}%)", err * 100.0);
     }
+}
+
+#[test]
+fn the_token_id_request_file_replays_at_the_engine_block_size_by_default() {
+    // The §3 scenario replays the 16-token Mooncake conversion with `block_size: 16`; the raw
+    // token-id file with no block size is hashed at the engine's 16-token KV block, so the
+    // prefix cache sees the same sharing and every figure of the comparison is the same.
+    let Some(log) = shared("vllm-requests/RTXPRO6000_Qwen3-32B_vllm_requests.jsonl") else { return };
+    let measured = servesim_data::silicon::parse_request_log(&log, "requests.jsonl").unwrap();
+    let yaml = "tests/validation/vllm_rtxpro6000_qwen3_32b.yaml";
+    let raw = "traffic.source={type: trace, paths: [../../../shared/validation/vllm-requests/sharegpt-qwen3-300-sps10.jsonl]}";
+    let converted = compare_requests(&measured, &predict_file(yaml).unwrap());
+    let from_tokens = compare_requests(&measured, &predict_file_with(yaml, &[raw]).unwrap());
+    // Equal up to the conversion's arrival times, rounded to the microsecond.
+    let gap = |a: &[(String, f64, f64)], b: &[(String, f64, f64)]| {
+        a.iter().zip(b).map(|(x, y)| (x.2 - y.2).abs()).fold(0.0, f64::max)
+    };
+    assert_eq!(from_tokens.rows.len(), converted.rows.len());
+    assert!(gap(&from_tokens.rows, &converted.rows) < 0.01, "{:?} vs {:?}", from_tokens.rows, converted.rows);
+    // Hashed at Mooncake's 512 instead, short ShareGPT prompts share only whole prompts.
+    let coarse = format!("{}, block_size: 512}}", raw.trim_end_matches('}'));
+    let at_512 = compare_requests(&measured, &predict_file_with(yaml, &[&coarse]).unwrap());
+    assert!(gap(&at_512.rows, &converted.rows) > 1.0, "{:?}", at_512.rows);
 }
 
 #[test]

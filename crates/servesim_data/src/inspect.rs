@@ -573,7 +573,7 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     if t.token_id_rows > 0 {
         let _ = writeln!(
             out,
-            "  {} rows give their prompts as token ids, hashed here in {}-token blocks; a scenario hashes them in its trace's block_size (set it to the engine's KV block size)",
+            "  {} rows give their prompts as token ids, hashed here in {}-token blocks; a scenario hashes a file of token ids in the engine's KV block size unless its trace source sets block_size",
             t.token_id_rows, t.trace.block_size
         );
     }

@@ -12,8 +12,9 @@
 //! LLMServingSim's ShareGPT request files, with `input_toks`, `output_toks` and
 //! `arrival_time_ns`): its ids are then the chained hashes of its `block_size`-token blocks
 //! (the last may be partial), so prompts that share a prefix share the ids of its whole
-//! blocks, as Mooncake's do. Set `block_size` to the engine's KV block size to see exactly
-//! the reuse the engine sees.
+//! blocks, as Mooncake's do. A scenario that does not set `block_size` hashes a file of
+//! token ids in its engine's KV block size, so the prefix cache sees exactly the reuse the
+//! engine would (`servesim_scenario`, trace sources).
 //!
 //! **Azure CSV** (Azure LLM inference traces): header `TIMESTAMP,ContextTokens,GeneratedTokens`,
 //! timestamps `YYYY-MM-DD HH:MM:SS[.fraction]`.

@@ -65,8 +65,10 @@ pub enum SourceConfig {
         paths: Vec<(String, crate::node::Origin)>,
         /// `format`.
         format: TraceFormatConfig,
-        /// `block_size` (512): tokens per `hash_ids` entry.
-        block_size: u32,
+        /// `block_size`: tokens per `hash_ids` entry. Unset, 512 (Mooncake's), except that a
+        /// file whose every row gives its prompt as token ids is hashed in blocks of the
+        /// engine's KV block size, so the prefix cache shares exactly what the engine would.
+        block_size: Option<u32>,
     },
 }
 

@@ -176,8 +176,8 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
                 None => Some(TraceFormatConfig::Mooncake),
             };
             let block_size = match f.take("block_size") {
-                Some((n, p)) => u32_in(n, &p, cx, 1, 1 << 20),
-                None => Some(512),
+                Some((n, p)) => u32_in(n, &p, cx, 1, 1 << 20).map(Some),
+                None => Some(None),
             };
             if let Some((n, p)) = f.take("nested_timestamp_basis") {
                 let _ = choice(n, &p, cx, &["auto", "absolute", "relative"]);

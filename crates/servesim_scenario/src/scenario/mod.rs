@@ -386,7 +386,8 @@ pub fn prepare(
     };
     let kv_tokens = u64::from(load_role.blocks_per_rank) * u64::from(load_role.config.kv_cache.block_size);
     let ranks = load_role.parallelism.attention_data * load_role.config.parallelism.replicas;
-    let traffic = build_traffic(&config, root, source, files, kv_tokens, ranks)?;
+    let kv_block = load_role.config.kv_cache.block_size;
+    let traffic = build_traffic(&config, root, source, files, (kv_tokens, kv_block), ranks)?;
     let context_limit = match engine.context_length {
         ContextLength::Tokens(n) => Some(n),
         ContextLength::Max => u32::try_from(model.max_position_embeddings).ok(),

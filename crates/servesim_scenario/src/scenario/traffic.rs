@@ -4,18 +4,39 @@ use std::sync::Arc;
 
 use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec};
 use servesim_core::units::SimDur;
-use servesim_data::trace::TraceFormat;
+use servesim_data::trace::{ParsedTrace, TraceFormat};
 
 use super::{config_error, Files, ScenarioError};
 use crate::config::{Config, LoadKind, SourceConfig, TraceFormatConfig};
 use crate::diag::{DiagKind, Diagnostic};
 use crate::node::{Node, Origin};
 
+/// Mooncake's tokens per `hash_ids` entry, the block size of a trace that does not set one.
+const MOONCAKE_BLOCK_TOKENS: u32 = 512;
+
+/// Parses one file at the source's block size: `block_size` when set; otherwise Mooncake's,
+/// or `kv_block` (the engine's KV block) when every row gives its prompt as token ids.
+fn parse_trace(
+    bytes: &[u8],
+    path: &str,
+    fmt: TraceFormat,
+    block_size: Option<u32>,
+    kv_block: u32,
+) -> Result<(ParsedTrace, u32), servesim_data::trace::TraceError> {
+    let first = block_size.unwrap_or(MOONCAKE_BLOCK_TOKENS);
+    let parsed = servesim_data::trace::parse(bytes, path, fmt, first)?;
+    let all_token_ids = parsed.token_id_rows > 0 && parsed.token_id_rows == parsed.trace.rows.len();
+    if block_size.is_none() && all_token_ids && kv_block != first {
+        return Ok((servesim_data::trace::parse(bytes, path, fmt, kv_block)?, kv_block));
+    }
+    Ok((parsed, first))
+}
+
 /// Reads and parses every trace file of a trace source.
 fn load_traces(
     paths: &[(String, Origin)],
     format: TraceFormatConfig,
-    block_size: u32,
+    (block_size, kv_block): (Option<u32>, u32),
     files: &dyn Files,
     source: &str,
     timestamps_needed: bool,
@@ -23,6 +44,8 @@ fn load_traces(
     let mut rows = Vec::new();
     let mut sessions = 0u32;
     let mut diags = Vec::new();
+    // (file, block size) of the first file read: one trace has one block size.
+    let mut hashed_at: Option<(String, u32)> = None;
     for (i, (path, origin)) in paths.iter().enumerate() {
         let at = format!("traffic.source.paths[{i}]");
         let bytes = match files.read(path) {
@@ -41,8 +64,21 @@ fn load_traces(
             TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
             TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
         };
-        match servesim_data::trace::parse(&bytes, path, fmt, block_size) {
-            Ok(parsed) => {
+        match parse_trace(&bytes, path, fmt, block_size, kv_block) {
+            Ok((parsed, block)) => {
+                match &hashed_at {
+                    Some((first, b)) if *b != block => {
+                        diags.push(Diagnostic {
+                            path: at,
+                            origin: origin.clone(),
+                            message: format!("{path} hashes its prompts in blocks of {block} tokens but {first} in blocks of {b} (a file of token ids takes the engine's KV block, one of hash_ids Mooncake's 512); set traffic.source.block_size for both"),
+                            kind: DiagKind::Domain,
+                        });
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => hashed_at = Some((path.clone(), block)),
+                }
                 if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
                     diags.push(Diagnostic {
                         path: at,
@@ -75,17 +111,18 @@ fn load_traces(
     if !diags.is_empty() {
         return Err(config_error(source, diags));
     }
-    Ok(Trace::new(rows, block_size))
+    Ok(Trace::new(rows, hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b)))
 }
 
 /// The arrival process of a config. `kv_tokens` is one rank's KV capacity in tokens and
-/// `kv_ranks` the number of ranks across replicas (for `kv_capacity_fraction`).
+/// `kv_ranks` the number of ranks across replicas (for `kv_capacity_fraction`); `kv_block`
+/// is the engine's KV block size, at which a trace of token ids is hashed by default.
 pub(super) fn build_traffic(
     config: &Config,
     root: &Node,
     source: &str,
     files: &dyn Files,
-    kv_tokens: u64,
+    (kv_tokens, kv_block): (u64, u32),
     kv_ranks: u32,
 ) -> Result<TrafficSpec, ScenarioError> {
     let t = &config.traffic;
@@ -123,7 +160,7 @@ pub(super) fn build_traffic(
                 Source::Trace(Arc::new(load_traces(
                     paths,
                     *format,
-                    *block_size,
+                    (*block_size, kv_block),
                     files,
                     source,
                     needs_timestamps,
