@@ -883,3 +883,43 @@ fn a_token_id_trace_is_hashed_at_the_engine_block_unless_the_source_sets_one() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// TensorRT-LLM's attention-DP balance: holding prompts until every rank has one trades
+/// TTFT for fewer steps in which one rank's prefill stalls the others' decodes, as its
+/// "ADP Balance Strategy" blog measures (throughput up, TTFT up). Misplaced settings are
+/// refused with the key named (exit 2).
+#[test]
+fn trtllm_attention_dp_balance_trades_ttft_for_decode_speed() {
+    let path = "tests/scenarios/trtllm_adp_balance.yaml";
+    let held = predict_file_with(path, &[]).unwrap().summary;
+    let off = predict_file_with(
+        path,
+        &["engine.workers.aggregated.scheduler.attention_dp_config.enable_balance=false"],
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(held.completed_requests, off.completed_requests);
+    assert!(held.ttft.mean > 1.5 * off.ttft.mean, "TTFT {} held, {} off", held.ttft.mean, off.ttft.mean);
+    assert!(held.tpot.mean < 0.85 * off.tpot.mean, "TPOT {} held, {} off", held.tpot.mean, off.tpot.mean);
+    assert!(held.request_throughput_rps > 1.1 * off.request_throughput_rps);
+    // A timeout of 0 never holds anything: the same run as balance off.
+    let no_wait =
+        predict_file_with(path, &["engine.workers.aggregated.scheduler.attention_dp_config.timeout_iters=0"])
+            .unwrap()
+            .summary;
+    assert!((no_wait.ttft.mean - off.ttft.mean).abs() < 1e-9);
+    for (set, words) in [
+        ("engine.backend=vllm", "TensorRT-LLM knob"),
+        (
+            "engine.workers.aggregated.parallelism={tensor: 8, attention_data: 1, moe_expert: 8}",
+            "attention data parallelism",
+        ),
+        ("engine.workers.aggregated.scheduler.attention_dp_config.timeout_iters=-1", "timeout_iters"),
+        ("engine.workers.aggregated.scheduler.attention_dp_config.balance=true", "balance"),
+    ] {
+        let err = predict_file_with(path, &[set]).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{set}: {err}");
+        let text = err.to_string();
+        assert!(text.contains("attention_dp_config") && text.contains(words), "{set}: {text}");
+    }
+}

@@ -197,6 +197,8 @@ pub struct Worker {
     spare_run: Option<Run>,
     /// Requests the engine process holds that its scheduler has not taken in yet.
     recv: RecvGate,
+    /// TensorRT-LLM's attention-DP balance counters ([`engine::AdpBalance`]).
+    adp: engine::AdpBalanceState,
 }
 
 /// SGLang's `scheduler_recv_interval` (`managers/scheduler_recv_skipper.py`): at the top of
@@ -239,6 +241,7 @@ impl Worker {
             run: None,
             spare_run: None,
             recv: RecvGate::default(),
+            adp: engine::AdpBalanceState::default(),
         }
     }
 
@@ -361,9 +364,14 @@ impl Worker {
         bounds: RunBounds,
     ) -> Result<Option<StepEnd>, TimingError> {
         self.take_in(reqs);
-        let mut any = false;
-        for ((rank, plan), load) in self.ranks.iter_mut().zip(&mut self.plans).zip(&mut self.loads) {
+        for (rank, plan) in self.ranks.iter_mut().zip(&mut self.plans) {
             engine::schedule(&self.cfg, rank, reqs, plan);
+        }
+        if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
+            engine::balance_adp(balance, &mut self.adp, self.cfg.max_sequences, &mut self.plans);
+        }
+        let mut any = false;
+        for (plan, load) in self.plans.iter().zip(&mut self.loads) {
             load.clear();
             self.stats.preemptions += u64::from(plan.preemptions);
             for p in &plan.items {
@@ -556,6 +564,15 @@ impl Worker {
             return;
         }
         let from = run.allocated + 1;
+        if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
+            let every_rank_decodes = self.plans.iter().all(|p| !p.items.is_empty());
+            engine::balance_adp_decode_steps(
+                balance,
+                &mut self.adp,
+                every_rank_decodes,
+                (upto - from + 1) as u64,
+            );
+        }
         for (r, ((rank, plan), phases)) in self.ranks.iter_mut().zip(&self.plans).zip(&run.phases).enumerate()
         {
             let n = plan.items.len();

@@ -69,6 +69,7 @@ fn run(c: Case) -> RunResult {
         prefill_schedule_interval: 1,
         sglang: SglangKnobs { recv_interval: c.recv_interval, ..SglangKnobs::default() },
         batch_wait: BatchWait::default(),
+        adp_balance: None,
         frontend: c.frontend,
         speculation: c.speculation,
     };
@@ -394,6 +395,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         prefill_schedule_interval: 1,
         sglang: SglangKnobs::default(),
         batch_wait: BatchWait::default(),
+        adp_balance: None,
         frontend: servesim_core::frontend::FrontendSpec::default(),
         speculation: Speculation::default(),
     };

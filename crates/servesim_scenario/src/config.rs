@@ -344,6 +344,9 @@ pub struct SchedulerKnobs {
     /// TensorRT-LLM batch waiting (`batch_wait_timeout_iters`, `batch_wait_max_tokens_ratio`:
     /// servesim extensions, TensorRT-LLM's own names; off by default).
     pub batch_wait: servesim_core::engine::BatchWait,
+    /// TensorRT-LLM's `attention_dp_config: {enable_balance, timeout_iters,
+    /// batching_wait_iters}` (its own names; balance off by default): `Some` when enabled.
+    pub adp_balance: Option<servesim_core::engine::AdpBalance>,
 }
 
 /// `engine.workers.<role>.kv_cache.capacity`.

@@ -122,6 +122,8 @@ pub struct SchedulerConfig {
     pub sglang: SglangKnobs,
     /// TensorRT-LLM batch waiting (off by default).
     pub batch_wait: BatchWait,
+    /// TensorRT-LLM's attention-DP balance across the worker's ranks (off: `None`).
+    pub adp_balance: Option<AdpBalance>,
     /// The serving processes' host work in front of this replica.
     pub frontend: crate::frontend::FrontendSpec,
     /// Speculative decoding (off by default).
@@ -252,6 +254,99 @@ pub struct BatchWait {
     pub timeout_iters: u32,
     /// `batch_wait_max_tokens_ratio`: the share of the token budget that releases it.
     pub max_tokens_ratio: f64,
+}
+
+/// TensorRT-LLM's attention-DP balance (`attention_dp_config: {enable_balance: true,
+/// timeout_iters, batching_wait_iters}`; `PyExecutor._balance_adp_requests`, described in
+/// its "ADP Balance Strategy" tech blog). With every rank's step decided together, a step's
+/// context requests are held back on all ranks until every rank has context to run (or
+/// `timeout_iters` steps have passed, or some rank has nothing to decode), so that prompts
+/// are prefilled on all ranks in the same step instead of one rank's prefill stalling the
+/// others' decodes step after step; once every rank has context and decodes, it waits
+/// `batching_wait_iters` more steps for larger context batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdpBalance {
+    /// `timeout_iters`: the most steps context waits for every rank to have some.
+    pub timeout_iters: u32,
+    /// `batching_wait_iters`: further steps it waits, once every rank has some, to batch more.
+    pub batching_wait_iters: u32,
+}
+
+impl Default for AdpBalance {
+    /// TensorRT-LLM's `AttentionDpConfig` defaults (`llmapi/llm_args.py`): 50 and 10.
+    fn default() -> Self {
+        AdpBalance { timeout_iters: 50, batching_wait_iters: 10 }
+    }
+}
+
+/// The counters [`AdpBalance`] keeps between steps (one per worker: every rank computes the
+/// same decision from the same all-gathered counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdpBalanceState {
+    /// Consecutive steps context has waited for every rank to have some.
+    pub waiting_iters: u32,
+    /// Consecutive steps context has waited to batch more.
+    pub batching_iters: u32,
+}
+
+/// Applies [`AdpBalance`] to a step's plans for all of a worker's ranks: when the step's
+/// context is held, every plan keeps only its decodes (the held requests keep their
+/// admission and run in a later step). `max_sequences` is the engine's `max_batch_size`.
+pub fn balance_adp(cfg: AdpBalance, state: &mut AdpBalanceState, max_sequences: u32, plans: &mut [RankPlan]) {
+    let count = |p: &RankPlan| {
+        let decodes = p.items.iter().filter(|i| i.decode).count();
+        (p.items.len() - decodes, decodes)
+    };
+    let (mut all_context, mut all_decode, mut all_free) = (true, true, true);
+    for p in plans.iter() {
+        let (context, decodes) = count(p);
+        all_context &= context > 0;
+        all_decode &= decodes > 0;
+        all_free &= (decodes as u64) < u64::from(max_sequences);
+    }
+    let hold = if all_free && all_context {
+        state.waiting_iters = 0;
+        if all_decode && state.batching_iters < cfg.batching_wait_iters {
+            state.batching_iters += 1;
+            true
+        } else {
+            if all_decode {
+                state.batching_iters = 0;
+            }
+            false
+        }
+    } else {
+        state.waiting_iters += 1;
+        if state.waiting_iters >= cfg.timeout_iters || !all_decode {
+            state.waiting_iters = 0;
+            false
+        } else {
+            true
+        }
+    };
+    if hold {
+        for p in plans.iter_mut() {
+            p.items.retain(|i| i.decode);
+        }
+    }
+}
+
+/// Advances [`AdpBalance`]'s counters over `steps` steps with no context on any rank (a
+/// fast-forwarded decode run), as [`balance_adp`] would step by step: PyExecutor counts
+/// every step in which not every rank has context, and restarts the count at the timeout or
+/// when some rank has nothing to decode.
+pub fn balance_adp_decode_steps(
+    cfg: AdpBalance,
+    state: &mut AdpBalanceState,
+    every_rank_decodes: bool,
+    steps: u64,
+) {
+    state.waiting_iters = if every_rank_decodes && cfg.timeout_iters > 0 {
+        let t = u64::from(cfg.timeout_iters);
+        u32::try_from((u64::from(state.waiting_iters) + steps) % t).unwrap_or(0)
+    } else {
+        0
+    };
 }
 
 /// One request's share of a step.
@@ -617,5 +712,63 @@ mod tests {
         assert_eq!(seq(&a, 3), seq(&a, 3));
         assert_ne!(seq(&a, 3), seq(&a, 4));
         assert_ne!(seq(&a, 3), seq(&b, 3));
+    }
+
+    /// Plans for ranks given as (context items, decode items).
+    fn plans(shape: &[(u32, u32)]) -> alloc::vec::Vec<super::RankPlan> {
+        let mut id = 0;
+        shape
+            .iter()
+            .map(|&(context, decodes)| {
+                let mut p = super::RankPlan::default();
+                for i in 0..context + decodes {
+                    id += 1;
+                    let decode = i >= context;
+                    p.items.push(super::Planned { req: id, new_tokens: 1, context_tokens: 0, decode });
+                }
+                p
+            })
+            .collect()
+    }
+
+    /// Whether each of `steps` consecutive steps shaped `shape` ran its context.
+    fn runs_context(
+        cfg: super::AdpBalance,
+        shape: &[(u32, u32)],
+        max_sequences: u32,
+        steps: usize,
+    ) -> alloc::vec::Vec<bool> {
+        let mut state = super::AdpBalanceState::default();
+        (0..steps)
+            .map(|_| {
+                let mut p = plans(shape);
+                super::balance_adp(cfg, &mut state, max_sequences, &mut p);
+                let decodes: usize = p.iter().map(|q| q.items.iter().filter(|i| i.decode).count()).sum();
+                let wanted: u32 = shape.iter().map(|s| s.1).sum();
+                assert_eq!(decodes, wanted as usize, "decodes always run");
+                p.iter().any(|q| q.items.iter().any(|i| !i.decode))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adp_balance_holds_context_until_every_rank_has_some() {
+        let cfg = super::AdpBalance { timeout_iters: 3, batching_wait_iters: 0 };
+        // One rank of two has a prompt while both decode: held twice, run at the timeout.
+        assert_eq!(runs_context(cfg, &[(1, 2), (0, 2)], 16, 4), [false, false, true, false]);
+        // Every rank has one: run at once.
+        assert_eq!(runs_context(cfg, &[(1, 2), (1, 2)], 16, 2), [true, true]);
+        // A rank with nothing to decode has nothing to stall: run at once.
+        assert_eq!(runs_context(cfg, &[(1, 2), (0, 0)], 16, 2), [true, true]);
+        // A rank whose batch is full cannot take context: wait as if it had none.
+        assert_eq!(runs_context(cfg, &[(1, 2), (1, 16)], 16, 3), [false, false, true]);
+        // No timeout: never held.
+        let none = super::AdpBalance { timeout_iters: 0, ..cfg };
+        assert_eq!(runs_context(none, &[(1, 2), (0, 2)], 16, 2), [true, true]);
+        // With batching waits, context ready on every rank still waits that many steps.
+        let batching = super::AdpBalance { timeout_iters: 3, batching_wait_iters: 2 };
+        assert_eq!(runs_context(batching, &[(1, 2), (1, 2)], 16, 4), [false, false, true, false]);
+        // ... unless some rank has no decodes.
+        assert_eq!(runs_context(batching, &[(1, 2), (1, 0)], 16, 2), [true, true]);
     }
 }

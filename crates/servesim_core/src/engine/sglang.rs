@@ -305,6 +305,7 @@ mod tests {
             prefill_schedule_interval: 1,
             sglang: SglangKnobs { chunked_prefill_size: 1000, ..SglangKnobs::default() },
             batch_wait: BatchWait::default(),
+            adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
             speculation: crate::engine::Speculation::default(),
         }
@@ -386,6 +387,7 @@ mod tests {
             prefill_schedule_interval: 1,
             sglang: SglangKnobs::default(),
             batch_wait: BatchWait::default(),
+            adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
             speculation: crate::engine::Speculation::default(),
         };

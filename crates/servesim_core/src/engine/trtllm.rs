@@ -151,6 +151,7 @@ mod tests {
             prefill_schedule_interval: 1,
             sglang: crate::engine::SglangKnobs::default(),
             batch_wait: wait,
+            adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
             speculation: crate::engine::Speculation::default(),
         }

@@ -291,7 +291,33 @@ const SCHEDULER_KEYS: &[&str] = &[
     "async_scheduling",
     "batch_wait_timeout_iters",
     "batch_wait_max_tokens_ratio",
+    "attention_dp_config",
 ];
+
+const ADP_CONFIG_KEYS: &[&str] = &["enable_balance", "timeout_iters", "batching_wait_iters"];
+
+/// Most steps `attention_dp_config` may hold context (TensorRT-LLM takes any integer; its
+/// recipes use 50–500, and a hold longer than this is a misconfiguration).
+const MAX_ADP_WAIT_ITERS: u32 = 100_000;
+
+/// TensorRT-LLM's `attention_dp_config` ([`servesim_core::engine::AdpBalance`]): `None` when
+/// balance is off or the entry is invalid (reported).
+fn decode_adp_config(node: &Node, path: &str, cx: &mut Cx) -> Option<servesim_core::engine::AdpBalance> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mut out = servesim_core::engine::AdpBalance::default();
+    let mut enabled = false;
+    if let Some((n, p)) = f.take("enable_balance") {
+        enabled = boolean(n, &p, cx).unwrap_or(false);
+    }
+    if let Some((n, p)) = f.take("timeout_iters") {
+        out.timeout_iters = u32_in(n, &p, cx, 0, MAX_ADP_WAIT_ITERS).unwrap_or(out.timeout_iters);
+    }
+    if let Some((n, p)) = f.take("batching_wait_iters") {
+        out.batching_wait_iters = u32_in(n, &p, cx, 0, MAX_ADP_WAIT_ITERS).unwrap_or(out.batching_wait_iters);
+    }
+    f.finish(cx, ADP_CONFIG_KEYS, "");
+    enabled.then_some(out)
+}
 
 /// Largest `scheduler_recv_interval` accepted (SGLang takes any integer; recipes use 10–30,
 /// and a request held a thousand decode steps is already a misconfiguration).
@@ -315,6 +341,7 @@ fn decode_scheduler(
         chunked_prefill_size: None,
         sglang: servesim_core::engine::SglangKnobs::default(),
         batch_wait: servesim_core::engine::BatchWait::default(),
+        adp_balance: None,
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -356,6 +383,16 @@ fn decode_scheduler(
             out.batch_wait.timeout_iters = u32_in(n, &p, cx, 0, 100_000).unwrap_or(0);
         } else {
             out.batch_wait.max_tokens_ratio = number_in(n, &p, cx, 0.0, 1.0).unwrap_or(0.0);
+        }
+    }
+    if let Some((n, p)) = f.take("attention_dp_config") {
+        if backend != Backend::TrtLlm {
+            cx.domain(&p, n, "'attention_dp_config' is a TensorRT-LLM knob (backend is not trtllm)");
+        } else if dp <= 1 {
+            // PyExecutor balances ranks only with enable_attention_dp.
+            cx.domain(&p, n, "TensorRT-LLM applies 'attention_dp_config' only under attention data parallelism (parallelism.attention_data > 1)");
+        } else {
+            out.adp_balance = decode_adp_config(n, &p, cx);
         }
     }
     let sglang_only = [

@@ -526,6 +526,7 @@ impl Prepared {
                 prefill_schedule_interval: rc.scheduler.prefill_schedule_interval,
                 sglang: rc.scheduler.sglang,
                 batch_wait: rc.scheduler.batch_wait,
+                adp_balance: rc.scheduler.adp_balance,
                 frontend: self.frontend_spec(role),
                 speculation: self.speculation(),
             };
