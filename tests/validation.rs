@@ -131,9 +131,11 @@ fn gpt_oss_h200_rows_are_timed_from_the_measured_mxfp4_experts() {
     // the w4a16_mxfp4 tables that ship in data/perf (measured at expert parallelism, borrowed
     // by tensor-parallel layouts), not from NVFP4 rooflines Hopper cannot run.
     let Some(g) = replay_family("h200_sxm", "openai/gpt-oss-120b", "MoE aggregated", 50) else { return };
-    // docs/validation.md: TPOT MAPE 55% (TensorRT-LLM) and 39% (vLLM) before, 12% and 6% now.
-    assert!(g.tpot_mape() < 12.0, "TPOT MAPE {}", g.tpot_mape());
-    assert!(g.ttft_mape() < 37.0, "TTFT MAPE {}", g.ttft_mape());
+    // docs/validation.md: TPOT MAPE 55% (TensorRT-LLM) and 39% (vLLM) before, 12% and 6% once
+    // the experts were measured; 7.6% over the 77 (TTFT 29.2%) since InferenceX's `tp 2, ep 2`
+    // rows replay on their two GPUs instead of four.
+    assert!(g.tpot_mape() < 9.0, "TPOT MAPE {}", g.tpot_mape());
+    assert!(g.ttft_mape() < 32.0, "TTFT MAPE {}", g.ttft_mape());
 }
 
 /// A disaggregated Qwen3-32B row on H200 (TensorRT-LLM, TP2 prefill and decode workers).

@@ -285,6 +285,12 @@ fn role_yaml(
     if let Some(on) = recipe.mixed_chunk {
         let _ = write!(wait, ", enable_mixed_chunk: {on}");
     }
+    if let Some((timeout, batching)) = recipe.adp_balance {
+        let _ = write!(
+            wait,
+            ", attention_dp_config: {{enable_balance: true, timeout_iters: {timeout}, batching_wait_iters: {batching}}}"
+        );
+    }
     let _ = writeln!(
         out,
         "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{sync}{wait}}}",
@@ -418,18 +424,47 @@ pub fn interpret(row: &SiliconRow, catalog: &Catalog, knobs: &Knobs) -> SiliconR
         out.gemm_quant = String::new();
         out.moe_quant = String::new();
     }
+    if let (true, Mode::Agg { layout }) = (recipe::from_inferencex(row), out.mode) {
+        out.mode = Mode::Agg { layout: expert_parallel_layout(layout) };
+    }
     let Some(model) = model.filter(|m| m.mla.is_some()) else {
         return out;
     };
     let as_dp = |l: &Layout| l.dp <= 1 && l.tp > 1 && (knobs.mla_attention_dp || model.num_heads % l.tp != 0);
     let dp = |l: Layout| if as_dp(&l) { Layout { dp: l.tp, tp: 1, ..l } } else { l };
-    out.mode = match row.mode {
+    out.mode = match out.mode {
         Mode::Agg { layout } => Mode::Agg { layout: dp(layout) },
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
             Mode::Disagg { prefill: dp(prefill), prefill_workers, decode: dp(decode), decode_workers }
         }
     };
     out
+}
+
+/// An InferenceX aggregated layout as it ran. Its exports write a deployment of `n` GPUs
+/// with expert parallelism over all of them (`--tp_size n --ep_size n` for TensorRT-LLM,
+/// `--tp n --ep n` for SGLang, `-tp n --enable-expert-parallel` for vLLM; ids `…_tp8_ep8_…`)
+/// as the product of the two degrees: `tp n², moe_tp n, moe_ep n`, with attention data
+/// parallelism `attention_dp n²` instead of `tp`, and for vLLM `tp n, attention_dp n, moe_ep
+/// n²`. Read literally, DeepSeek-R1 at `tp 8, ep 8` on an 8-GPU H200 would replay on 64
+/// GPUs. Such a layout becomes `n` GPUs of tensor (or attention data) parallelism with MoE
+/// expert parallelism `n`; the per-rank batch keeps the row's clients per rank. Any other
+/// layout is returned as it is.
+#[must_use]
+pub fn expert_parallel_layout(l: Layout) -> Layout {
+    let square = |n: u32| n.saturating_mul(n);
+    let (n, attention_dp) = if l.moe_tp > 1 && l.moe_ep == l.moe_tp && (l.tp == 1 || l.dp == 1) {
+        (l.moe_tp, l.tp == 1)
+    } else if l.moe_tp == 1 && l.tp > 1 && l.dp == l.tp {
+        (l.tp, false)
+    } else {
+        return l;
+    };
+    if l.tp.saturating_mul(l.dp) != square(n) || l.moe_tp.saturating_mul(l.moe_ep) != square(n) {
+        return l;
+    }
+    let (tp, dp) = if attention_dp { (1, n) } else { (n, 1) };
+    Layout { tp, dp, moe_tp: 1, moe_ep: n, batch: l.batch.saturating_mul(l.dp) / dp, ..l }
 }
 
 /// Worker counts for a disaggregated row that leaves them blank (most InferenceX rows do),

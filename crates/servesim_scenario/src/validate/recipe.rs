@@ -26,6 +26,9 @@ pub struct Recipe {
     pub max_prefill_tokens: Option<u32>,
     /// SGLang's `--enable-mixed-chunk`, when the script sets it.
     pub mixed_chunk: Option<bool>,
+    /// TensorRT-LLM's attention-DP balance, (`timeout_iters`, `batching_wait_iters`), when
+    /// the script enables it for a layout with attention data parallelism.
+    pub adp_balance: Option<(u32, u32)>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -48,20 +51,22 @@ pub struct Recipe {
 ///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
 ///   (fp8 on B200: 0.7 from 256 clients at 1k/1k and 1k/8k, 0.75 at 8k/1k on TP4; H200: 0.75);
-///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8).
+///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8),
+///   which TensorRT-LLM skips under attention data parallelism; with attention DP, the
+///   scripts balance its ranks (`attention_dp_config: {enable_balance: true, timeout_iters:
+///   60, batching_wait_iters: 0}`).
+/// - gpt-oss-120b with TensorRT-LLM on B200 (`gptoss_fp4_b200_trt.sh`): `--max_num_tokens
+///   20000`, `--max_batch_size 512`, and with attention DP `attention_dp_config:
+///   {enable_balance: true}` (TensorRT-LLM's defaults, 50 and 10 iterations).
 ///
 /// AIConfigurator's own gap-analysis rows (`source_file=…/aic-auto-gap-analysis/…`) ran
 /// the engine configurations AIConfigurator's generator writes (`aic_generator_recipe`).
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
     let first = row.source.split(';').next().unwrap_or("").trim();
-    let dated = first
-        .strip_prefix("source_file=")
-        .and_then(|f| f.strip_suffix(".csv"))
-        .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
-    let inferencex = dated || first.starts_with("db-dump/");
-    let tp = match row.mode {
-        Mode::Agg { layout } => layout.tp,
+    let inferencex = from_inferencex(row);
+    let (tp, attention_dp) = match row.mode {
+        Mode::Agg { layout } => (layout.tp, layout.dp > 1),
         Mode::Disagg { .. } => return Recipe::default(),
     };
     if first.contains("/aic-auto-gap-analysis/") {
@@ -93,10 +98,31 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
             }
         }
         "trtllm" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "h200_sxm") => {
-            trtllm_deepseek_recipe(row, tp)
+            trtllm_deepseek_recipe(row, tp, attention_dp)
         }
+        "trtllm" if row.model == "openai/gpt-oss-120b" && row.system == "b200_sxm" => Recipe {
+            max_batched_tokens: Some(20_000),
+            max_sequences: Some(512),
+            adp_balance: attention_dp.then(|| {
+                let d = servesim_core::engine::AdpBalance::default();
+                (d.timeout_iters, d.batching_wait_iters)
+            }),
+            ..Recipe::default()
+        },
         _ => Recipe::default(),
     }
+}
+
+/// Whether a row comes from InferenceX: its dated exports (`source_file=YYYY-MM-DD.csv`) or
+/// its database dump (`db-dump/…`).
+#[must_use]
+pub fn from_inferencex(row: &SiliconRow) -> bool {
+    let first = row.source.split(';').next().unwrap_or("").trim();
+    let dated = first
+        .strip_prefix("source_file=")
+        .and_then(|f| f.strip_suffix(".csv"))
+        .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+    dated || first.starts_with("db-dump/")
 }
 
 /// The running-request cap AIConfigurator's generator writes for aggregated TensorRT-LLM
@@ -149,7 +175,7 @@ fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
 }
 
 /// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]).
-fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32) -> Recipe {
+fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32, attention_dp: bool) -> Recipe {
     let many = row.concurrency >= 256;
     let (fraction, batch_wait) = match (row.system.as_str(), row.precision.as_str()) {
         ("h200_sxm", _) => (0.75, None),
@@ -164,8 +190,9 @@ fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32) -> Recipe {
     let budget = (row.concurrency + row.isl + 64).div_ceil(64) * 64;
     Recipe {
         max_batched_tokens: Some(budget.max(8192)),
-        batch_wait,
+        batch_wait: batch_wait.filter(|_| !attention_dp),
         memory_fraction: Some(fraction),
+        adp_balance: attention_dp.then_some((60, 0)),
         ..Recipe::default()
     }
 }

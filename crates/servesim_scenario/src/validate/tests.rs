@@ -504,6 +504,17 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
         Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.8), ..Recipe::default() }
     );
     assert_eq!(at(&mut r, 64).batch_wait, Some((40, 0.8)));
+    // With attention DP, TensorRT-LLM skips batch waiting and the script balances the ranks.
+    let dp8 = Layout { tp: 1, dp: 8, ..l(8) };
+    r.mode = Mode::Agg { layout: dp8 };
+    let balanced = recipe(&r);
+    assert_eq!((balanced.batch_wait, balanced.adp_balance), (None, Some((60, 0))));
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(
+        y.contains("attention_dp_config: {enable_balance: true, timeout_iters: 60, batching_wait_iters: 0}"),
+        "{y}"
+    );
+    r.mode = Mode::Agg { layout: l(8) };
     assert_eq!(
         at(&mut r, 256),
         Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.7), ..Recipe::default() }
@@ -518,4 +529,50 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
     // Other GPUs are not these scripts.
     r.system = "gb200".into();
     assert_eq!(recipe(&r), Recipe::default());
+}
+
+#[test]
+fn inferencex_trtllm_gpt_oss_rows_on_b200_replay_with_their_recipe() {
+    let l = |tp, dp| Layout { tp, pp: 1, dp, moe_tp: 1, moe_ep: tp * dp, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l(2, 1) });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "openai/gpt-oss-120b".into(), "b200_sxm".into(), "fp4".into());
+    r.source = "source_file=2026-04-06.csv; model=gpt-oss-120b".into();
+    let want = Recipe { max_batched_tokens: Some(20_000), max_sequences: Some(512), ..Recipe::default() };
+    assert_eq!(recipe(&r), want);
+    // With attention DP, balance at TensorRT-LLM's defaults.
+    r.mode = Mode::Agg { layout: l(1, 4) };
+    assert_eq!(recipe(&r), Recipe { adp_balance: Some((50, 10)), ..want });
+    r.system = "h200_sxm".into();
+    assert_eq!(recipe(&r), Recipe::default());
+}
+
+#[test]
+fn inferencex_layouts_written_as_the_product_of_tp_and_ep_replay_on_their_gpus() {
+    let l = |tp, dp, moe_tp, moe_ep, batch| Layout { tp, pp: 1, dp, moe_tp, moe_ep, batch };
+    // `tp 8, ep 8` (TensorRT-LLM, SGLang) written as tp 64 or attention DP 64: 8 GPUs, EP8.
+    assert_eq!(expert_parallel_layout(l(64, 1, 8, 8, 8)), l(8, 1, 1, 8, 8));
+    assert_eq!(expert_parallel_layout(l(1, 64, 8, 8, 1)), l(1, 8, 1, 8, 8));
+    assert_eq!(expert_parallel_layout(l(16, 1, 4, 4, 64)), l(4, 1, 1, 4, 64));
+    // vLLM's `-tp 4 --enable-expert-parallel`, written as tp 4, attention DP 4, EP 16.
+    assert_eq!(expert_parallel_layout(l(4, 4, 1, 16, 8)), l(4, 1, 1, 4, 32));
+    // Layouts that are not such a product stay as written.
+    for same in [
+        l(8, 1, 8, 1, 8),
+        l(8, 1, 1, 8, 8),
+        l(8, 1, 2, 4, 8),
+        l(2, 8, 4, 4, 8),
+        l(1, 8, 1, 8, 8),
+        l(2, 2, 2, 2, 8),
+    ] {
+        assert_eq!(expert_parallel_layout(same), same);
+    }
+    // Only InferenceX exports write layouts so; other sources replay as recorded.
+    let catalog = Catalog::builtin().unwrap();
+    let mut r = row(Mode::Agg { layout: l(64, 1, 8, 8, 8) });
+    r.model = "deepseek-ai/DeepSeek-R1".into();
+    r.source = "source_file=2026-04-06.csv; model=DeepSeek-R1".into();
+    assert_eq!(interpret(&r, &catalog, &Knobs::default()).mode, Mode::Agg { layout: l(8, 1, 1, 8, 8) });
+    r.source = "source_file=/data/aic-auto-gap-analysis/x.csv".into();
+    assert_eq!(interpret(&r, &catalog, &Knobs::default()), r);
 }
