@@ -47,16 +47,16 @@ fn load_traces(
     // (file, block size) of the first file read: one trace has one block size.
     let mut hashed_at: Option<(String, u32)> = None;
     for (i, (path, origin)) in paths.iter().enumerate() {
-        let at = format!("traffic.source.paths[{i}]");
+        let problem = |message: String| Diagnostic {
+            path: format!("traffic.source.paths[{i}]"),
+            origin: origin.clone(),
+            message,
+            kind: DiagKind::Domain,
+        };
         let bytes = match files.read(path) {
             Ok(b) => b,
             Err(m) => {
-                diags.push(Diagnostic {
-                    path: at,
-                    origin: origin.clone(),
-                    message: m,
-                    kind: DiagKind::Domain,
-                });
+                diags.push(problem(m));
                 continue;
             }
         };
@@ -64,49 +64,36 @@ fn load_traces(
             TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
             TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
         };
-        match parse_trace(&bytes, path, fmt, block_size, kv_block) {
-            Ok((parsed, block)) => {
-                match &hashed_at {
-                    Some((first, b)) if *b != block => {
-                        diags.push(Diagnostic {
-                            path: at,
-                            origin: origin.clone(),
-                            message: format!("{path} hashes its prompts in blocks of {block} tokens but {first} in blocks of {b} (a file of token ids takes the engine's KV block, one of hash_ids Mooncake's 512); set traffic.source.block_size for both"),
-                            kind: DiagKind::Domain,
-                        });
-                        continue;
-                    }
-                    Some(_) => {}
-                    None => hashed_at = Some((path.clone(), block)),
-                }
-                if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
-                    diags.push(Diagnostic {
-                        path: at,
-                        origin: origin.clone(),
-                        message: format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it (use load type concurrency, or add timestamps)"),
-                        kind: DiagKind::Domain,
-                    });
-                    continue;
-                }
-                // Files are replayed as if started together; their sessions stay apart.
-                let offset = sessions;
-                let mut max_session = 0;
-                for mut r in parsed.trace.rows {
-                    if let Some(s) = r.session.as_mut() {
-                        *s += offset;
-                        max_session = max_session.max(*s + 1);
-                    }
-                    rows.push(r);
-                }
-                sessions = sessions.max(max_session);
+        let (parsed, block) = match parse_trace(&bytes, path, fmt, block_size, kv_block) {
+            Ok(x) => x,
+            Err(e) => {
+                diags.push(problem(e.to_string()));
+                continue;
             }
-            Err(e) => diags.push(Diagnostic {
-                path: at,
-                origin: origin.clone(),
-                message: e.to_string(),
-                kind: DiagKind::Domain,
-            }),
+        };
+        match &hashed_at {
+            Some((first, b)) if *b != block => {
+                diags.push(problem(format!("{path} hashes its prompts in blocks of {block} tokens but {first} in blocks of {b} (a file of token ids takes the engine's KV block, one of hash_ids Mooncake's 512); set traffic.source.block_size for both")));
+                continue;
+            }
+            Some(_) => {}
+            None => hashed_at = Some((path.clone(), block)),
         }
+        if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
+            diags.push(problem(format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it (use load type concurrency, or add timestamps)")));
+            continue;
+        }
+        // Files are replayed as if started together; their sessions stay apart.
+        let offset = sessions;
+        let mut max_session = 0;
+        for mut r in parsed.trace.rows {
+            if let Some(s) = r.session.as_mut() {
+                *s += offset;
+                max_session = max_session.max(*s + 1);
+            }
+            rows.push(r);
+        }
+        sessions = sessions.max(max_session);
     }
     if !diags.is_empty() {
         return Err(config_error(source, diags));

@@ -348,7 +348,8 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
         q.push(format!("moe: {m}"));
     }
     let low = matches!(row.precision.as_str(), "fp8" | "fp4" | "int4");
-    q.push(format!("kv_cache: {}", if low { "fp8" } else { "bf16" }));
+    let bf16_kv = !knobs.no_recipes && recipe(row).kv_cache_bf16;
+    q.push(format!("kv_cache: {}", if low && !bf16_kv { "fp8" } else { "bf16" }));
     let _ = writeln!(y, "  quantization: {{{}}}", q.join(", "));
     if !knobs.no_recipes && recipe(row).chunked_prefill == Some(false) {
         let _ = writeln!(y, "  enable_chunked_prefill: false");

@@ -29,6 +29,9 @@ pub struct Recipe {
     /// TensorRT-LLM's attention-DP balance, (`timeout_iters`, `batching_wait_iters`), when
     /// the script enables it for a layout with attention data parallelism.
     pub adp_balance: Option<(u32, u32)>,
+    /// The KV cache in the model's 16-bit type where the replay policy would take fp8 (an
+    /// fp8 row whose script leaves the engine's `--kv-cache-dtype auto`).
+    pub kv_cache_bf16: bool,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -47,6 +50,10 @@ pub struct Recipe {
 ///   TTFTs that such a cap would make tens of seconds, so they ran under another revision.
 ///   The fp4 script's `--chunked-prefill-size 16384` and `--mem-fraction-static 0.85` are
 ///   what SGLang derives on B200 at TP8 anyway (16,384 and 0.853).
+/// - DeepSeek-R1 with SGLang on H200 (`dsr1_fp8_h200.sh`): no `--kv-cache-dtype`, so the
+///   KV cache stays in the model's bf16 (the B200 scripts pass `fp8_e4m3`);
+///   `--chunked-prefill-size` and `--max-prefill-tokens` 32,768, `--mem-fraction-static`
+///   0.82, `--max-running-requests` 512 at 1k/1k and 256 otherwise.
 /// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
 ///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
@@ -97,6 +104,14 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
                 interval
             }
         }
+        "sglang" if deepseek && row.system == "h200_sxm" => Recipe {
+            chunked_prefill_size: Some(32_768),
+            max_prefill_tokens: Some(32_768),
+            memory_fraction: Some(0.82),
+            max_sequences: Some(if row.isl == 1024 && row.osl == 1024 { 512 } else { 256 }),
+            kv_cache_bf16: true,
+            ..Recipe::default()
+        },
         "trtllm" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "h200_sxm") => {
             trtllm_deepseek_recipe(row, tp, attention_dp)
         }

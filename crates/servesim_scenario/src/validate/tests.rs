@@ -226,7 +226,7 @@ fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
 }
 
 #[test]
-fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() {
+fn inferencex_sglang_deepseek_r1_rows_replay_with_their_recipe() {
     let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: tp, moe_ep: 1, batch: 8 };
     let mut r = row(Mode::Agg { layout: l(8) });
     (r.backend, r.model, r.system, r.precision) =
@@ -267,7 +267,7 @@ fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() 
     r.model = "deepseek-ai/DeepSeek-V3".into();
     assert_eq!(interval(&r), Some(30));
     for change in [
-        |r: &mut SiliconRow| r.system = "h200_sxm".into(),
+        |r: &mut SiliconRow| r.system = "gb200".into(),
         |r: &mut SiliconRow| r.backend = "vllm".into(),
         |r: &mut SiliconRow| r.source = "source_file=qwen3.5-397b-gap-analysis.csv".into(),
     ] {
@@ -275,6 +275,23 @@ fn inferencex_sglang_deepseek_r1_rows_on_b200_replay_with_their_recv_interval() 
         change(&mut other);
         assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
     }
+    // On H200 (`dsr1_fp8_h200.sh`) the script leaves the KV cache at the model's bf16, with
+    // 32k chunks and prefill budget, a 0.82 memory fraction and 512 or 256 running requests.
+    (r.system, r.precision, r.mode) = ("h200_sxm".into(), "fp8".into(), Mode::Agg { layout: l(8) });
+    r.concurrency = 64;
+    let want = Recipe {
+        chunked_prefill_size: Some(32_768),
+        max_prefill_tokens: Some(32_768),
+        memory_fraction: Some(0.82),
+        max_sequences: Some(256),
+        kv_cache_bf16: true,
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("kv_cache: bf16}"), "{y}");
+    let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, false, None);
+    assert!(plain.contains("kv_cache: fp8}"), "{plain}");
 }
 
 #[test]
