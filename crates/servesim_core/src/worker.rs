@@ -368,7 +368,7 @@ impl Worker {
             engine::schedule(&self.cfg, rank, reqs, plan);
         }
         if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
-            engine::balance_adp(balance, &mut self.adp, self.cfg.max_sequences, &mut self.plans);
+            engine::trtllm::balance_adp(balance, &mut self.adp, self.cfg.max_sequences, &mut self.plans);
         }
         let mut any = false;
         for (plan, load) in self.plans.iter().zip(&mut self.loads) {
@@ -566,7 +566,7 @@ impl Worker {
         let from = run.allocated + 1;
         if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
             let every_rank_decodes = self.plans.iter().all(|p| !p.items.is_empty());
-            engine::balance_adp_decode_steps(
+            engine::trtllm::balance_adp_decode_steps(
                 balance,
                 &mut self.adp,
                 every_rank_decodes,

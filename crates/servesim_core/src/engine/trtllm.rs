@@ -15,7 +15,9 @@
 //! - Partial block reuse (TensorRT-LLM's default) is not modelled.
 
 use crate::engine::kvops;
-use crate::engine::{BatchWait, KvStore, Planned, PolicyState, Rank, RankPlan, SchedulerConfig};
+use crate::engine::{
+    AdpBalance, AdpBalanceState, BatchWait, KvStore, Planned, PolicyState, Rank, RankPlan, SchedulerConfig,
+};
 use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
@@ -117,6 +119,66 @@ fn hold_context(
     }
 }
 
+/// Applies [`AdpBalance`] to a step's plans for all of a worker's ranks: when the step's
+/// context is held, every plan keeps only its decodes (the held requests keep their
+/// admission and run in a later step). `max_sequences` is the engine's `max_batch_size`.
+pub fn balance_adp(cfg: AdpBalance, state: &mut AdpBalanceState, max_sequences: u32, plans: &mut [RankPlan]) {
+    let count = |p: &RankPlan| {
+        let decodes = p.items.iter().filter(|i| i.decode).count();
+        (p.items.len() - decodes, decodes)
+    };
+    let (mut all_context, mut all_decode, mut all_free) = (true, true, true);
+    for p in plans.iter() {
+        let (context, decodes) = count(p);
+        all_context &= context > 0;
+        all_decode &= decodes > 0;
+        all_free &= (decodes as u64) < u64::from(max_sequences);
+    }
+    let hold = if all_free && all_context {
+        state.waiting_iters = 0;
+        if all_decode && state.batching_iters < cfg.batching_wait_iters {
+            state.batching_iters += 1;
+            true
+        } else {
+            if all_decode {
+                state.batching_iters = 0;
+            }
+            false
+        }
+    } else {
+        state.waiting_iters += 1;
+        if state.waiting_iters >= cfg.timeout_iters || !all_decode {
+            state.waiting_iters = 0;
+            false
+        } else {
+            true
+        }
+    };
+    if hold {
+        for p in plans.iter_mut() {
+            p.items.retain(|i| i.decode);
+        }
+    }
+}
+
+/// Advances [`AdpBalance`]'s counters over `steps` steps with no context on any rank (a
+/// fast-forwarded decode run), as [`balance_adp`] would step by step: PyExecutor counts
+/// every step in which not every rank has context, and restarts the count at the timeout or
+/// when some rank has nothing to decode.
+pub fn balance_adp_decode_steps(
+    cfg: AdpBalance,
+    state: &mut AdpBalanceState,
+    every_rank_decodes: bool,
+    steps: u64,
+) {
+    state.waiting_iters = if every_rank_decodes && cfg.timeout_iters > 0 {
+        let t = u64::from(cfg.timeout_iters);
+        u32::try_from((u64::from(state.waiting_iters) + steps) % t).unwrap_or(0)
+    } else {
+        0
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +256,68 @@ mod tests {
         // A ratio without a timeout never holds anything (PyExecutor: iters >= 0 stops waiting).
         let ratio_only = BatchWait { timeout_iters: 0, max_tokens_ratio: 0.9 };
         assert_eq!(context_scheduled(ratio_only, 100, 2), [true, true]);
+    }
+
+    /// Plans for ranks given as (context items, decode items).
+    fn plans(shape: &[(u32, u32)]) -> alloc::vec::Vec<crate::engine::RankPlan> {
+        let mut id = 0;
+        shape
+            .iter()
+            .map(|&(context, decodes)| {
+                let mut p = crate::engine::RankPlan::default();
+                for i in 0..context + decodes {
+                    id += 1;
+                    let decode = i >= context;
+                    p.items.push(crate::engine::Planned {
+                        req: id,
+                        new_tokens: 1,
+                        context_tokens: 0,
+                        decode,
+                    });
+                }
+                p
+            })
+            .collect()
+    }
+
+    /// Whether each of `steps` consecutive steps shaped `shape` ran its context.
+    fn runs_context(
+        cfg: crate::engine::AdpBalance,
+        shape: &[(u32, u32)],
+        max_sequences: u32,
+        steps: usize,
+    ) -> alloc::vec::Vec<bool> {
+        let mut state = crate::engine::AdpBalanceState::default();
+        (0..steps)
+            .map(|_| {
+                let mut p = plans(shape);
+                super::balance_adp(cfg, &mut state, max_sequences, &mut p);
+                let decodes: usize = p.iter().map(|q| q.items.iter().filter(|i| i.decode).count()).sum();
+                let wanted: u32 = shape.iter().map(|s| s.1).sum();
+                assert_eq!(decodes, wanted as usize, "decodes always run");
+                p.iter().any(|q| q.items.iter().any(|i| !i.decode))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adp_balance_holds_context_until_every_rank_has_some() {
+        let cfg = crate::engine::AdpBalance { timeout_iters: 3, batching_wait_iters: 0 };
+        // One rank of two has a prompt while both decode: held twice, run at the timeout.
+        assert_eq!(runs_context(cfg, &[(1, 2), (0, 2)], 16, 4), [false, false, true, false]);
+        // Every rank has one: run at once.
+        assert_eq!(runs_context(cfg, &[(1, 2), (1, 2)], 16, 2), [true, true]);
+        // A rank with nothing to decode has nothing to stall: run at once.
+        assert_eq!(runs_context(cfg, &[(1, 2), (0, 0)], 16, 2), [true, true]);
+        // A rank whose batch is full cannot take context: wait as if it had none.
+        assert_eq!(runs_context(cfg, &[(1, 2), (1, 16)], 16, 3), [false, false, true]);
+        // No timeout: never held.
+        let none = crate::engine::AdpBalance { timeout_iters: 0, ..cfg };
+        assert_eq!(runs_context(none, &[(1, 2), (0, 2)], 16, 2), [true, true]);
+        // With batching waits, context ready on every rank still waits that many steps.
+        let batching = crate::engine::AdpBalance { timeout_iters: 3, batching_wait_iters: 2 };
+        assert_eq!(runs_context(batching, &[(1, 2), (1, 2)], 16, 4), [false, false, true, false]);
+        // ... unless some rank has no decodes.
+        assert_eq!(runs_context(batching, &[(1, 2), (1, 0)], 16, 2), [true, true]);
     }
 }
