@@ -51,9 +51,9 @@ pub const ENGINE: [Field; 7] = [
     field("nextn_accepted", "Drafts accepted per round", Kind::Float),
 ];
 
-/// Fields of each worker role (below `engine.workers.<role>.`). The last six are SGLang's
+/// Fields of each worker role (below `engine.workers.<role>.`). The last seven are SGLang's
 /// and TensorRT-LLM's (the validator says so at the field under another engine).
-pub const ROLE: [Field; 16] = [
+pub const ROLE: [Field; 17] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -70,6 +70,7 @@ pub const ROLE: [Field; 16] = [
     field("scheduler.enable_mixed_chunk", "Mixed chunk (SGLang)", Kind::Bool),
     field("scheduler.batch_wait_timeout_iters", "Batch wait steps (TRT-LLM)", Kind::Int),
     field("scheduler.batch_wait_max_tokens_ratio", "Batch wait token share (TRT-LLM)", Kind::Float),
+    field("scheduler.attention_dp_config.enable_balance", "Attention-DP balance (TRT-LLM)", Kind::Bool),
 ];
 
 /// Serving-frontend fields of the aggregated role (below `engine.workers.aggregated.`): the
