@@ -259,6 +259,11 @@ impl Worker {
         best
     }
 
+    /// TensorRT-LLM's attention-DP balance, when configured and there are ranks to balance.
+    fn adp_balance(&self) -> Option<engine::AdpBalance> {
+        self.cfg.adp_balance.filter(|_| self.ranks.len() > 1)
+    }
+
     fn least_loaded_rank(&self) -> usize {
         let mut best = 0;
         for (i, r) in self.ranks.iter().enumerate() {
@@ -367,7 +372,7 @@ impl Worker {
         for (rank, plan) in self.ranks.iter_mut().zip(&mut self.plans) {
             engine::schedule(&self.cfg, rank, reqs, plan);
         }
-        if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
+        if let Some(balance) = self.adp_balance() {
             engine::trtllm::balance_adp(balance, &mut self.adp, self.cfg.max_sequences, &mut self.plans);
         }
         let mut any = false;
@@ -558,13 +563,14 @@ impl Worker {
     /// Allocates KV for run steps up to `upto`, in the order step-by-step scheduling would,
     /// and advances per-step policy state.
     fn allocate_run_steps(&mut self, upto: usize, reqs: &mut [Request]) {
+        let balance = self.adp_balance();
         let Some(run) = self.run.as_mut() else { return };
         let upto = upto.min(run.len());
         if upto <= run.allocated {
             return;
         }
         let from = run.allocated + 1;
-        if let (Some(balance), true) = (self.cfg.adp_balance, self.ranks.len() > 1) {
+        if let Some(balance) = balance {
             let every_rank_decodes = self.plans.iter().all(|p| !p.items.is_empty());
             engine::trtllm::balance_adp_decode_steps(
                 balance,

@@ -418,11 +418,7 @@ fn first_line(bytes: &[u8]) -> String {
 /// Whether a JSONL file's first record is a per-request log entry (it has `queued_ts`, which
 /// no trace format has).
 fn is_request_log(bytes: &[u8]) -> bool {
-    bytes
-        .split(|b| *b == b'\n')
-        .find(|l| !l.trim_ascii().is_empty())
-        .and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-        .is_some_and(|v| v.get("queued_ts").is_some())
+    crate::trace::first_record(bytes).is_some_and(|v| v.get("queued_ts").is_some())
 }
 
 /// Smallest and largest of some values, `None` when there are none.

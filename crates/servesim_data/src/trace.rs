@@ -82,6 +82,22 @@ impl TraceFormat {
     }
 }
 
+/// The first record of a JSON-lines file (its first non-blank line), when it is JSON.
+#[must_use]
+pub fn first_record(bytes: &[u8]) -> Option<Value> {
+    bytes
+        .split(|b| *b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty())
+        .and_then(|l| serde_json::from_slice::<Value>(l).ok())
+}
+
+/// Whether a Mooncake file's first row gives its prompt as token ids (`input_tok_ids`, no
+/// `hash_ids`), so that a caller can choose the block size to hash them in before parsing.
+#[must_use]
+pub fn first_row_gives_token_ids(bytes: &[u8]) -> bool {
+    first_record(bytes).is_some_and(|v| v.get("input_tok_ids").is_some() && v.get("hash_ids").is_none())
+}
+
 /// Parses a trace. `block_size` is the tokens per `hash_ids` entry (Mooncake).
 ///
 /// # Errors

@@ -23,13 +23,20 @@ fn parse_trace(
     block_size: Option<u32>,
     kv_block: u32,
 ) -> Result<(ParsedTrace, u32), servesim_data::trace::TraceError> {
-    let first = block_size.unwrap_or(MOONCAKE_BLOCK_TOKENS);
-    let parsed = servesim_data::trace::parse(bytes, path, fmt, first)?;
+    // The first row decides in one pass; a file that mixes the two kinds is parsed again.
+    let unset = |all_token_ids: bool| if all_token_ids { kv_block } else { MOONCAKE_BLOCK_TOKENS };
+    let guess = block_size.unwrap_or_else(|| {
+        unset(fmt == TraceFormat::Mooncake && servesim_data::trace::first_row_gives_token_ids(bytes))
+    });
+    let parsed = servesim_data::trace::parse(bytes, path, fmt, guess)?;
     let all_token_ids = parsed.token_id_rows > 0 && parsed.token_id_rows == parsed.trace.rows.len();
-    if block_size.is_none() && all_token_ids && kv_block != first {
-        return Ok((servesim_data::trace::parse(bytes, path, fmt, kv_block)?, kv_block));
+    match block_size {
+        None if unset(all_token_ids) != guess => {
+            let right = unset(all_token_ids);
+            Ok((servesim_data::trace::parse(bytes, path, fmt, right)?, right))
+        }
+        _ => Ok((parsed, guess)),
     }
-    Ok((parsed, first))
 }
 
 /// Reads and parses every trace file of a trace source.
