@@ -827,6 +827,37 @@ fn nccl_allreduce_slows_tensor_parallel_steps_only() {
     assert_eq!(one.ttft.mean.to_bits(), one_nccl.ttft.mean.to_bits());
 }
 
+/// `timing.moe_kernel: min_latency` (TensorRT-LLM's TRTLLM-gen experts) times DeepSeek-R1's
+/// nvfp4 experts on B200 from AIConfigurator's min-latency table: at 16 decodes over TP4/EP4
+/// that table takes 117 µs a layer where CUTLASS takes 274 µs, so a decode step loses about
+/// 9 ms of its 21 (InferenceX measured 12.5 ms TPOT for this deployment with TRTLLM kernels).
+/// The choice is checked like any other: a misspelt kernel and a timing model without
+/// tables are refused, naming the field.
+#[test]
+fn trtllm_gen_moe_kernels_speed_up_small_batch_experts() {
+    let path = "tests/scenarios/trtllm_moe_min_latency.yaml";
+    let run = |k: &str| {
+        let set = format!("engine.workers.aggregated.timing.moe_kernel={k}");
+        predict_file_with(path, &[set.as_str()]).unwrap().summary
+    };
+    let (fast, default) = (run("min_latency"), run("default"));
+    let saved = default.tpot.mean - fast.tpot.mean;
+    assert!((7.0..=11.0).contains(&saved), "TPOT {} vs {}", fast.tpot.mean, default.tpot.mean);
+    assert!(fast.ttft.mean < default.ttft.mean);
+    for (sets, words) in [
+        (&["engine.workers.aggregated.timing.moe_kernel=trtllm"][..], "min_latency"),
+        (
+            &["engine.workers.aggregated.timing.type=roofline"][..],
+            "moe_kernel picks one of the op-level model's MoE tables",
+        ),
+    ] {
+        let err = predict_file_with(path, sets).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let text = err.to_string();
+        assert!(text.contains(words) && text.contains("moe_kernel"), "{sets:?}: {text}");
+    }
+}
+
 #[test]
 fn sglang_refuses_a_derived_memory_fraction_with_nothing_left_and_says_what_to_set() {
     // SGLang 0.5.3+ reserves memory per CUDA-graph slot and attention-DP rank; at 64 ranks on

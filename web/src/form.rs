@@ -53,7 +53,7 @@ pub const ENGINE: [Field; 7] = [
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last seven are SGLang's
 /// and TensorRT-LLM's (the validator says so at the field under another engine).
-pub const ROLE: [Field; 17] = [
+pub const ROLE: [Field; 18] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -64,6 +64,7 @@ pub const ROLE: [Field; 17] = [
     field("kv_cache.prefix_caching", "Prefix caching", Kind::Bool),
     field("scheduler.async_scheduling", "Async scheduling", Kind::Bool),
     field("timing.allreduce", "All-reduce", Kind::Choice(&["custom", "nccl"])),
+    field("timing.moe_kernel", "MoE kernels", Kind::Choice(&["default", "min_latency"])),
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
     field("scheduler.chunked_prefill_size", "Chunk size (SGLang)", Kind::Int),
     field("scheduler.scheduler_recv_interval", "Recv interval (SGLang)", Kind::Int),

@@ -244,7 +244,7 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
         "systems": a.systems,
         "backends": a.backends,
         "versions": versions,
-        "lane": "per slice key, the kernel_source with the most measured rows (all-reduce: per launch mode)",
+        "lane": "per slice key, the kernel_source with the most measured rows (all-reduce: per launch mode; MoE: TensorRT-LLM's TRTLLM-gen lane, moe_torch_flow_min_latency, also, as the `<dtype>:min_latency` slices)",
         "moe_distribution": MOE_DISTRIBUTION,
         "shapes": if a.all_shapes { "all" } else { "those of the built-in model catalog: its MoE shapes, attention head sizes and windows, up to 8 KV heads per GPU" },
     })];

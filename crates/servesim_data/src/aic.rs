@@ -4,14 +4,20 @@
 //! `kernel_source` column) for the same op. An engine runs one of them; servesim keeps, per
 //! slice key, the lane with the most measured rows — the one collected as the engine's
 //! default path — and records which lane it kept. All-reduce lanes are kept per launch mode
-//! (`graph`: captured in a CUDA graph; `eager`). Rows outside what the family means (beam
+//! (`graph`: captured in a CUDA graph; `eager`), and MoE's TRTLLM-gen lane
+//! (`moe_torch_flow_min_latency`) as slices of its own (`nvfp4:min_latency`). Rows outside what the family means (beam
 //! search, non-unit query length in decode attention) are dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use servesim_perf::oplevel::MoeKernel;
 use servesim_perf::tables::{Family, Row};
 
 use crate::perf::{Column, Columns, PerfFileError};
+
+/// The `kernel_source` of AIConfigurator's TRTLLM-gen MoE measurements
+/// (`moe_torch_flow_min_latency`), kept apart from the default lane.
+pub const MIN_LATENCY_LANE: &str = "min_latency";
 
 /// Where a family lives in AIConfigurator's `systems/data/<system>/` tree.
 #[must_use]
@@ -57,8 +63,9 @@ pub fn to_servesim_table(name: &str, family: Family, bytes: Vec<u8>) -> Result<V
 }
 
 /// Writes servesim rows back in AIConfigurator's column layout, one kernel lane — the inverse
-/// of [`convert`], for test fixtures and for trying a perf database edited by hand. Not for
-/// all-reduce, whose second key AIConfigurator keeps in the lane column.
+/// of [`convert`], for test fixtures and for trying a perf database edited by hand (MoE rows of
+/// the `…:min_latency` slices go to AIConfigurator's TRTLLM-gen lane). Not for all-reduce,
+/// whose second key AIConfigurator keeps in the lane column.
 ///
 /// # Errors
 /// For all-reduce, rows of the wrong shape, or an encoding failure.
@@ -75,19 +82,31 @@ pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result
     {
         return Err(err(format!("row {} does not match the {} shape", i + 1, family.name())));
     }
+    // A MoE row of the TRTLLM-gen slices goes back to its own lane (see `convert`).
+    let min_latency = |r: &Row| family == Family::Moe && r.0[0].ends_with(MoeKernel::MIN_LATENCY_SUFFIX);
     let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
     for (j, name) in key_cols.iter().enumerate() {
-        cols.push((
-            name,
-            Arc::new(StringArray::from(rows.iter().map(|r| r.0[j].as_str()).collect::<Vec<_>>())),
-        ));
+        let v: Vec<&str> = rows
+            .iter()
+            .map(|r| {
+                let k = r.0[j].as_str();
+                if j == 0 && min_latency(r) {
+                    &k[..k.len() - MoeKernel::MIN_LATENCY_SUFFIX.len()]
+                } else {
+                    k
+                }
+            })
+            .collect();
+        cols.push((name, Arc::new(StringArray::from(v))));
     }
     for (j, name) in axis_cols.iter().enumerate() {
         #[allow(clippy::cast_possible_wrap)]
         let v: Vec<i64> = rows.iter().map(|r| r.1[j] as i64).collect();
         cols.push((name, Arc::new(Int64Array::from(v))));
     }
-    cols.push(("kernel_source", Arc::new(StringArray::from(vec![lane; rows.len()]))));
+    let lanes: Vec<&str> =
+        rows.iter().map(|r| if min_latency(r) { "moe_torch_flow_min_latency" } else { lane }).collect();
+    cols.push(("kernel_source", Arc::new(StringArray::from(lanes))));
     cols.push(("latency", Arc::new(Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))));
     let batch = RecordBatch::try_from_iter(cols).map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
@@ -220,6 +239,13 @@ pub fn convert(
             // a lane that does not say is the engine's only (graph-capable) one.
             k[1] = if k[1].to_ascii_lowercase().contains("eager") { "eager".into() } else { "graph".into() };
         }
+        if family == Family::Moe
+            && lane_col.and_then(|c| c.text(i)).is_some_and(|l| l.contains(MIN_LATENCY_LANE))
+        {
+            // TensorRT-LLM's TRTLLM-gen experts are another backend, not a duplicate of the
+            // default lane: kept as their own slices (`MoeKernel::MinLatency`).
+            k[0].push_str(MoeKernel::MIN_LATENCY_SUFFIX);
+        }
         if matches!(family, Family::ContextAttention | Family::GenerationAttention) {
             let num = |j: usize| k[j].parse::<u64>().unwrap_or(0);
             let kv = axes[3].int(i).unwrap_or(0);
@@ -308,6 +334,62 @@ mod tests {
         assert_eq!(out.lanes.get("bfloat16").map(String::as_str), Some("a"));
         assert_eq!(out.rows.len(), 3);
         assert_eq!(out.dropped_rows, 1);
+    }
+
+    /// TensorRT-LLM's TRTLLM-gen MoE lane is another backend, not a sparser copy of the
+    /// default one: it survives as `<dtype>:min_latency` slices, and writes back to its lane.
+    #[test]
+    fn the_min_latency_moe_lane_is_kept_beside_the_default_one() {
+        let lanes = [
+            ("moe_torch_flow_cutlass", 1, 0.3),
+            ("moe_torch_flow_cutlass", 16, 0.5),
+            ("moe_torch_flow_cutlass", 256, 0.9),
+            ("moe_torch_flow_min_latency", 1, 0.1),
+            ("moe_torch_flow_min_latency", 16, 0.2),
+        ];
+        let mut c = Columns { rows: lanes.len(), ..Columns::default() };
+        let text = |v: &str| Column::from_strings(lanes.iter().map(|_| Some(v.to_string())).collect());
+        for (name, v) in [
+            ("moe_dtype", "nvfp4"),
+            ("distribution", "power_law_1.01"),
+            ("hidden_size", "7168"),
+            ("inter_size", "2048"),
+            ("topk", "8"),
+            ("num_experts", "256"),
+            ("moe_tp_size", "1"),
+            ("moe_ep_size", "4"),
+        ] {
+            c.columns.insert(name.into(), text(v));
+        }
+        c.columns.insert(
+            "kernel_source".into(),
+            Column::from_strings(lanes.iter().map(|l| Some(l.0.to_string())).collect()),
+        );
+        c.columns.insert("num_tokens".into(), Column::Int(lanes.iter().map(|l| Some(l.1)).collect()));
+        c.columns.insert("latency".into(), Column::Float(lanes.iter().map(|l| Some(l.2)).collect()));
+        let out = convert("moe_perf.parquet", Family::Moe, &c, &Filter::default()).unwrap();
+        assert_eq!(out.rows.len(), 5);
+        assert_eq!(out.dropped_rows, 0);
+        let key = "nvfp4:min_latency/power_law_1.01/7168/2048/8/256/1/4";
+        assert_eq!(out.lanes.get(key).map(String::as_str), Some("moe_torch_flow_min_latency"));
+        assert_eq!(
+            out.lanes.get("nvfp4/power_law_1.01/7168/2048/8/256/1/4").map(String::as_str),
+            Some("moe_torch_flow_cutlass")
+        );
+        let bytes = write_aic("moe_perf.parquet", Family::Moe, &out.rows, "moe_torch_flow_cutlass").unwrap();
+        let back = crate::perf::read_table(
+            "moe",
+            to_servesim_table("moe_perf.parquet", Family::Moe, bytes).unwrap(),
+        )
+        .unwrap();
+        let slice: Vec<&str> = key.split('/').collect();
+        assert_eq!(back.slice(&slice).unwrap().exact(&[16]), Some(0.2));
+        assert_eq!(
+            back.slice(&["nvfp4", "power_law_1.01", "7168", "2048", "8", "256", "1", "4"])
+                .unwrap()
+                .exact(&[16]),
+            Some(0.5)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use servesim_core::engine::Backend;
 use servesim_core::metrics::Sla;
 use servesim_core::traffic::LengthDist;
-use servesim_perf::oplevel::AllReduceImpl;
+use servesim_perf::oplevel::{AllReduceImpl, MoeKernel};
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 /// A whole validated config.
@@ -439,6 +439,9 @@ pub struct TimingConfig {
     /// `allreduce` (servesim extension): `custom` (the engine's own kernels, the default) or
     /// `nccl` (its custom all-reduce turned off).
     pub allreduce: Option<AllReduceImpl>,
+    /// `moe_kernel` (servesim extension): `default` (the table's default lane) or
+    /// `min_latency` (TensorRT-LLM's TRTLLM-gen experts, `moe_config.backend: TRTLLM`).
+    pub moe_kernel: Option<MoeKernel>,
 }
 
 /// `forward_model: fpm`: where the whole-forward tables are.

@@ -44,8 +44,8 @@ mod setup;
 mod step;
 
 pub use setup::{
-    release_before, release_triple, AllReduceImpl, EngineCalibration, GraphPolicy, OpConstants, OpLevelSetup,
-    SGLANG, SYNC_HOST_S_PER_SEQUENCE, SYNC_HOST_S_PER_STEP, TRTLLM, TRTLLM_1_0, VLLM,
+    release_before, release_triple, AllReduceImpl, EngineCalibration, GraphPolicy, MoeKernel, OpConstants,
+    OpLevelSetup, SGLANG, SYNC_HOST_S_PER_SEQUENCE, SYNC_HOST_S_PER_STEP, TRTLLM, TRTLLM_1_0, VLLM,
 };
 
 /// Measured tables of one system, engine and engine version.

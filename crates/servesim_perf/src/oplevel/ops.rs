@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use crate::spec::{Dtype, GemmQuant, MoeQuant};
 use crate::tables::{Family, Grid, GridLine, LookupCache, Scale, Source, Table};
 
-use super::{AllReduceImpl, OpLevelSetup, OpLevelTimer};
+use super::{AllReduceImpl, MoeKernel, OpLevelSetup, OpLevelTimer};
 
 impl OpLevelTimer {
     /// Seconds of an element-wise kernel moving `bytes` (AIConfigurator's empirical rule).
@@ -330,6 +330,17 @@ impl OpLevelTimer {
                 let key: Vec<&str> = key.iter().map(String::as_str).collect();
                 t.slice(&key).and_then(|g| g.lookup(&x, Family::Moe.scales(), sol))
             };
+            // TRTLLM-gen kernels: their own slice, else the default lane's stands in.
+            let mut stand_in = false;
+            if self.s.constants.moe_kernel == MoeKernel::MinLatency {
+                let default_name = core::mem::take(&mut key[0]);
+                key[0] = alloc::format!("{default_name}{}", MoeKernel::MIN_LATENCY_SUFFIX);
+                if let Some((ms, src)) = slice(&key, &sol) {
+                    return (ms / 1e3, src);
+                }
+                key[0] = default_name;
+                stand_in = true;
+            }
             if let Some((ms, src)) = slice(&key, &sol) {
                 // As for GEMMs (`sibling_bound_ms`): a quantized expert kernel timed slower than
                 // bf16 or the other fp8 scaling at the same layout measured a fallback path.
@@ -357,7 +368,7 @@ impl OpLevelTimer {
                         best = (b, derived(bsrc));
                     }
                 }
-                return (best.0 / 1e3, best.1);
+                return (best.0 / 1e3, if stand_in { Source::Extrapolated } else { best.1 });
             }
             // No slice at this split of the experts: the time measured at another split over
             // as many GPUs (all expert-parallel, then all tensor-parallel), whose speed of light

@@ -52,6 +52,47 @@ pub struct OpConstants {
     pub quantized_gemm_floor: Option<f64>,
     /// Which kernels run the tensor-parallel all-reduce.
     pub allreduce: AllReduceImpl,
+    /// Which kernels run the routed experts.
+    pub moe_kernel: MoeKernel,
+}
+
+/// The kernels that run a MoE layer's routed experts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MoeKernel {
+    /// The engine's default path: the lane AIConfigurator collected most of (TensorRT-LLM's
+    /// CUTLASS MoE for nvfp4, DeepGEMM for fp8 blocks on Blackwell).
+    #[default]
+    Default,
+    /// TensorRT-LLM's TRTLLM-gen MoE (`moe_config.backend: TRTLLM`; FlashInfer's
+    /// `trtllm_fp4_block_scale_moe` in vLLM and SGLang), timed from AIConfigurator's
+    /// `moe_torch_flow_min_latency` lane, which it measured for nvfp4 on B200 and GB200.
+    /// Where the data has no such slice, the default lane's time stands in, counted as
+    /// extrapolated.
+    MinLatency,
+}
+
+impl MoeKernel {
+    /// Every kernel choice by its config name (`timing.moe_kernel`).
+    pub const NAMES: [&'static str; 2] = ["default", "min_latency"];
+
+    /// Appended to a MoE table's dtype key for the min-latency lane's slices
+    /// (`nvfp4:min_latency`), which `servesim data import-aic` keeps beside the default lane.
+    pub const MIN_LATENCY_SUFFIX: &'static str = ":min_latency";
+
+    /// The config name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            MoeKernel::Default => "default",
+            MoeKernel::MinLatency => "min_latency",
+        }
+    }
+
+    /// The kernel choice of a config name, if it is one.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        [MoeKernel::Default, MoeKernel::MinLatency].into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// The implementation of a tensor-parallel all-reduce.
@@ -343,6 +384,7 @@ impl Default for OpConstants {
             host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,
             allreduce: AllReduceImpl::Custom,
+            moe_kernel: MoeKernel::Default,
         }
     }
 }

@@ -316,6 +316,62 @@ fn quantized_kernels_are_never_timed_slower_than_bf16() {
     assert!((many * 1e3 - (0.02 + 0.4096) / 3.0).abs() < 1e-12, "{many}");
 }
 
+/// `MoeKernel::MinLatency` times the experts from the `…:min_latency` slices (TensorRT-LLM's
+/// TRTLLM-gen kernels) where the table has them, and from the default lane, counted as
+/// extrapolated, where it does not; the default choice never reads them.
+#[test]
+fn the_min_latency_moe_kernels_have_their_own_slices() {
+    let key =
+        |q: &str| [q, "power_law_1.01", "4096", "1536", "8", "128", "1", "1"].map(str::to_string).to_vec();
+    let mut rows: Vec<Row> = Vec::new();
+    for t in [1u64, 16, 256, 4096] {
+        #[allow(clippy::cast_precision_loss)]
+        let cutlass = 0.05 + 1e-4 * t as f64;
+        rows.push((key("nvfp4"), vec![t], cutlass));
+        // TRTLLM-gen: half the default lane's time at every size.
+        rows.push((key(&alloc::format!("nvfp4{}", MoeKernel::MIN_LATENCY_SUFFIX)), vec![t], cutlass / 2.0));
+        rows.push((key("fp8"), vec![t], cutlass));
+    }
+    let (db, mut s) = moe_fixture(rows, 1, 8, 1536);
+    s.moe = MoeQuant::Nvfp4;
+    let default = OpLevelTimer::new(s.clone(), db.clone()).moe_experts(16);
+    assert_eq!(default, (0.0516 / 1e3, Source::Measured));
+    s.constants.moe_kernel = MoeKernel::MinLatency;
+    let fast = OpLevelTimer::new(s.clone(), db.clone());
+    assert_eq!(fast.moe_experts(16), (0.0258 / 1e3, Source::Measured));
+    let (mid, src) = fast.moe_experts(100);
+    assert_eq!(src, Source::Interpolated);
+    assert!(mid < OpLevelTimer::new(setup_with_moe(&s, MoeKernel::Default), db.clone()).moe_experts(100).0);
+    // No TRTLLM-gen slice for fp8: the default lane stands in, and says so.
+    s.moe = MoeQuant::Fp8;
+    assert_eq!(OpLevelTimer::new(s, db).moe_experts(16), (0.0516 / 1e3, Source::Extrapolated));
+    assert_eq!(MoeKernel::from_name("min_latency"), Some(MoeKernel::MinLatency));
+    assert_eq!(MoeKernel::from_name("trtllm"), None);
+    assert!(MoeKernel::NAMES.iter().all(|n| MoeKernel::from_name(n).is_some_and(|k| k.name() == *n)));
+}
+
+/// A MoE table of `rows` and a `gpus`-GPU setup whose model has 128 experts of `inter`,
+/// `topk` a token.
+fn moe_fixture(rows: Vec<Row>, gpus: u32, topk: u32, inter: u64) -> (Rc<PerfDb>, OpLevelSetup) {
+    let mut db = PerfDb::default();
+    db.insert(Rc::new(Table::from_rows(Family::Moe, rows).unwrap()));
+    let mut s = setup(gpus);
+    s.model.moe = Some(Moe {
+        num_experts: 128,
+        experts_per_token: topk,
+        expert_intermediate_size: inter,
+        shared_intermediate_size: 0,
+        dense_layers: 0,
+    });
+    (Rc::new(db), s)
+}
+
+fn setup_with_moe(s: &OpLevelSetup, k: MoeKernel) -> OpLevelSetup {
+    let mut s = s.clone();
+    s.constants.moe_kernel = k;
+    s
+}
+
 #[test]
 fn gemm_exact_hits_are_measured_and_off_grid_is_interpolated() {
     let t = OpLevelTimer::new(setup(1), Rc::new(gemm_db()));
@@ -422,17 +478,7 @@ fn an_unmeasured_expert_split_takes_the_other_split_over_as_many_gpus() {
         let key = ["w4a16_mxfp4", "power_law_1.01", "4096", "2880", "4", "128", "1", "2"].map(str::to_string);
         rows.push((key.to_vec(), vec![t], ms));
     }
-    let mut db = PerfDb::default();
-    db.insert(Rc::new(Table::from_rows(Family::Moe, rows).unwrap()));
-    let db = Rc::new(db);
-    let mut s = setup(2);
-    s.model.moe = Some(Moe {
-        num_experts: 128,
-        experts_per_token: 4,
-        expert_intermediate_size: 2880,
-        shared_intermediate_size: 0,
-        dense_layers: 0,
-    });
+    let (db, mut s) = moe_fixture(rows, 2, 4, 2880);
     s.moe = MoeQuant::W4a16Mxfp4;
     // Measured as laid out: expert parallelism over 2 GPUs.
     s.parallelism = Parallelism { tensor: 2, moe_tensor: 1, moe_expert: 2, ..Parallelism::SINGLE };

@@ -2,7 +2,7 @@
 //! capacity, frontend and timing model, with the engine defaults a role inherits.
 
 use servesim_core::engine::Backend;
-use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl};
+use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeKernel};
 
 use crate::config::{
     Capacity, FpmSource, FrontendConfig, KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig,
@@ -612,16 +612,11 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
     out.frontend_ms = f.take("frontend_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
     out.host_us_per_sequence =
         f.take("host_us_per_sequence").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
-    if let Some((n, p)) = f.take("allreduce") {
-        out.allreduce = choice(n, &p, cx, &AllReduceImpl::NAMES).and_then(AllReduceImpl::from_name);
-        if out.allreduce.is_some() && out.kind != TimingKind::OpLevel {
-            cx.domain(
-                &p,
-                n,
-                "allreduce picks one of the op-level model's tables; roofline and FPM timing do not use it",
-            );
-        }
-    }
+    let op_level = out.kind == TimingKind::OpLevel;
+    out.allreduce = kernel_choice(&mut f, cx, op_level, "allreduce", &AllReduceImpl::NAMES, "tables")
+        .and_then(AllReduceImpl::from_name);
+    out.moe_kernel = kernel_choice(&mut f, cx, op_level, "moe_kernel", &MoeKernel::NAMES, "MoE tables")
+        .and_then(MoeKernel::from_name);
     f.finish(
         cx,
         &[
@@ -636,8 +631,31 @@ fn decode_timing(node: &Node, path: &str, cx: &mut Cx) -> TimingConfig {
             "frontend_ms",
             "host_us_per_sequence",
             "allreduce",
+            "moe_kernel",
         ],
         "",
     );
     out
+}
+
+/// A choice among the op-level model's kernel tables (`timing.allreduce`, `timing.moe_kernel`),
+/// which other timing models do not read.
+fn kernel_choice<'c>(
+    f: &mut Fields<'_>,
+    cx: &mut Cx,
+    op_level: bool,
+    key: &str,
+    names: &[&'c str],
+    what: &str,
+) -> Option<&'c str> {
+    let (n, p) = f.take(key)?;
+    let name = choice(n, &p, cx, names)?;
+    if !op_level {
+        cx.domain(
+            &p,
+            n,
+            format!("{key} picks one of the op-level model's {what}; roofline and FPM timing do not use it"),
+        );
+    }
+    Some(name)
 }

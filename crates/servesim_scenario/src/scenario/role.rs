@@ -307,6 +307,9 @@ pub(super) fn prepare_role(
                         if let Some(a) = role.timing.allreduce {
                             c.allreduce = a;
                         }
+                        if let Some(k) = role.timing.moe_kernel {
+                            c.moe_kernel = k;
+                        }
                         c
                     },
                 }),

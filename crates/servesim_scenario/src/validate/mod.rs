@@ -308,7 +308,11 @@ fn role_yaml(
     let capacity =
         fraction.map_or(String::new(), |f| format!(", capacity: {{type: default, memory_fraction: {f}}}"));
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false{capacity}}}");
-    let k = knobs.yaml();
+    let mut k = knobs.yaml();
+    if let Some(m) = recipe.moe_kernel {
+        let sep = if k.is_empty() { "" } else { ", " };
+        let _ = write!(k, "{sep}moe_kernel: {}", m.name());
+    }
     if !k.is_empty() {
         let _ = writeln!(out, "      timing: {{{k}}}");
     }

@@ -1,6 +1,7 @@
 //! The engine options a row's published benchmark recipe set beyond the replay policy.
 
 use servesim_data::silicon::{Mode, SiliconRow};
+use servesim_perf::oplevel::MoeKernel;
 
 /// Engine options a row's benchmark set beyond the replay policy, from the benchmark's
 /// published recipe (never from the measurement).
@@ -32,6 +33,9 @@ pub struct Recipe {
     /// The KV cache in the model's 16-bit type where the replay policy would take fp8 (an
     /// fp8 row whose script leaves the engine's `--kv-cache-dtype auto`).
     pub kv_cache_bf16: bool,
+    /// The MoE kernels, when the script picks TensorRT-LLM's TRTLLM-gen backend
+    /// (`moe_config: {backend: TRTLLM}`).
+    pub moe_kernel: Option<MoeKernel>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -61,7 +65,10 @@ pub struct Recipe {
 ///   fp8 on B200 at 1k/1k from 64 to 255 clients waits for batches (40 iterations, 0.8),
 ///   which TensorRT-LLM skips under attention data parallelism; with attention DP, the
 ///   scripts balance its ranks (`attention_dp_config: {enable_balance: true, timeout_iters:
-///   60, batching_wait_iters: 0}`).
+///   60, batching_wait_iters: 0}`). Their `moe_config.backend` is TRTLLM (the TRTLLM-gen
+///   kernels, [`MoeKernel::MinLatency`]) below 256 clients at 1k/1k and 1k/8k and, for fp4, up
+///   to 32 clients at 8k/1k; above, fp4 runs CUTLASS and fp8 DeepGEMM (the tables' default
+///   lanes). The H200 script leaves the backend at its default.
 /// - gpt-oss-120b with TensorRT-LLM on B200 (`gptoss_fp4_b200_trt.sh`): `--max_num_tokens
 ///   20000`, `--max_batch_size 512`, and with attention DP `attention_dp_config:
 ///   {enable_balance: true}` (TensorRT-LLM's defaults, 50 and 10 iterations).
@@ -203,11 +210,19 @@ fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32, attention_dp: bool) -> Reci
         _ => (0.8, None),
     };
     let budget = (row.concurrency + row.isl + 64).div_ceil(64) * 64;
+    let trtllm_gen = row.system == "b200_sxm"
+        && match (row.isl, row.osl) {
+            (1024, 1024 | 8192) => !many,
+            // Only the fp4 script switches at 8k/1k (fp8 keeps TRTLLM there).
+            (8192, 1024) => row.precision != "fp4" || row.concurrency <= 32,
+            _ => true,
+        };
     Recipe {
         max_batched_tokens: Some(budget.max(8192)),
         batch_wait: batch_wait.filter(|_| !attention_dp),
         memory_fraction: Some(fraction),
         adp_balance: attention_dp.then_some((60, 0)),
+        moe_kernel: trtllm_gen.then_some(MoeKernel::MinLatency),
         ..Recipe::default()
     }
 }

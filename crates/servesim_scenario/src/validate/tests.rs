@@ -1,4 +1,5 @@
 use super::*;
+use servesim_perf::oplevel::MoeKernel;
 
 fn row(mode: Mode) -> SiliconRow {
     SiliconRow {
@@ -501,12 +502,19 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
         ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp8".into());
     r.source = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64".into();
     (r.isl, r.osl, r.concurrency) = (8192, 1024, 64);
-    // (64 + 8192 + 64) rounded up to 64.
-    let want = Recipe { max_batched_tokens: Some(8320), memory_fraction: Some(0.8), ..Recipe::default() };
+    // (64 + 8192 + 64) rounded up to 64; the fp8 script keeps TRTLLM-gen experts at 8k/1k.
+    let trtllm_gen = Some(MoeKernel::MinLatency);
+    let want = Recipe {
+        max_batched_tokens: Some(8320),
+        memory_fraction: Some(0.8),
+        moe_kernel: trtllm_gen,
+        ..Recipe::default()
+    };
     assert_eq!(recipe(&r), want);
     let y = scenario_yaml(&r, &Knobs::default(), false, None);
     assert!(y.contains("max_batched_tokens: 8320,"), "{y}");
     assert!(y.contains("capacity: {type: default, memory_fraction: 0.8}"), "{y}");
+    assert!(y.contains("timing: {moe_kernel: min_latency}"), "{y}");
     r.mode = Mode::Agg { layout: l(4) };
     assert_eq!(recipe(&r).memory_fraction, Some(0.75));
     // 1k prompts keep the 8,192 floor; 1k/1k waits for batches from 64 to 255 clients, and
@@ -518,7 +526,12 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
     };
     assert_eq!(
         at(&mut r, 32),
-        Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.8), ..Recipe::default() }
+        Recipe {
+            max_batched_tokens: Some(8192),
+            memory_fraction: Some(0.8),
+            moe_kernel: trtllm_gen,
+            ..Recipe::default()
+        }
     );
     assert_eq!(at(&mut r, 64).batch_wait, Some((40, 0.8)));
     // With attention DP, TensorRT-LLM skips batch waiting and the script balances the ranks.
@@ -532,17 +545,22 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
         "{y}"
     );
     r.mode = Mode::Agg { layout: l(8) };
+    // From 256 clients the fp8 script runs DeepGEMM experts (the table's default lane).
     assert_eq!(
         at(&mut r, 256),
         Recipe { max_batched_tokens: Some(8192), memory_fraction: Some(0.7), ..Recipe::default() }
     );
-    // fp4 on B200 keeps 0.8; H200 takes 0.75; the database dump's DeepSeek-V3 rows too.
+    // fp4 on B200 keeps 0.8 and runs CUTLASS from 256 clients, at 8k/1k above 32.
     r.precision = "fp4".into();
-    assert_eq!(at(&mut r, 256).memory_fraction, Some(0.8));
+    assert_eq!((at(&mut r, 256).memory_fraction, recipe(&r).moe_kernel), (Some(0.8), None));
+    assert_eq!(at(&mut r, 255).moe_kernel, trtllm_gen);
+    (r.isl, r.osl) = (8192, 1024);
+    assert_eq!((at(&mut r, 32).moe_kernel, at(&mut r, 33).moe_kernel), (trtllm_gen, None));
+    (r.isl, r.osl) = (1024, 1024);
     (r.system, r.precision, r.model) = ("h200_sxm".into(), "fp8".into(), "deepseek-ai/DeepSeek-V3".into());
     r.source = "db-dump/2026-04-27; config_id=9; silicon_concurrency=64".into();
     assert_eq!(at(&mut r, 64).memory_fraction, Some(0.75));
-    assert_eq!(recipe(&r).batch_wait, None);
+    assert_eq!((recipe(&r).batch_wait, recipe(&r).moe_kernel), (None, None));
     // Other GPUs are not these scripts.
     r.system = "gb200".into();
     assert_eq!(recipe(&r), Recipe::default());
