@@ -84,6 +84,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
     let nextn_accepted = RwSignal::new("0".to_string());
     // Empty: the engine's own all-reduce kernels.
     let allreduce = RwSignal::new(String::new());
+    // Empty: the tables' default expert kernels.
+    let moe_kernel = RwSignal::new(String::new());
 
     let phase = RwSignal::new(Phase::Idle);
     let answer: RwSignal<Option<Answer>> = RwSignal::new(None);
@@ -160,6 +162,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
             nextn: num("MTP/EAGLE drafts", &nextn.get_untracked())?,
             nextn_accepted: num("drafts accepted", &nextn_accepted.get_untracked())?,
             allreduce: Some(allreduce.get_untracked()).filter(|a| !a.is_empty()),
+            moe_kernel: Some(moe_kernel.get_untracked()).filter(|k| !k.is_empty()),
         };
         if q.total_gpus == 0 {
             return Err("GPUs: must be at least 1".into());
@@ -251,6 +254,8 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                     <NumField id="def-nextn-accepted" label="Drafts accepted" value=nextn_accepted />
                     <ChoiceField id="def-allreduce" label="All-reduce" value=allreduce
                         options=&[("", "Engine default"), ("custom", "Custom kernels"), ("nccl", "NCCL")] />
+                    <ChoiceField id="def-moe-kernel" label="MoE kernels" value=moe_kernel
+                        options=&[("", "Default"), ("min_latency", "TRTLLM-gen (min latency)")] />
                 </div>
                 <div class="actions">
                     <button id="def-run" on:click=move |_| run() disabled=busy>"Find best"</button>

@@ -56,6 +56,7 @@ pub(crate) fn default_sweep(
         nextn: a.nextn,
         nextn_accepted: a.nextn_accepted,
         allreduce: a.allreduce.map(|x| x.name().to_string()),
+        moe_kernel: a.moe_kernel.map(|x| x.name().to_string()),
     };
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };

@@ -113,6 +113,25 @@ impl AllReduceArg {
     }
 }
 
+/// `--moe-kernel` (estimate --default): which kernels time the routed experts.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum MoeKernelArg {
+    /// The tables' default lane (TensorRT-LLM's CUTLASS experts for nvfp4).
+    Default,
+    /// TensorRT-LLM's TRTLLM-gen experts (`moe_config.backend: TRTLLM`).
+    MinLatency,
+}
+
+impl MoeKernelArg {
+    /// Its `timing.moe_kernel` name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            MoeKernelArg::Default => servesim_perf::oplevel::MoeKernel::Default.name(),
+            MoeKernelArg::MinLatency => servesim_perf::oplevel::MoeKernel::MinLatency.name(),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Replay traffic through a simulated deployment and report latency, throughput and more.
@@ -308,6 +327,9 @@ pub(crate) struct DefaultSweepArgs {
     /// All-reduce kernels of every worker (default: the engine's custom kernels).
     #[arg(long, value_enum)]
     pub(crate) allreduce: Option<AllReduceArg>,
+    /// Routed-expert kernels of every worker (default: the tables' default lane).
+    #[arg(long, value_enum)]
+    pub(crate) moe_kernel: Option<MoeKernelArg>,
     /// Winners per mode confirmed by a full replay (0: estimate only).
     #[arg(long, default_value_t = 1)]
     pub(crate) replay_top: usize,

@@ -213,6 +213,7 @@ fn a_default_sweep_across_workers_reports_what_the_library_reports() {
         nextn: 0,
         nextn_accepted: 0.0,
         allreduce: Some("nccl".into()),
+        moe_kernel: None,
     };
     let files = data_for("");
     let mut coordinator = WorkerState::default();

@@ -63,11 +63,11 @@ pub enum MoeKernel {
     /// CUTLASS MoE for nvfp4, DeepGEMM for fp8 blocks on Blackwell).
     #[default]
     Default,
-    /// TensorRT-LLM's TRTLLM-gen MoE (`moe_config.backend: TRTLLM`; FlashInfer's
-    /// `trtllm_fp4_block_scale_moe` in vLLM and SGLang), timed from AIConfigurator's
-    /// `moe_torch_flow_min_latency` lane, which it measured for nvfp4 on B200 and GB200.
-    /// Where the data has no such slice, the default lane's time stands in, counted as
-    /// extrapolated.
+    /// TensorRT-LLM's TRTLLM-gen MoE (`moe_config.backend: TRTLLM`), timed from
+    /// AIConfigurator's `moe_torch_flow_min_latency` lane, which it measured for nvfp4 on B200
+    /// and GB200. Where the data has no such slice, the default lane's time stands in, counted
+    /// as extrapolated (vLLM's and SGLang's Blackwell tables already measure FlashInfer's
+    /// TRTLLM-gen experts as their default lane).
     MinLatency,
 }
 

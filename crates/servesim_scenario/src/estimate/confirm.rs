@@ -251,6 +251,7 @@ impl DefaultReport {
                 "model": spec.model, "system": spec.system, "backend": spec.backend, "total_gpus": spec.total_gpus,
                 "isl": spec.isl, "osl": spec.osl, "prefix": spec.prefix, "ttft_ms": spec.ttft_ms, "tpot_ms": spec.tpot_ms,
                 "nextn": spec.nextn, "nextn_accepted": spec.nextn_accepted, "allreduce": spec.allreduce,
+                "moe_kernel": spec.moe_kernel,
             },
             "best_aggregated": agg_best.map(|i| point(&winners[i], replay_of(i))),
             "best_disaggregated": dis_best.map(|i| point(&winners[i], replay_of(i))),
@@ -281,7 +282,7 @@ impl DefaultReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} on {} x {} ({}), ISL {}, OSL {}, prefix {}; limits: mean TTFT <= {} ms, mean TPOT <= {} ms{}{}",
+            "{} on {} x {} ({}), ISL {}, OSL {}, prefix {}; limits: mean TTFT <= {} ms, mean TPOT <= {} ms{}{}{}",
             spec.model,
             spec.total_gpus,
             spec.system,
@@ -296,7 +297,8 @@ impl DefaultReport {
             } else {
                 String::new()
             },
-            spec.allreduce.as_deref().map_or(String::new(), |a| format!("; all-reduce: {a}"))
+            spec.allreduce.as_deref().map_or(String::new(), |a| format!("; all-reduce: {a}")),
+            spec.moe_kernel.as_deref().map_or(String::new(), |k| format!("; MoE kernels: {k}"))
         );
         let _ = writeln!(
         s,

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use crate::catalog::Catalog;
 use crate::estimate::{Aggregated, Disaggregated, Estimate, Operating, Workload, CLOSED_LOOP_CA2};
 use crate::scenario::{parse_with_overrides, prepare, Files, ScenarioError};
-use servesim_perf::oplevel::AllReduceImpl;
+use servesim_perf::oplevel::{AllReduceImpl, MoeKernel};
 
 /// Requests in flight per attention-DP rank that the sweep tries: doubling steps with
 /// midpoints from 1 to 512 (512 is the largest `max_sequences` the sweep configures).
@@ -70,6 +70,10 @@ pub struct SweepSpec {
     /// the engine's default.
     #[serde(default)]
     pub allreduce: Option<String>,
+    /// Routed-expert kernels of every worker, as `timing.moe_kernel` (`default`,
+    /// `min_latency`); none: the tables' default lane.
+    #[serde(default)]
+    pub moe_kernel: Option<String>,
 }
 
 /// One worker layout.
@@ -158,8 +162,12 @@ fn role_yaml(
     if let Some(s) = max_seqs {
         let _ = writeln!(out, "      scheduler: {{max_sequences: {s}}}");
     }
-    if let Some(a) = &spec.allreduce {
-        let _ = writeln!(out, "      timing: {{allreduce: {a}}}");
+    let timing: Vec<String> = [("allreduce", &spec.allreduce), ("moe_kernel", &spec.moe_kernel)]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}: {v}")))
+        .collect();
+    if !timing.is_empty() {
+        let _ = writeln!(out, "      timing: {{{}}}", timing.join(", "));
     }
 }
 
@@ -261,6 +269,9 @@ fn check(spec: &SweepSpec, catalog: &Catalog) -> Result<bool, ScenarioError> {
     }
     if let Some(a) = spec.allreduce.as_deref().filter(|a| AllReduceImpl::from_name(a).is_none()) {
         return Err(bad(format!("--allreduce {a} must be one of {}", AllReduceImpl::NAMES.join(", "))));
+    }
+    if let Some(k) = spec.moe_kernel.as_deref().filter(|k| MoeKernel::from_name(k).is_none()) {
+        return Err(bad(format!("--moe-kernel {k} must be one of {}", MoeKernel::NAMES.join(", "))));
     }
     Ok(model.moe.is_some())
 }
