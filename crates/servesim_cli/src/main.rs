@@ -113,7 +113,7 @@ impl AllReduceArg {
     }
 }
 
-/// `--moe-kernel` (estimate --default): which kernels time the routed experts.
+/// `--moe-kernel` (validate, estimate --default): which kernels time the routed experts.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum MoeKernelArg {
     /// The tables' default lane (TensorRT-LLM's CUTLASS experts for nvfp4).
@@ -123,12 +123,17 @@ pub(crate) enum MoeKernelArg {
 }
 
 impl MoeKernelArg {
+    /// The kernels it names.
+    pub(crate) fn kernel(self) -> servesim_perf::oplevel::MoeKernel {
+        match self {
+            MoeKernelArg::Default => servesim_perf::oplevel::MoeKernel::Default,
+            MoeKernelArg::MinLatency => servesim_perf::oplevel::MoeKernel::MinLatency,
+        }
+    }
+
     /// Its `timing.moe_kernel` name.
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            MoeKernelArg::Default => servesim_perf::oplevel::MoeKernel::Default.name(),
-            MoeKernelArg::MinLatency => servesim_perf::oplevel::MoeKernel::MinLatency.name(),
-        }
+        self.kernel().name()
     }
 }
 
@@ -244,6 +249,10 @@ enum Command {
         /// Replay with this all-reduce implementation (default: the engines' custom kernels).
         #[arg(long, value_enum)]
         allreduce: Option<AllReduceArg>,
+        /// Replay every worker with these routed-expert kernels (default: each row's recipe,
+        /// else the tables' default lane).
+        #[arg(long, value_enum)]
+        moe_kernel: Option<MoeKernelArg>,
         /// Replay aggregated rows with this serving-process time per request (ms).
         #[arg(long)]
         frontend_request_ms: Option<f64>,
@@ -430,6 +439,7 @@ fn main() -> ExitCode {
             frontend_ms,
             host_us_per_sequence,
             allreduce,
+            moe_kernel,
             frontend_request_ms,
             frontend_chunk_us,
             length_floor,
@@ -446,6 +456,7 @@ fn main() -> ExitCode {
                 frontend_ms,
                 host_us_per_sequence,
                 allreduce: allreduce.map(AllReduceArg::implementation),
+                moe_kernel: moe_kernel.map(MoeKernelArg::kernel),
                 frontend_request_ms,
                 frontend_chunk_us,
                 length_floor: Some(length_floor),

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use servesim_core::engine::Backend;
 use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
-use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration};
+use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration, MoeKernel};
 use servesim_perf::spec::MoeQuant;
 
 use crate::catalog::Catalog;
@@ -50,6 +50,8 @@ pub struct Knobs {
     pub host_us_per_sequence: Option<f64>,
     /// `timing.allreduce`.
     pub allreduce: Option<AllReduceImpl>,
+    /// `timing.moe_kernel`, for every worker (in place of the recipe's choice).
+    pub moe_kernel: Option<MoeKernel>,
     /// `frontend.request_ms` (aggregated rows).
     pub frontend_request_ms: Option<f64>,
     /// `frontend.chunk_us` (aggregated rows).
@@ -90,6 +92,9 @@ impl Knobs {
         }
         if let Some(a) = self.allreduce {
             v.push(format!("allreduce: {}", a.name()));
+        }
+        if let Some(k) = self.moe_kernel {
+            v.push(format!("moe_kernel: {}", k.name()));
         }
         v.join(", ")
     }
@@ -309,7 +314,7 @@ fn role_yaml(
         fraction.map_or(String::new(), |f| format!(", capacity: {{type: default, memory_fraction: {f}}}"));
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false{capacity}}}");
     let mut k = knobs.yaml();
-    if let Some(m) = recipe.moe_kernel {
+    if let Some(m) = recipe.moe_kernel.filter(|_| knobs.moe_kernel.is_none()) {
         let sep = if k.is_empty() { "" } else { ", " };
         let _ = write!(k, "{sep}moe_kernel: {}", m.name());
     }

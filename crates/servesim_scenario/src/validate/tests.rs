@@ -515,6 +515,10 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
     assert!(y.contains("max_batched_tokens: 8320,"), "{y}");
     assert!(y.contains("capacity: {type: default, memory_fraction: 0.8}"), "{y}");
     assert!(y.contains("timing: {moe_kernel: min_latency}"), "{y}");
+    // `--moe-kernel` replays every worker with the kernels given instead.
+    let what_if = Knobs { moe_kernel: Some(MoeKernel::Default), ..Knobs::default() };
+    let y = scenario_yaml(&r, &what_if, false, None);
+    assert!(y.contains("timing: {moe_kernel: default}") && !y.contains("min_latency"), "{y}");
     r.mode = Mode::Agg { layout: l(4) };
     assert_eq!(recipe(&r).memory_fraction, Some(0.75));
     // 1k prompts keep the 8,192 floor; 1k/1k waits for batches from 64 to 255 clients, and
