@@ -561,9 +561,7 @@ fn sglang_recv_interval_holds_prompts_until_the_next_intake() {
         ),
         (path, "engine.workers.aggregated.scheduler.scheduler_recv_interval=0", "between 1 and 1000"),
     ] {
-        let err = predict_file_with(file, &[set]).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{err}");
-        let text = err.to_string();
+        let text = config_refusal(file, &[set]);
         assert!(text.contains("scheduler_recv_interval") && text.contains(words), "{text}");
     }
 }
@@ -602,9 +600,7 @@ fn sglang_mixed_chunks_keep_decodes_running_through_prefill() {
         ),
         (path, &["engine.nextn=2", "engine.nextn_accepted=1.2"][..], "speculative decoding"),
     ] {
-        let err = predict_file_with(file, set).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{err}");
-        let text = err.to_string();
+        let text = config_refusal(file, set);
         assert!(text.contains("enable_mixed_chunk") && text.contains(words), "{text}");
     }
 }
@@ -706,9 +702,7 @@ fn trtllm_batch_waiting_delays_prompts_by_up_to_its_timeout() {
             "attention data parallelism",
         ),
     ] {
-        let err = predict_file_with(file, &[set]).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{err}");
-        let text = err.to_string();
+        let text = config_refusal(file, &[set]);
         assert!(text.contains("batch_wait_") && text.contains(words), "{text}");
     }
 }
@@ -791,9 +785,7 @@ fn speculative_rounds_cost_more_than_a_step_and_emit_several_tokens() {
             "FPM cells time forward passes without drafts",
         ),
     ] {
-        let err = predict_file_with(file, sets).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{err}");
-        let text = err.to_string();
+        let text = config_refusal(file, sets);
         assert!(
             text.contains(words) && (text.contains("nextn") || text.contains("speculation")),
             "{sets:?}: {text}"
@@ -851,9 +843,7 @@ fn trtllm_gen_moe_kernels_speed_up_small_batch_experts() {
             "moe_kernel picks one of the op-level model's MoE tables",
         ),
     ] {
-        let err = predict_file_with(path, sets).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{err}");
-        let text = err.to_string();
+        let text = config_refusal(path, sets);
         assert!(text.contains(words) && text.contains("moe_kernel"), "{sets:?}: {text}");
     }
 }
@@ -948,9 +938,14 @@ fn trtllm_attention_dp_balance_trades_ttft_for_decode_speed() {
         ("engine.workers.aggregated.scheduler.attention_dp_config.timeout_iters=-1", "timeout_iters"),
         ("engine.workers.aggregated.scheduler.attention_dp_config.balance=true", "balance"),
     ] {
-        let err = predict_file_with(path, &[set]).expect_err("refused");
-        assert_eq!(err.exit_code(), 2, "{set}: {err}");
-        let text = err.to_string();
+        let text = config_refusal(path, &[set]);
         assert!(text.contains("attention_dp_config") && text.contains(words), "{set}: {text}");
     }
+}
+
+/// The error text of a config refused as a config error (exit 2), for checking what it names.
+fn config_refusal(path: &str, sets: &[&str]) -> String {
+    let err = predict_file_with(path, sets).expect_err("refused");
+    assert_eq!(err.exit_code(), 2, "{sets:?}: {err}");
+    err.to_string()
 }

@@ -83,19 +83,12 @@ pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result
         return Err(err(format!("row {} does not match the {} shape", i + 1, family.name())));
     }
     // A MoE row of the TRTLLM-gen slices goes back to its own lane (see `convert`).
-    let min_latency = |r: &Row| family == Family::Moe && r.0[0].ends_with(MoeKernel::MIN_LATENCY_SUFFIX);
+    let min_latency = |r: &Row| min_latency_dtype(family, r).is_some();
     let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
     for (j, name) in key_cols.iter().enumerate() {
         let v: Vec<&str> = rows
             .iter()
-            .map(|r| {
-                let k = r.0[j].as_str();
-                if j == 0 && min_latency(r) {
-                    &k[..k.len() - MoeKernel::MIN_LATENCY_SUFFIX.len()]
-                } else {
-                    k
-                }
-            })
+            .map(|r| min_latency_dtype(family, r).filter(|_| j == 0).unwrap_or(r.0[j].as_str()))
             .collect();
         cols.push((name, Arc::new(StringArray::from(v))));
     }
@@ -118,6 +111,12 @@ pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result
     w.write(&batch).map_err(|e| err(e.to_string()))?;
     w.close().map_err(|e| err(e.to_string()))?;
     Ok(out)
+}
+
+/// The default-lane dtype of a MoE row of the TRTLLM-gen slices (`nvfp4:min_latency` →
+/// `nvfp4`), `None` for any other row.
+fn min_latency_dtype(family: Family, r: &Row) -> Option<&str> {
+    (family == Family::Moe).then(|| r.0[0].strip_suffix(MoeKernel::MIN_LATENCY_SUFFIX)).flatten()
 }
 
 /// Source columns of each family's keys and axes, in [`Family::keys`] / [`Family::axes`] order.

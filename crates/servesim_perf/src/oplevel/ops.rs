@@ -331,15 +331,13 @@ impl OpLevelTimer {
                 t.slice(&key).and_then(|g| g.lookup(&x, Family::Moe.scales(), sol))
             };
             // TRTLLM-gen kernels: their own slice, else the default lane's stands in.
-            let mut stand_in = false;
-            if self.s.constants.moe_kernel == MoeKernel::MinLatency {
-                let default_name = core::mem::take(&mut key[0]);
-                key[0] = alloc::format!("{default_name}{}", MoeKernel::MIN_LATENCY_SUFFIX);
-                if let Some((ms, src)) = slice(&key, &sol) {
+            let stand_in = self.s.constants.moe_kernel == MoeKernel::MinLatency;
+            if stand_in {
+                let mut own = key.clone();
+                own[0].push_str(MoeKernel::MIN_LATENCY_SUFFIX);
+                if let Some((ms, src)) = slice(&own, &sol) {
                     return (ms / 1e3, src);
                 }
-                key[0] = default_name;
-                stand_in = true;
             }
             if let Some((ms, src)) = slice(&key, &sol) {
                 // As for GEMMs (`sibling_bound_ms`): a quantized expert kernel timed slower than
