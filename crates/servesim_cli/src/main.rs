@@ -259,6 +259,13 @@ enum Command {
         /// Replay aggregated rows with this serving-process time per streamed chunk (µs).
         #[arg(long)]
         frontend_chunk_us: Option<f64>,
+        /// Replay aggregated rows with this serving-process time per prompt token (µs).
+        #[arg(long)]
+        frontend_prompt_token_us: Option<f64>,
+        /// Replay every worker planning each step while the one before it runs (true) or
+        /// between steps (false); default: as the engine release schedules.
+        #[arg(long)]
+        plan_ahead: Option<bool>,
         /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
         #[arg(long, default_value_t = 0.8)]
@@ -442,6 +449,8 @@ fn main() -> ExitCode {
             moe_kernel,
             frontend_request_ms,
             frontend_chunk_us,
+            frontend_prompt_token_us,
+            plan_ahead,
             length_floor,
             requests_per_slot,
             mla_attention_dp,
@@ -459,6 +468,8 @@ fn main() -> ExitCode {
                 moe_kernel: moe_kernel.map(MoeKernelArg::kernel),
                 frontend_request_ms,
                 frontend_chunk_us,
+                frontend_prompt_token_us,
+                plan_ahead,
                 length_floor: Some(length_floor),
                 requests_per_slot: Some(requests_per_slot),
                 mla_attention_dp,

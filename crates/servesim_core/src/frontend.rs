@@ -7,7 +7,8 @@
 //! stayed flat, and added `num_serve_frontends` to run several such processes.
 //!
 //! The model: each process is one first-come-first-served server. A request costs it
-//! `per_request` when it arrives (it reaches the engine's queue when that work is done), and
+//! `per_request` plus `per_prompt_token` for every prompt token (tokenising the prompt) when it
+//! arrives (it reaches the engine's queue when that work is done), and
 //! every output token costs it `per_token` when the engine emits it (a chunk of
 //! `stream_interval` tokens costs one chunk's work, spread over its tokens). The tokens of one
 //! engine step reach their clients when the process has written them all, so a busy process
@@ -26,8 +27,11 @@ use crate::units::{SimDur, SimTime};
 pub struct FrontendSpec {
     /// Serving processes (each its own queue); at least 1.
     pub processes: u32,
-    /// Work per request (parse, validate, tokenise, hand to the engine).
+    /// Work per request (parse, validate, hand to the engine).
     pub per_request: SimDur,
+    /// Work per prompt token (tokenising the prompt); zero unless set
+    /// ([`FrontendSpec::with_prompt_token`]).
+    pub per_prompt_token: SimDur,
     /// Work per output token (its share of a streamed chunk's detokenisation and write).
     pub per_token: SimDur,
 }
@@ -36,13 +40,29 @@ impl FrontendSpec {
     /// `processes` serving processes with these costs.
     #[must_use]
     pub const fn new(processes: u32, per_request: SimDur, per_token: SimDur) -> Self {
-        FrontendSpec { processes, per_request, per_token }
+        FrontendSpec { processes, per_request, per_prompt_token: SimDur::ZERO, per_token }
+    }
+
+    /// These costs, with `per_prompt_token` of work for every prompt token.
+    #[must_use]
+    pub const fn with_prompt_token(self, per_prompt_token: SimDur) -> Self {
+        FrontendSpec { per_prompt_token, ..self }
+    }
+
+    /// A request's own work: `per_request` plus its prompt's tokenisation.
+    #[must_use]
+    pub fn request_work(&self, prompt_tokens: u32) -> SimDur {
+        let tokenise = self.per_prompt_token.as_ns().saturating_mul(u64::from(prompt_tokens));
+        SimDur::from_ns(self.per_request.as_ns().saturating_add(tokenise))
     }
 
     /// Whether the frontend does any work worth simulating.
     #[must_use]
     pub fn is_active(&self) -> bool {
-        self.processes > 0 && (self.per_request > SimDur::ZERO || self.per_token > SimDur::ZERO)
+        self.processes > 0
+            && (self.per_request > SimDur::ZERO
+                || self.per_prompt_token > SimDur::ZERO
+                || self.per_token > SimDur::ZERO)
     }
 }
 
@@ -94,15 +114,17 @@ impl Frontend {
         id as usize % self.free_at.len()
     }
 
-    /// Queues request `id`'s own work at `now`; returns when it reaches the engine.
-    pub fn admit(&mut self, now: SimTime, id: ReqId) -> SimTime {
+    /// Queues the own work of request `id` (with `prompt_tokens` to tokenise) at `now`;
+    /// returns when it reaches the engine.
+    pub fn admit(&mut self, now: SimTime, id: ReqId, prompt_tokens: u32) -> SimTime {
         let p = self.process_of(id);
         let start = self.free_at[p].max(now);
-        let done = start.saturating_add(self.spec.per_request);
+        let work = self.spec.request_work(prompt_tokens);
+        let done = start.saturating_add(work);
         self.free_at[p] = done;
         self.stats.requests += 1;
         self.stats.request_wait_ns += start.since(now).as_ns();
-        self.stats.busy_ns += self.spec.per_request.as_ns();
+        self.stats.busy_ns += work.as_ns();
         done
     }
 
@@ -180,11 +202,11 @@ mod tests {
     fn requests_queue_first_come_first_served() {
         let mut f = Frontend::new(spec(1, 10, 0));
         let t0 = SimTime::ZERO + SimDur::from_ms(5);
-        assert_eq!(f.admit(t0, 0), t0 + SimDur::from_ms(10));
-        assert_eq!(f.admit(t0, 1), t0 + SimDur::from_ms(20));
+        assert_eq!(f.admit(t0, 0, 0), t0 + SimDur::from_ms(10));
+        assert_eq!(f.admit(t0, 1, 0), t0 + SimDur::from_ms(20));
         // An idle process starts at once.
         let late = SimTime::ZERO + SimDur::from_ms(100);
-        assert_eq!(f.admit(late, 2), late + SimDur::from_ms(10));
+        assert_eq!(f.admit(late, 2, 0), late + SimDur::from_ms(10));
     }
 
     #[test]
@@ -193,12 +215,25 @@ mod tests {
         let t = SimTime::ZERO + SimDur::from_ms(1);
         f.stream(0..50, &[t], |_, _| {});
         // 50 tokens × 100 µs = 5 ms of writes, then 2 ms for the new request.
-        assert_eq!(f.admit(t, 7), t + SimDur::from_ms(7));
+        assert_eq!(f.admit(t, 7, 0), t + SimDur::from_ms(7));
         let s = f.stats();
         assert_eq!((s.tokens, s.requests), (50, 1));
         assert_eq!(s.busy_ns, 7_000_000);
         assert_eq!(s.request_wait_ns, 5_000_000);
         assert_eq!(s.token_delay_ns, 50 * 5_000_000);
+    }
+
+    #[test]
+    fn a_prompt_costs_its_tokenisation_in_the_queue() {
+        let tokenise = SimDur::from_ns(5_000);
+        let mut f = Frontend::new(spec(1, 2, 0).with_prompt_token(tokenise));
+        assert!(spec(1, 0, 0).with_prompt_token(tokenise).is_active());
+        let t = SimTime::ZERO;
+        // 2 ms + 4,000 × 5 µs = 22 ms; the next request's 1,000 tokens wait behind it.
+        assert_eq!(f.admit(t, 0, 4_000), t + SimDur::from_ms(22));
+        assert_eq!(f.admit(t, 1, 1_000), t + SimDur::from_ms(29));
+        let s = f.stats();
+        assert_eq!((s.busy_ns, s.request_wait_ns), (29_000_000, 22_000_000));
     }
 
     #[test]
@@ -239,9 +274,9 @@ mod tests {
     fn processes_split_the_work_by_request() {
         let mut f = Frontend::new(spec(2, 10, 0));
         let t = SimTime::ZERO;
-        assert_eq!(f.admit(t, 0), t + SimDur::from_ms(10));
-        assert_eq!(f.admit(t, 1), t + SimDur::from_ms(10));
-        assert_eq!(f.admit(t, 2), t + SimDur::from_ms(20));
+        assert_eq!(f.admit(t, 0, 0), t + SimDur::from_ms(10));
+        assert_eq!(f.admit(t, 1, 0), t + SimDur::from_ms(10));
+        assert_eq!(f.admit(t, 2, 0), t + SimDur::from_ms(20));
         assert!(!FrontendSpec { processes: 2, ..FrontendSpec::default() }.is_active());
         assert!(spec(1, 0, 1).is_active());
     }

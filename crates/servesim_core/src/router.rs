@@ -113,7 +113,7 @@ impl Router {
 }
 
 fn active(w: &Worker) -> usize {
-    w.ranks.iter().map(crate::engine::Rank::load).sum::<usize>() + w.unreceived().len()
+    w.ranks.iter().map(crate::engine::Rank::load).sum::<usize>() + w.unreceived_len()
 }
 
 fn least_loaded(workers: &[Worker]) -> usize {
@@ -135,8 +135,8 @@ fn overlap_tokens(req: &Request, w: &Worker) -> u32 {
 fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
     let queued = w.ranks.iter().flat_map(|r| r.waiting.iter().chain(&r.running));
     let mut t = 0u64;
-    for id in queued.chain(w.unreceived()) {
-        if let Some(q) = reqs.get(*id as usize) {
+    for id in queued.copied().chain(w.unreceived()) {
+        if let Some(q) = reqs.get(id as usize) {
             if q.status != Status::Completed && !q.is_decoding() {
                 t += u64::from(q.pending_tokens());
             }

@@ -470,7 +470,7 @@ impl Simulation {
                 continue;
             }
             if let Some(fe) = &mut worker.frontend {
-                let at = fe.admit(self.now, id);
+                let at = fe.admit(self.now, id, req.spec.input_tokens());
                 if at > self.now {
                     // The serving process is busy: the engine sees the request later.
                     #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
@@ -480,11 +480,12 @@ impl Simulation {
                         Event::Dispatch { worker: w as u32, id },
                     );
                     req.worker = worker.id;
+                    worker.hold_in_frontend(id);
                     self.requests.push(req);
                     continue;
                 }
             }
-            worker.enqueue(id, &mut req);
+            worker.enqueue(self.now, id, &mut req);
             // A new request ends this worker's run after the step in flight.
             if let Some(end) = worker.truncate_run() {
                 let gen = worker.generation;
@@ -504,7 +505,7 @@ impl Simulation {
     /// A request leaves its serving process for the engine's queue.
     fn on_dispatch(&mut self, w: usize, id: ReqId) {
         self.interrupt(w);
-        self.workers[w].enqueue(id, &mut self.requests[id as usize]);
+        self.workers[w].enqueue(self.now, id, &mut self.requests[id as usize]);
         self.dirty[w] = true;
     }
 
@@ -617,7 +618,7 @@ impl Simulation {
             self.try_reserve(dw);
         } else {
             self.interrupt(p.worker);
-            self.workers[p.worker].enqueue(id, &mut req);
+            self.workers[p.worker].enqueue(self.now, id, &mut req);
             self.requests.push(req);
             self.dirty[p.worker] = true;
         }
@@ -688,7 +689,7 @@ impl Simulation {
                 let Some(p) = r.prefill_worker.map(|p| p as usize) else { continue };
                 r.status = Status::Waiting;
                 self.interrupt(p);
-                self.workers[p].enqueue(id, &mut self.requests[id as usize]);
+                self.workers[p].enqueue(self.now, id, &mut self.requests[id as usize]);
                 self.dirty[p] = true;
             } else {
                 self.start_transfer(id);

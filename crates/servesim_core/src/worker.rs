@@ -17,6 +17,7 @@
 //! stepping one token at a time; a test runs every golden scenario both ways and compares the
 //! reports byte for byte.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::engine::{self, kvops, KvStore, Rank, RankPlan, SchedulerConfig};
@@ -181,6 +182,8 @@ pub struct Worker {
     pub busy: bool,
     /// When the previous applied step ended.
     pub last_step_end: SimTime,
+    /// When the last planned step started.
+    last_step_start: SimTime,
     /// Counters.
     pub stats: WorkerStats,
     /// Generation of the pending completion event (stale events carry an older one).
@@ -197,6 +200,11 @@ pub struct Worker {
     spare_run: Option<Run>,
     /// Requests the engine process holds that its scheduler has not taken in yet.
     recv: RecvGate,
+    /// With [`SchedulerConfig::plan_ahead`]: requests that arrived while the step in flight
+    /// ran, with when each arrived; the step after it was planned before they came.
+    late: VecDeque<(ReqId, SimTime)>,
+    /// Requests in the serving process's queue ([`Worker::hold_in_frontend`]).
+    admitting: Vec<ReqId>,
     /// TensorRT-LLM's attention-DP balance counters ([`engine::AdpBalance`]).
     adp: engine::AdpBalanceState,
 }
@@ -234,6 +242,7 @@ impl Worker {
             timer,
             busy: false,
             last_step_end: SimTime::ZERO,
+            last_step_start: SimTime::ZERO,
             stats: WorkerStats::default(),
             generation: 0,
             plans: (0..n).map(|_| RankPlan::default()).collect(),
@@ -241,6 +250,8 @@ impl Worker {
             run: None,
             spare_run: None,
             recv: RecvGate::default(),
+            late: VecDeque::new(),
+            admitting: Vec::new(),
             adp: engine::AdpBalanceState::default(),
         }
     }
@@ -274,11 +285,25 @@ impl Worker {
         best
     }
 
-    /// Queues a newly routed request: on its least-loaded rank (ties: lowest index), or, with
-    /// a receive interval, in the engine process until the scheduler next takes requests in.
-    pub fn enqueue(&mut self, id: ReqId, req: &mut Request) {
+    /// Queues a newly routed request arriving at `now`: on its least-loaded rank (ties: lowest
+    /// index), or, with a receive interval, in the engine process until the scheduler next
+    /// takes requests in. An engine that plans ahead holds it until the scheduler plans a step
+    /// after it arrived ([`SchedulerConfig::plan_ahead`]).
+    pub fn enqueue(&mut self, now: SimTime, id: ReqId, req: &mut Request) {
+        if let Some(i) = self.admitting.iter().position(|&a| a == id) {
+            self.admitting.swap_remove(i);
+        }
         req.worker = self.id;
         req.status = Status::Waiting;
+        if self.cfg.plan_ahead {
+            self.late.push_back((id, now));
+        } else {
+            self.receive(id, req);
+        }
+    }
+
+    /// A request reaches the engine process.
+    fn receive(&mut self, id: ReqId, req: &mut Request) {
         if self.cfg.sglang.recv_interval > 1 {
             self.recv.inbox.push(id);
         } else {
@@ -326,16 +351,59 @@ impl Worker {
         self.recv.inbox.clear();
     }
 
-    /// Requests the engine process holds that its scheduler has not taken in.
+    /// Requests routed here that the scheduler has not taken in: in the serving process's
+    /// queue, held for the step after next ([`SchedulerConfig::plan_ahead`]), or in the
+    /// engine process between intakes. The router counts them as this worker's load.
+    pub fn unreceived(&self) -> impl Iterator<Item = ReqId> + '_ {
+        self.admitting
+            .iter()
+            .copied()
+            .chain(self.late.iter().map(|&(id, _)| id))
+            .chain(self.recv.inbox.iter().copied())
+    }
+
+    /// How many requests [`Worker::unreceived`] lists.
     #[must_use]
-    pub fn unreceived(&self) -> &[ReqId] {
-        &self.recv.inbox
+    pub fn unreceived_len(&self) -> usize {
+        self.admitting.len() + self.late.len() + self.recv.inbox.len()
+    }
+
+    /// Request `id` waits in the serving process's queue until it reaches the engine
+    /// ([`Worker::enqueue`]).
+    pub fn hold_in_frontend(&mut self, id: ReqId) {
+        self.admitting.push(id);
     }
 
     /// Requests waiting on all ranks.
     #[must_use]
     pub fn waiting(&self) -> usize {
-        self.ranks.iter().map(|r| r.waiting.len()).sum::<usize>() + self.recv.inbox.len()
+        self.ranks.iter().map(|r| r.waiting.len()).sum::<usize>() + self.unreceived_len()
+    }
+
+    /// With [`SchedulerConfig::plan_ahead`], the requests the step about to be planned at
+    /// `now` may take: the engine planned it when the step in flight began (vLLM's
+    /// `step_with_batch_queue` schedules step N+1 while step N runs; TensorRT-LLM's and SGLang's
+    /// overlap loops launch the next batch before they process the last one's output), so a
+    /// request that arrived during that step waits for the step after. An engine with nothing
+    /// else to run plans at once, and an engine that was idle plans after everything that
+    /// arrived.
+    fn take_late(&mut self, now: SimTime, reqs: &mut [Request]) {
+        if self.late.is_empty() {
+            return;
+        }
+        let has_work = !self.recv.inbox.is_empty()
+            || self
+                .ranks
+                .iter()
+                .any(|r| !r.running.is_empty() || !r.waiting.is_empty() || !r.handoffs.is_empty());
+        let cutoff = if has_work && now == self.last_step_end { self.last_step_start } else { now };
+        while let Some(&(id, at)) = self.late.front() {
+            if at > cutoff {
+                break;
+            }
+            self.late.pop_front();
+            self.receive(id, &mut reqs[id as usize]);
+        }
     }
 
     /// Requests running on all ranks.
@@ -368,6 +436,7 @@ impl Worker {
         timer: &mut dyn StepTimer,
         bounds: RunBounds,
     ) -> Result<Option<StepEnd>, TimingError> {
+        self.take_late(now, reqs);
         self.take_in(reqs);
         for (rank, plan) in self.ranks.iter_mut().zip(&mut self.plans) {
             engine::schedule(&self.cfg, rank, reqs, plan);
@@ -407,6 +476,7 @@ impl Worker {
         }
         let first = step_dur(timer.step_time(&self.loads)?);
         self.busy = true;
+        self.last_step_start = now;
         let end = now + first;
         let mut out = StepEnd { end, pushed: now };
         if bounds.enabled && end <= bounds.max_end {
@@ -435,6 +505,10 @@ impl Worker {
     ) -> Result<Option<Run>, TimingError> {
         if self.cfg.speculation.is_on() {
             // Each round advances a request by a drawn number of tokens: step by step.
+            return Ok(None);
+        }
+        if !self.late.is_empty() {
+            // The next step is planned without them, the one after takes them in.
             return Ok(None);
         }
         let mut k = MAX_RUN_STEPS;
@@ -718,6 +792,7 @@ impl Worker {
             self.recv.decode_steps =
                 self.recv.decode_steps.saturating_add(u32::try_from(len).unwrap_or(u32::MAX));
             self.apply_run_steps(len, reqs, itl);
+            self.last_step_start = self.run.as_ref().map_or(self.last_step_start, |r| r.step_start(len));
             self.spare_run = self.run.take();
             for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
                 for p in &plan.items {

@@ -29,6 +29,7 @@ struct Case {
     sample_interval: SimDur,
     recv_interval: u32,
     speculation: Speculation,
+    plan_ahead: bool,
 }
 
 impl Default for Case {
@@ -48,6 +49,7 @@ impl Default for Case {
             sample_interval: SimDur::from_ms(1),
             recv_interval: 1,
             speculation: Speculation::default(),
+            plan_ahead: false,
         }
     }
 }
@@ -72,6 +74,7 @@ fn run(c: Case) -> RunResult {
         adp_balance: None,
         frontend: c.frontend,
         speculation: c.speculation,
+        plan_ahead: c.plan_ahead,
     };
     let radix = c.backend == Backend::Sglang;
     // SGLang's radix cache counts tokens: the same memory as blocks x block size.
@@ -123,6 +126,23 @@ fn one_request_alone() {
     assert_eq!(s.itl.count, 4);
     assert_eq!(s.ttst.mean, 1.1);
     assert_eq!(s.duration_ms, 6.4);
+}
+
+#[test]
+fn an_engine_that_plans_ahead_takes_a_new_prompt_one_step_later() {
+    // Request 1 arrives at 2.5 ms, while request 0's first decode step (2.0–3.1 ms) runs.
+    let case =
+        |plan_ahead| Case { requests: 2, load: Load::ConstantRate(400.0), plan_ahead, ..Case::default() };
+    let now = run(case(false));
+    // Planned at 3.1 ms, the mixed step (1 + 100 × 0.01 + 0.1 ms) ends at 5.2: TTFT 2.7 ms.
+    assert_eq!(now.summary.ttft.max, 2.7);
+    let ahead = run(case(true));
+    // The 3.1 ms step was planned at 2.0, before it came: it joins the one at 4.2, ending at
+    // 6.3 ms (TTFT 3.8 ms). Request 0, arriving at an idle engine, starts at once either way.
+    assert_eq!(ahead.summary.ttft.max, 3.8);
+    assert_eq!(ahead.summary.ttft.min, 2.0);
+    let stepwise = run(Case { fast_forward: false, ..case(true) });
+    assert_eq!(stepwise.summary.ttft.max, 3.8);
 }
 
 fn frontend(processes: u32, request_ms: u64, token_us: u64) -> FrontendSpec {
@@ -397,6 +417,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         batch_wait: BatchWait::default(),
         adp_balance: None,
         frontend: servesim_core::frontend::FrontendSpec::default(),
+        plan_ahead: false,
         speculation: Speculation::default(),
     };
     let radix = backend == Backend::Sglang;

@@ -331,6 +331,12 @@ pub struct SchedulerKnobs {
     /// schedules between steps (vLLM before 0.14, `--no-async-scheduling`,
     /// `--disable-overlap-schedule`): every step also waits for its host work.
     pub async_scheduling: bool,
+    /// `plan_ahead` (servesim extension): the engine plans each step while the one before it
+    /// runs, so a request arriving during a step joins the step after next (vLLM's batch
+    /// queue; TensorRT-LLM's and SGLang's overlap loops do the same). Default: on for vLLM
+    /// with `async_scheduling`, off for the others, whose frontend constants were fitted
+    /// without it and whose rows it did not improve (`docs/validation.md`).
+    pub plan_ahead: Option<bool>,
     /// SGLang's `chunked_prefill_size` as configured, before attention DP divides it among
     /// its ranks (servesim extension, SGLang's own name). `None` takes SGLang's default for
     /// the role's GPU ([`servesim_perf::memory::sglang_gpu_defaults`]), set in
@@ -413,11 +419,19 @@ pub struct FrontendConfig {
     pub request_ms: Option<f64>,
     /// `chunk_us`: host time per streamed chunk.
     pub chunk_us: Option<f64>,
+    /// `prompt_token_us`: host time per prompt token (tokenising the prompt).
+    pub prompt_token_us: Option<f64>,
 }
 
 impl Default for FrontendConfig {
     fn default() -> Self {
-        FrontendConfig { processes: 1, stream_interval: 1, request_ms: None, chunk_us: None }
+        FrontendConfig {
+            processes: 1,
+            stream_interval: 1,
+            request_ms: None,
+            chunk_us: None,
+            prompt_token_us: None,
+        }
     }
 }
 

@@ -126,6 +126,10 @@ pub struct SchedulerConfig {
     pub adp_balance: Option<AdpBalance>,
     /// The serving processes' host work in front of this replica.
     pub frontend: crate::frontend::FrontendSpec,
+    /// The engine plans each step while the one before it runs (vLLM's async scheduling,
+    /// TensorRT-LLM's and SGLang's overlap schedulers), so a request that arrives during a
+    /// step joins the step after next ([`crate::worker::Worker::enqueue`]).
+    pub plan_ahead: bool,
     /// Speculative decoding (off by default).
     pub speculation: Speculation,
 }

@@ -307,6 +307,7 @@ mod tests {
             batch_wait: BatchWait::default(),
             adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
+            plan_ahead: false,
             speculation: crate::engine::Speculation::default(),
         }
     }
@@ -389,6 +390,7 @@ mod tests {
             batch_wait: BatchWait::default(),
             adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
+            plan_ahead: false,
             speculation: crate::engine::Speculation::default(),
         };
         let mut plan = RankPlan::default();

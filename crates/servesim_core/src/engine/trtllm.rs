@@ -215,6 +215,7 @@ mod tests {
             batch_wait: wait,
             adp_balance: None,
             frontend: crate::frontend::FrontendSpec::default(),
+            plan_ahead: false,
             speculation: crate::engine::Speculation::default(),
         }
     }

@@ -46,6 +46,7 @@ mod step;
 pub use setup::{
     release_before, release_triple, AllReduceImpl, EngineCalibration, GraphPolicy, MoeKernel, OpConstants,
     OpLevelSetup, SGLANG, SYNC_HOST_S_PER_SEQUENCE, SYNC_HOST_S_PER_STEP, TRTLLM, TRTLLM_1_0, VLLM,
+    VLLM_0_12,
 };
 
 /// Measured tables of one system, engine and engine version.

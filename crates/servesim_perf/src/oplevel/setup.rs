@@ -35,6 +35,9 @@ pub struct OpConstants {
     /// A serving process's work per streamed chunk (detokenise, build and write the event),
     /// seconds.
     pub frontend_chunk_s: f64,
+    /// A serving process's work per prompt token (tokenising the prompt), seconds; queued
+    /// with the request's own work.
+    pub frontend_prompt_token_s: f64,
     /// Host time per step that a step waits for when the engine schedules synchronously,
     /// seconds; 0 for an overlapping scheduler (see [`SYNC_HOST_S_PER_STEP`]).
     pub host_s_per_step: f64,
@@ -160,6 +163,7 @@ impl OpConstants {
             frontend_s: c.frontend_s,
             frontend_request_s: c.frontend_request_s,
             frontend_chunk_s: c.frontend_chunk_s,
+            frontend_prompt_token_s: c.frontend_prompt_token_s,
             quantized_gemm_floor: c.quantized_gemm_floor,
             ..OpConstants::default()
         }
@@ -180,6 +184,8 @@ pub struct EngineCalibration {
     pub frontend_request_s: f64,
     /// Serving-process work per streamed chunk (s).
     pub frontend_chunk_s: f64,
+    /// Serving-process work per prompt token (s).
+    pub frontend_prompt_token_s: f64,
     /// Quantized GEMMs' least efficiency relative to bf16 ([`OpConstants::quantized_gemm_floor`]).
     pub quantized_gemm_floor: Option<f64>,
 }
@@ -198,14 +204,35 @@ pub struct EngineCalibration {
 /// stay. The overhead is what an asynchronous scheduler leaves exposed; a synchronous one's
 /// host time replaces it ([`OpConstants::synchronous`]), which is how the 46 rows of vLLM
 /// 0.12 were fitted.
+///
+/// Its frontend is 30 ms and 6 µs a prompt token (thirty-fifth session), fitted once
+/// asynchronous releases replayed their batch queue (`SchedulerConfig::plan_ahead`: a request
+/// arriving during a step joins the step after next). The 527 aggregated rows of releases 0.14
+/// and later (InferenceX: 88 dense, Llama-3.1-70B; 439 MoE) showed a fixed 50 ms to be too
+/// long for short prompts at few clients (gpt-oss-120b on B200, 1,024 tokens, 4–8 clients:
+/// 30–53 ms measured, 61–69 predicted) and too short for long ones (8,192 tokens: 82–142 ms,
+/// 78–95 predicted). A grid over frontend {10, 20, 30, 40, 50, 80, 100, 120} ms × {0, 2, 4,
+/// 6, 8} µs a prompt token took their TTFT MAPE from 21.3% (dense) / 28.4% (MoE) to 20.9% /
+/// 20.8% at 30 ms and 6 µs (the batch queue alone, at 50 ms: 22.0% / 26.6%). The per-token
+/// cost is the serving process's own work on the prompt (tokenising, hashing its blocks for the
+/// prefix cache, serialising it to the engine core), queued in that process
+/// (`servesim_core::frontend`). vLLM 0.12 keeps 50 ms ([`VLLM_0_12`]).
 pub const VLLM: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.7e-3,
     prefill_scale: 1.0,
-    frontend_s: 0.050,
+    frontend_s: 0.030,
     frontend_request_s: 0.0,
     frontend_chunk_s: 0.0,
+    frontend_prompt_token_s: 6.0e-6,
     quantized_gemm_floor: None,
 };
+
+/// vLLM before 0.14 (synchronous scheduling): AIConfigurator's harness rows of 0.12.0 (55
+/// dense, 27 MoE on H100 and H200) keep the 50 ms frontend fitted before the per-token cost:
+/// on the same grid their dense TTFT MAPE is best at 50 ms and no per-token cost (40.3%; 6
+/// µs: 48.6%). Release and harness are confounded, as for TensorRT-LLM 1.0.
+pub const VLLM_0_12: EngineCalibration =
+    EngineCalibration { frontend_s: 0.050, frontend_prompt_token_s: 0.0, ..VLLM };
 
 /// SGLang: prefill scale from its 23 dense aggregated rows, same grid.
 ///
@@ -248,6 +275,7 @@ pub const SGLANG: EngineCalibration = EngineCalibration {
     frontend_s: 0.200,
     frontend_request_s: 0.0,
     frontend_chunk_s: 40.0e-6,
+    frontend_prompt_token_s: 0.0,
     quantized_gemm_floor: None,
 };
 /// TensorRT-LLM 1.1 and later (the default release, 1.3.0rc20, among them): 122 dense
@@ -272,6 +300,7 @@ pub const TRTLLM: EngineCalibration = EngineCalibration {
     frontend_s: 0.030,
     frontend_request_s: 0.0,
     frontend_chunk_s: 0.0,
+    frontend_prompt_token_s: 0.0,
     quantized_gemm_floor: Some(0.8),
 };
 
@@ -314,6 +343,7 @@ pub const TRTLLM_1_0: EngineCalibration = EngineCalibration {
     step_overhead_s: 0.6e-3,
     frontend_request_s: 6.0e-3,
     frontend_chunk_s: 70.0e-6,
+    frontend_prompt_token_s: 0.0,
     ..TRTLLM
 };
 
@@ -323,6 +353,7 @@ impl EngineCalibration {
     #[must_use]
     pub fn for_release(backend: &str, version: &str) -> Self {
         match backend {
+            "vllm" if release_before(version, (0, 14)) => VLLM_0_12,
             "vllm" => VLLM,
             "sglang" => SGLANG,
             _ if release_before(version, (1, 1)) => TRTLLM_1_0,
@@ -380,6 +411,7 @@ impl Default for OpConstants {
             frontend_s: 0.0,
             frontend_request_s: 0.0,
             frontend_chunk_s: 0.0,
+            frontend_prompt_token_s: 0.0,
             host_s_per_step: 0.0,
             host_s_per_sequence: 0.0,
             quantized_gemm_floor: None,

@@ -461,7 +461,8 @@ fn engine_releases_pick_their_calibration() {
         assert_eq!(EngineCalibration::for_release("trtllm", version), want, "{version}");
     }
     assert!(release_before("0.13.2", (0, 14)) && !release_before("0.14.0", (0, 14)));
-    assert_eq!(EngineCalibration::for_release("vllm", "0.12.0"), VLLM);
+    assert_eq!(EngineCalibration::for_release("vllm", "0.12.0"), VLLM_0_12);
+    assert_eq!(EngineCalibration::for_release("vllm", "0.14.0"), VLLM);
     assert_eq!(EngineCalibration::for_release("sglang", "0.5.9"), SGLANG);
     // The default release's constants are what a scenario without a release gets.
     let c = OpConstants::for_backend("trtllm");

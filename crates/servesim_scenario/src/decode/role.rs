@@ -198,7 +198,8 @@ fn decode_frontend(node: &Node, path: &str, cx: &mut Cx) -> FrontendConfig {
     }
     out.request_ms = f.take("request_ms").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e5));
     out.chunk_us = f.take("chunk_us").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e6));
-    f.finish(cx, &["processes", "stream_interval", "request_ms", "chunk_us"], "");
+    out.prompt_token_us = f.take("prompt_token_us").and_then(|(n, p)| number_in(n, &p, cx, 0.0, 1e4));
+    f.finish(cx, &["processes", "stream_interval", "request_ms", "chunk_us", "prompt_token_us"], "");
     out
 }
 
@@ -289,6 +290,7 @@ const SCHEDULER_KEYS: &[&str] = &[
     "scheduler_recv_interval",
     "enable_mixed_chunk",
     "async_scheduling",
+    "plan_ahead",
     "batch_wait_timeout_iters",
     "batch_wait_max_tokens_ratio",
     "attention_dp_config",
@@ -338,6 +340,7 @@ fn decode_scheduler(
         max_sequences: prefill.then_some(1),
         prefill_schedule_interval: 1,
         async_scheduling: true,
+        plan_ahead: None,
         chunked_prefill_size: None,
         sglang: servesim_core::engine::SglangKnobs::default(),
         batch_wait: servesim_core::engine::BatchWait::default(),
@@ -361,6 +364,9 @@ fn decode_scheduler(
     }
     if let Some((n, p)) = f.take("async_scheduling") {
         out.async_scheduling = boolean(n, &p, cx).unwrap_or(true);
+    }
+    if let Some((n, p)) = f.take("plan_ahead") {
+        out.plan_ahead = boolean(n, &p, cx);
     }
     if let Some((n, p)) = f.take("prefill_decode_interval") {
         out.sglang.prefill_decode_interval = u32_in(n, &p, cx, 0, 1000).unwrap_or(0);

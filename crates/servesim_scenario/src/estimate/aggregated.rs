@@ -36,6 +36,8 @@ pub(crate) struct Aggregated {
     pub(crate) b_max: f64,
     kv_limited: bool,
     frontend_ms: f64,
+    /// Steps already planned when a prompt arrives (1 for an engine that plans ahead).
+    planned_steps: f64,
     /// The replica's serving processes ([`ServingProcesses`]).
     serving: ServingProcesses,
     /// SGLang's `scheduler_recv_interval` (1 elsewhere): decode steps between intakes.
@@ -105,7 +107,8 @@ impl Aggregated {
         let serving = if spec.is_active() {
             ServingProcesses {
                 processes: f64::from(spec.processes),
-                request_ms: spec.per_request.as_secs_f64() * 1000.0,
+                // Tokenising the whole prompt, cached prefix included, is the request's work.
+                request_ms: spec.request_work(w.isl.round() as u32).as_secs_f64() * 1000.0,
                 token_ms: spec.per_token.as_secs_f64() * 1000.0,
                 ranks_per_replica: steps.dp as f64,
             }
@@ -122,6 +125,7 @@ impl Aggregated {
             kv_limited: by_kv < steps.max_seqs,
             b_max,
             frontend_ms: p.frontend_delay.as_secs_f64() * 1000.0,
+            planned_steps: if p.plans_ahead(role) { 1.0 } else { 0.0 },
             recv_interval: if p.config.engine.backend == Backend::Sglang {
                 f64::from(role.config.scheduler.sglang.recv_interval.max(1))
             } else {
@@ -192,7 +196,10 @@ impl Aggregated {
         // average), or with SGLang's receive interval the next of the intakes every that many
         // decode steps and right after each prefill step, whichever comes first.
         let intake_steps = self.recv_interval.min(cycle_steps / mix_steps.max(f64::MIN_POSITIVE)).max(1.0);
-        let wait_ms = intake_steps * mean_step / 2.0 + (cycle_steps - life) * mean_step;
+        // An engine that plans ahead had planned the next step before the prompt came: it
+        // waits one step more.
+        let wait_ms =
+            (intake_steps / 2.0 + self.planned_steps) * mean_step + (cycle_steps - life) * mean_step;
         let tpot_ms = if osl > 1.0 {
             (cycle_ms - own_ms).max(0.0) / (cycle_steps - k).max(1.0) / per_step
         } else {

@@ -465,11 +465,23 @@ impl Prepared {
         let c = OpConstants::for_backend(self.config.engine.backend.name());
         let request_s = f.request_ms.map_or(c.frontend_request_s, |ms| ms / 1e3);
         let chunk_s = f.chunk_us.map_or(c.frontend_chunk_s, |us| us / 1e6);
+        let prompt_token_s = f.prompt_token_us.map_or(c.frontend_prompt_token_s, |us| us / 1e6);
         // A chunk carries `stream_interval` tokens of one request: its work is spread over them.
         FrontendSpec::new(
             f.processes,
             SimDur::from_secs_f64(request_s),
             SimDur::from_secs_f64(chunk_s / f64::from(f.stream_interval.max(1))),
+        )
+        .with_prompt_token(SimDur::from_secs_f64(prompt_token_s))
+    }
+
+    /// Whether `role`'s engine plans each step while the one before it runs
+    /// (`scheduler.plan_ahead`; by default vLLM's async scheduling).
+    #[must_use]
+    pub fn plans_ahead(&self, role: &PreparedRole) -> bool {
+        let s = &role.config.scheduler;
+        s.plan_ahead.unwrap_or(
+            s.async_scheduling && self.config.engine.backend == servesim_core::engine::Backend::Vllm,
         )
     }
 
@@ -529,6 +541,7 @@ impl Prepared {
                 adp_balance: rc.scheduler.adp_balance,
                 frontend: self.frontend_spec(role),
                 speculation: self.speculation(),
+                plan_ahead: self.plans_ahead(role),
             };
             for _ in 0..rc.parallelism.replicas {
                 let ranks = make_ranks(

@@ -56,6 +56,10 @@ pub struct Knobs {
     pub frontend_request_ms: Option<f64>,
     /// `frontend.chunk_us` (aggregated rows).
     pub frontend_chunk_us: Option<f64>,
+    /// `frontend.prompt_token_us` (aggregated rows).
+    pub frontend_prompt_token_us: Option<f64>,
+    /// `scheduler.plan_ahead`, for every worker.
+    pub plan_ahead: Option<bool>,
     /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
     /// `None`: fixed lengths.
     pub length_floor: Option<f64>,
@@ -106,6 +110,9 @@ impl Knobs {
         }
         if let Some(x) = self.frontend_chunk_us {
             v.push(format!("chunk_us: {x}"));
+        }
+        if let Some(x) = self.frontend_prompt_token_us {
+            v.push(format!("prompt_token_us: {x}"));
         }
         v.join(", ")
     }
@@ -235,6 +242,9 @@ pub fn release_knobs(row: &SiliconRow, knobs: &Knobs) -> Knobs {
     if own.frontend_chunk_s != default.frontend_chunk_s {
         k.frontend_chunk_us = k.frontend_chunk_us.or(Some(own.frontend_chunk_s * 1e6));
     }
+    if own.frontend_prompt_token_s != default.frontend_prompt_token_s {
+        k.frontend_prompt_token_us = k.frontend_prompt_token_us.or(Some(own.frontend_prompt_token_s * 1e6));
+    }
     k
 }
 
@@ -270,11 +280,14 @@ fn role_yaml(
     let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
     let policy_seqs = l.batch.max(256).max(concurrency.div_ceil(ranks));
     let seqs = if prefill { l.batch.max(1) } else { recipe.max_sequences.unwrap_or(policy_seqs) };
-    let sync = if schedules_synchronously(&row.backend, &engine_release(row)) {
-        ", async_scheduling: false"
+    let mut sync = if schedules_synchronously(&row.backend, &engine_release(row)) {
+        ", async_scheduling: false".to_owned()
     } else {
-        ""
+        String::new()
     };
+    if let Some(on) = knobs.plan_ahead {
+        let _ = write!(sync, ", plan_ahead: {on}");
+    }
     let mut wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
         format!(", batch_wait_timeout_iters: {iters}, batch_wait_max_tokens_ratio: {ratio}")
     });
