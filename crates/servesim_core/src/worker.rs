@@ -472,7 +472,15 @@ impl Worker {
             any |= !plan.items.is_empty();
         }
         if !any {
-            return Ok(None);
+            if self.late.is_empty() {
+                return Ok(None);
+            }
+            // Nothing could run without them (what waits does not fit yet): the engine had
+            // planned an empty step, and plans them now.
+            while let Some((id, _)) = self.late.pop_front() {
+                self.receive(id, &mut reqs[id as usize]);
+            }
+            return self.start_step(now, reqs, timer, bounds);
         }
         let first = step_dur(timer.step_time(&self.loads)?);
         self.busy = true;
