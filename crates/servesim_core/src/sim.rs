@@ -469,21 +469,12 @@ impl Simulation {
                 self.finished += 1;
                 continue;
             }
-            if let Some(fe) = &mut worker.frontend {
-                let at = fe.admit(self.now, id, req.spec.input_tokens());
-                if at > self.now {
-                    // The serving process is busy: the engine sees the request later.
-                    #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
-                    self.queue.push_keyed(
-                        at,
-                        event_key(self.now, 0),
-                        Event::Dispatch { worker: w as u32, id },
-                    );
-                    req.worker = worker.id;
-                    worker.hold_in_frontend(id);
-                    self.requests.push(req);
-                    continue;
-                }
+            if let Some(at) = worker.pass_frontend(self.now, id, &mut req) {
+                // The serving process is busy: the engine sees the request later.
+                #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                self.queue.push_keyed(at, event_key(self.now, 0), Event::Dispatch { worker: w as u32, id });
+                self.requests.push(req);
+                continue;
             }
             worker.enqueue(self.now, id, &mut req);
             // A new request ends this worker's run after the step in flight.

@@ -203,7 +203,7 @@ pub struct Worker {
     /// With [`SchedulerConfig::plan_ahead`]: requests that arrived while the step in flight
     /// ran, with when each arrived; the step after it was planned before they came.
     late: VecDeque<(ReqId, SimTime)>,
-    /// Requests in the serving process's queue ([`Worker::hold_in_frontend`]).
+    /// Requests in the serving process's queue ([`Worker::pass_frontend`]).
     admitting: Vec<ReqId>,
     /// TensorRT-LLM's attention-DP balance counters ([`engine::AdpBalance`]).
     adp: engine::AdpBalanceState,
@@ -368,10 +368,17 @@ impl Worker {
         self.admitting.len() + self.late.len() + self.recv.inbox.len()
     }
 
-    /// Request `id` waits in the serving process's queue until it reaches the engine
-    /// ([`Worker::enqueue`]).
-    pub fn hold_in_frontend(&mut self, id: ReqId) {
+    /// Queues request `id`'s own work in its serving process at `now`. Returns when it
+    /// reaches the engine if that is later than `now` (the request is held here until then and
+    /// is [`Worker::enqueue`]d at that time); `None` when it can be enqueued at once.
+    pub fn pass_frontend(&mut self, now: SimTime, id: ReqId, req: &mut Request) -> Option<SimTime> {
+        let at = self.frontend.as_mut()?.admit(now, id, req.spec.input_tokens());
+        if at <= now {
+            return None;
+        }
+        req.worker = self.id;
         self.admitting.push(id);
+        Some(at)
     }
 
     /// Requests waiting on all ranks.

@@ -280,13 +280,13 @@ fn role_yaml(
     let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
     let policy_seqs = l.batch.max(256).max(concurrency.div_ceil(ranks));
     let seqs = if prefill { l.batch.max(1) } else { recipe.max_sequences.unwrap_or(policy_seqs) };
-    let mut sync = if schedules_synchronously(&row.backend, &engine_release(row)) {
+    let mut scheduling = if schedules_synchronously(&row.backend, &engine_release(row)) {
         ", async_scheduling: false".to_owned()
     } else {
         String::new()
     };
     if let Some(on) = knobs.plan_ahead {
-        let _ = write!(sync, ", plan_ahead: {on}");
+        let _ = write!(scheduling, ", plan_ahead: {on}");
     }
     let mut wait = recipe.batch_wait.map_or(String::new(), |(iters, ratio)| {
         format!(", batch_wait_timeout_iters: {iters}, batch_wait_max_tokens_ratio: {ratio}")
@@ -311,7 +311,7 @@ fn role_yaml(
     }
     let _ = writeln!(
         out,
-        "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{sync}{wait}}}",
+        "      scheduler: {{max_batched_tokens: {}, max_sequences: {seqs}{scheduling}{wait}}}",
         recipe.max_batched_tokens.unwrap_or(8192)
     );
     // The memory fraction follows the row's release even where the data has no tables of it
