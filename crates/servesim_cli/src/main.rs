@@ -62,6 +62,11 @@ impl Files for DiskFiles {
             let p = dir.join(path);
             return match std::fs::read(&p) {
                 Ok(b) => Ok(Some(b)),
+                // A table the directory lacks is timed on the roofline (and reported so), but
+                // a directory that is not there is a mistyped flag, not a choice.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !dir.is_dir() => {
+                    Err(format!("--data-dir {}: no such directory", dir.display()))
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(format!("cannot read {}: {e}", p.display())),
             };
@@ -413,6 +418,20 @@ impl From<ScenarioError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let data_dir = match &cli.command {
+        Command::Predict { data_dir, .. }
+        | Command::Recommend { data_dir, .. }
+        | Command::Estimate { data_dir, .. }
+        | Command::Validate { data_dir, .. }
+        | Command::Data { command: DataCommand::ExportFpm { data_dir, .. } } => data_dir.as_deref(),
+        Command::Data { .. } => None,
+    };
+    // A mistyped --data-dir is refused before anything runs; otherwise every table would be
+    // missing and every op timed on the roofline.
+    if let Some(dir) = data_dir.filter(|d| !d.is_dir()) {
+        eprintln!("error: --data-dir {}: no such directory", dir.display());
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Predict {
             config,

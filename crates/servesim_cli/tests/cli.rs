@@ -157,6 +157,56 @@ fn bad_config_exits_2_naming_every_field() {
 }
 
 #[test]
+fn a_missing_data_dir_exits_2_and_the_table_names_the_timing_data() {
+    let d = tmp("datadir");
+    let missing = d.with_extension("nowhere");
+    for args in [
+        &["predict", "-c", "data/scenarios/default.yaml", "--output-dir", d.to_str().unwrap()][..],
+        &["estimate", "-c", "data/scenarios/default.yaml"][..],
+        &["validate", "--silicon", "no-such.csv"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--data-dir", missing.to_str().unwrap()]);
+        let out = servesim(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(&format!("--data-dir {}: no such directory", missing.display())), "{err}");
+    }
+    assert!(!d.exists(), "nothing ran");
+
+    // A directory without the deployment's tables runs, and the table says every op was on
+    // the roofline; the built-in data says where its tables came from.
+    let empty = d.with_extension("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--data-dir",
+        empty.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("every op on the roofline; kernel lookups 0% measured, 0% interpolated, 0% extrapolated, 100% roofline"), "{table}");
+    let out = servesim(&[
+        "predict",
+        "-c",
+        "data/scenarios/default.yaml",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--overwrite",
+    ]);
+    let table = text(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("timing, aggregated: op_level, servesim data/perf/"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(!line.contains("0% measured, 0% interpolated"), "{line}");
+}
+
+#[test]
 fn malformed_yaml_and_bad_overrides_exit_2() {
     let d = tmp("syntax");
     let cfg = d.with_extension("yaml");

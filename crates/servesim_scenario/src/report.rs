@@ -605,9 +605,36 @@ pub fn summary_table(p: &Prediction) -> String {
             fe["mean_token_delay_ms"].as_f64().unwrap_or(0.0),
         ));
     }
+    for t in p.json["servesim"]["timing"].as_array().into_iter().flatten() {
+        out.push_str(&timing_line(t));
+        out.push('\n');
+    }
     for line in crate::details::time_lines(&p.json["details"]["time"]) {
         out.push_str(&line);
         out.push('\n');
     }
     out
+}
+
+/// One role's timing provenance for the table: which model and data timed its steps, and how
+/// its kernel lookups split between measured points, interpolation and the roofline (so a run
+/// that found no tables says so where the user looks, not only in prediction.json).
+fn timing_line(t: &Value) -> String {
+    let role = t["role"].as_str().unwrap_or("?");
+    let model = t["model"].as_str().unwrap_or("?");
+    let data = t["data"].as_str().unwrap_or("?");
+    let l = &t["lookups"];
+    let count = |k: &str| l[k].as_u64().unwrap_or(0);
+    let total = count("measured") + count("interpolated") + count("extrapolated") + count("roofline");
+    if total == 0 {
+        return format!("timing, {role}: {model}, {data}");
+    }
+    let pct = |k: &str| count(k) as f64 / total as f64 * 100.0;
+    format!(
+        "timing, {role}: {model}, {data}; kernel lookups {:.0}% measured, {:.0}% interpolated, {:.0}% extrapolated, {:.0}% roofline",
+        pct("measured"),
+        pct("interpolated"),
+        pct("extrapolated"),
+        pct("roofline"),
+    )
 }
