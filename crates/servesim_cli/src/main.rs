@@ -236,6 +236,10 @@ enum Command {
         /// Write every row's prediction and error as CSV.
         #[arg(long, value_name = "FILE")]
         rows_csv: Option<PathBuf>,
+        /// Rows replayed in parallel (default: the machine's cores; the results do not depend
+        /// on it).
+        #[arg(long)]
+        jobs: Option<usize>,
         /// Read servesim's data from this directory instead of the built-in copy.
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
@@ -459,6 +463,7 @@ fn main() -> ExitCode {
             filter,
             class,
             rows_csv,
+            jobs,
             data_dir,
             prefill_scale,
             step_overhead_ms,
@@ -500,7 +505,15 @@ fn main() -> ExitCode {
             } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
                 show_validation_scenarios(silicon, &filter, data_dir, &knobs)
             } else if let Some(silicon) = silicon.as_deref() {
-                validate(silicon, &filter, class.as_deref(), rows_csv.as_deref(), data_dir, &knobs)
+                validate(
+                    silicon,
+                    &filter,
+                    class.as_deref(),
+                    rows_csv.as_deref(),
+                    data_dir,
+                    &knobs,
+                    jobs_or_cores(jobs),
+                )
             } else {
                 Err(Failure {
                     code: 2,
@@ -533,6 +546,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--jobs`, else the machine's cores; at least one.
+fn jobs_or_cores(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)).max(1)
+}
+
 /// `servesim recommend`: evaluate every candidate on `jobs` threads, then rank and write.
 fn recommend(
     config: &Path,
@@ -558,9 +576,7 @@ fn recommend(
     }
     let files = DiskFiles::beside(config, data_dir);
     let total = spec.len();
-    let jobs = jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-        .max(1);
+    let jobs = jobs_or_cores(jobs);
     let show = std::io::stderr().is_terminal();
     let mut lost = 0usize;
     let mut run = |indices: &[usize], fidelity: Fidelity| -> Vec<Candidate> {
@@ -632,8 +648,9 @@ fn validate(
     rows_csv: Option<&Path>,
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
+    jobs: usize,
 ) -> Result<(), Failure> {
-    use servesim_scenario::validate::{run_row, summarize, table};
+    use servesim_scenario::validate::{run_row, summarize, table, Outcome};
     let started = Instant::now();
     let name = silicon.display().to_string();
     let bytes = std::fs::read(silicon)
@@ -665,13 +682,27 @@ fn validate(
     }
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     let show = std::io::stderr().is_terminal();
-    let mut outcomes = Vec::with_capacity(rows.len());
-    for (i, r) in rows.iter().enumerate() {
+    let progress = |done: usize, n: usize| {
         if show {
-            eprint!("\r{}/{} {:<60}", i + 1, rows.len(), r.id.chars().take(60).collect::<String>());
+            eprint!("\r{done}/{n} rows   ");
         }
-        outcomes.push(run_row(r, &catalog, &files, knobs));
-    }
+    };
+    // Rows are independent replays: the table is the same on any number of threads.
+    let outcomes: Vec<Outcome> = servesim_scenario::parallel::map(
+        rows.len(),
+        jobs,
+        &|i| run_row(&rows[i], &catalog, &files, knobs),
+        &progress,
+    )
+    .into_iter()
+    .map(|o| {
+        o.unwrap_or_else(|| Outcome {
+            predicted: None,
+            error: Some("the replay panicked: a bug in servesim (its message is above)".into()),
+            sized: None,
+        })
+    })
+    .collect();
     if show {
         eprintln!();
     }

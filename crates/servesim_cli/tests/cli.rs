@@ -370,6 +370,20 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     assert!(sized.ends_with('D') && sized.contains("P+"), "{pd}");
     let agg = rows.lines().find(|l| l.starts_with("agg8,")).unwrap();
     assert_eq!(agg.split(',').nth(col).unwrap(), "", "aggregated rows are not sized");
+    // Rows replay in parallel; one thread gives the same rows, in the same order.
+    let serial = dir.join("serial.csv");
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--rows-csv",
+        serial.to_str().unwrap(),
+        "--jobs",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&serial).unwrap(), rows);
+    assert_eq!(text(&out.stdout), table);
     // The sized pools are what --show-scenarios prints.
     let out =
         servesim(&["validate", "--silicon", file.to_str().unwrap(), "--show-scenarios", "--filter", "pd32"]);

@@ -17,6 +17,7 @@ pub mod edit;
 pub mod estimate;
 pub mod fpmgrid;
 pub mod node;
+pub mod parallel;
 pub mod perfdata;
 pub mod recommend;
 pub mod report;

@@ -476,8 +476,8 @@ fn best_of(spec: &Spec, feasible: Vec<&Candidate>, keep: usize, out: &mut Vec<us
 }
 
 /// Evaluates `indices` at `fidelity` on `jobs` native threads; `progress(done, of)` after each.
-/// Candidates whose thread panicked are missing from the result (a bug, reported by the caller
-/// comparing lengths). Native only: the page runs candidates on Web Workers instead.
+/// Candidates whose evaluation panicked are missing from the result (a bug, reported by the
+/// caller comparing lengths). Native only: the page runs candidates on Web Workers instead.
 #[must_use]
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate_parallel(
@@ -490,30 +490,15 @@ pub fn evaluate_parallel(
     jobs: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Vec<Candidate> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let n = indices.len();
-    let mut results = Vec::with_capacity(n);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..jobs.clamp(1, n.max(1)))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    while let Some(i) = indices.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        mine.push(evaluate_at(spec, *i, source, catalog, files, fidelity));
-                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, n);
-                    }
-                    mine
-                })
-            })
-            .collect();
-        for w in workers {
-            if let Ok(mine) = w.join() {
-                results.extend(mine);
-            }
-        }
-    });
+    let mut results: Vec<Candidate> = crate::parallel::map(
+        indices.len(),
+        jobs,
+        &|k| evaluate_at(spec, indices[k], source, catalog, files, fidelity),
+        progress,
+    )
+    .into_iter()
+    .flatten()
+    .collect();
     results.sort_by_key(|c| c.index);
     results
 }
