@@ -54,6 +54,14 @@ pub struct Recipe {
 ///   TTFTs that such a cap would make tens of seconds, so they ran under another revision.
 ///   The fp4 script's `--chunked-prefill-size 16384` and `--mem-fraction-static 0.85` are
 ///   what SGLang derives on B200 at TP8 anyway (16,384 and 0.853).
+/// - Qwen3.5-397B-A17B with SGLang on B200 and B300 (`qwen3.5_bf16_b200.sh`,
+///   `qwen3.5_fp8_b200.sh`, `qwen3.5_bf16_b300.sh` as of the rows' images, SGLang 0.5.9 to
+///   0.5.10): `--scheduler-recv-interval` 10, or 30 from 16 clients up; `--chunked-prefill-size`
+///   and `--max-prefill-tokens` 32,768; `--mem-fraction-static` 0.82. Their
+///   `--max-running-requests 128` is left out as for DeepSeek-R1: the 256-client rows measure
+///   2.2–2.5 s TTFTs where such a cap would queue half the clients for a whole request. The
+///   fp8 script's first revision ran NEXTN speculation and its later ones (SGLang 0.5.14) a
+///   fixed interval of 10; the rows' images are those of the revisions above.
 /// - DeepSeek-R1 with SGLang on H200 (`dsr1_fp8_h200.sh`): no `--kv-cache-dtype`, so the
 ///   KV cache stays in the model's bf16 (the B200 scripts pass `fp8_e4m3`);
 ///   `--chunked-prefill-size` and `--max-prefill-tokens` 32,768, `--mem-fraction-static`
@@ -109,6 +117,18 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
                 }
             } else {
                 interval
+            }
+        }
+        "sglang"
+            if row.model == "Qwen/Qwen3.5-397B-A17B"
+                && matches!(row.system.as_str(), "b200_sxm" | "b300_sxm") =>
+        {
+            Recipe {
+                recv_interval: Some(if row.concurrency >= 16 { 30 } else { 10 }),
+                chunked_prefill_size: Some(32_768),
+                max_prefill_tokens: Some(32_768),
+                memory_fraction: Some(0.82),
+                ..Recipe::default()
             }
         }
         "sglang" if deepseek && row.system == "h200_sxm" => Recipe {

@@ -495,6 +495,37 @@ fn the_default_memory_fraction_follows_the_engine_release() {
 /// InferenceX's TensorRT-LLM DeepSeek-R1 scripts size the token budget to the clients and
 /// the prompt, and set the KV memory fraction by GPU, precision and workload.
 #[test]
+fn inferencex_sglang_qwen3_5_rows_replay_with_their_recipe() {
+    let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: tp, moe_ep: 1, batch: 8 };
+    let mut r = row(Mode::Agg { layout: l(4) });
+    (r.backend, r.model, r.system, r.precision) =
+        ("sglang".into(), "Qwen/Qwen3.5-397B-A17B".into(), "b200_sxm".into(), "fp8".into());
+    r.source = "db-dump/2026-04-27; config_id=1; silicon_concurrency=16".into();
+    r.concurrency = 16;
+    let relaxed = Recipe {
+        recv_interval: Some(30),
+        chunked_prefill_size: Some(32_768),
+        max_prefill_tokens: Some(32_768),
+        memory_fraction: Some(0.82),
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), relaxed);
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("scheduler_recv_interval: 30"), "{y}");
+    assert!(y.contains("memory_fraction: 0.82"), "{y}");
+    // Below 16 clients the scheduler polls every 10 steps; B300 runs the same script.
+    r.concurrency = 8;
+    r.system = "b300_sxm".into();
+    assert_eq!(recipe(&r), Recipe { recv_interval: Some(10), ..relaxed });
+    // No recipe is known for H200, nor for runs outside InferenceX.
+    r.system = "h200_sxm".into();
+    assert_eq!(recipe(&r), Recipe::default());
+    r.system = "b200_sxm".into();
+    r.source = "source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=8".into();
+    assert_eq!(recipe(&r), Recipe::default());
+}
+
+#[test]
 fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
     let l = |tp| Layout { tp, pp: 1, dp: 1, moe_tp: 1, moe_ep: tp, batch: 8 };
     let mut r = row(Mode::Agg { layout: l(8) });
