@@ -45,7 +45,9 @@ pub struct Recipe {
 ///   --max_num_tokens 16384`, and for 1k/1k below TP8 also `batch_wait_timeout_iters: 20` and
 ///   `batch_wait_max_tokens_ratio: 0.9` ("will improve the performance" at 1k/1k, says the
 ///   script).
-/// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`):
+/// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`) and
+///   B300 (`dsr1_fp8_b300.sh`, `dsr1_fp4_b300.sh`, which "reuse the existing DSR1 B200 SGLang
+///   recipe as-is"):
 ///   `--scheduler-recv-interval` 10, or 30 from 16 clients up ("relax to ~30 requests between
 ///   scheduler recv polls"). The fp8 script's TP4 layout (8k/1k only) keeps 10 and sets
 ///   `--mem-fraction-static 0.95`, `--max-running-requests 32` and `--chunked-prefill-size
@@ -55,9 +57,10 @@ pub struct Recipe {
 ///   The fp4 script's `--chunked-prefill-size 16384` and `--mem-fraction-static 0.85` are
 ///   what SGLang derives on B200 at TP8 anyway (16,384 and 0.853).
 /// - Qwen3.5-397B-A17B with SGLang on B200 and B300 (`qwen3.5_bf16_b200.sh`,
-///   `qwen3.5_fp8_b200.sh`, `qwen3.5_bf16_b300.sh` as of the rows' images, SGLang 0.5.9 to
-///   0.5.10): `--scheduler-recv-interval` 10, or 30 from 16 clients up; `--chunked-prefill-size`
-///   and `--max-prefill-tokens` 32,768; `--mem-fraction-static` 0.82. Their
+///   `qwen3.5_fp8_b200.sh`, `qwen3.5_bf16_b300.sh`, `qwen3.5_fp4_b300.sh` as of the rows'
+///   images, SGLang 0.5.9 to 0.5.10): `--scheduler-recv-interval` 10, or 30 from 16 clients
+///   up; `--chunked-prefill-size` and `--max-prefill-tokens` 32,768; `--mem-fraction-static`
+///   0.82 (fp4: 0.8). Their
 ///   `--max-running-requests 128` is left out as for DeepSeek-R1: the 256-client rows measure
 ///   2.2–2.5 s TTFTs where such a cap would queue half the clients for a whole request. The
 ///   fp8 script's first revision ran NEXTN speculation and its later ones (SGLang 0.5.14) a
@@ -104,7 +107,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
             batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),
             ..Recipe::default()
         },
-        "sglang" if deepseek && row.system == "b200_sxm" => {
+        "sglang" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "b300_sxm") => {
             let fp8_tp4 = row.precision == "fp8" && tp == 4;
             let relaxed = row.concurrency >= 16 && !fp8_tp4;
             let interval = Recipe { recv_interval: Some(if relaxed { 30 } else { 10 }), ..Recipe::default() };
@@ -127,7 +130,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
                 recv_interval: Some(if row.concurrency >= 16 { 30 } else { 10 }),
                 chunked_prefill_size: Some(32_768),
                 max_prefill_tokens: Some(32_768),
-                memory_fraction: Some(0.82),
+                memory_fraction: Some(if row.precision == "fp4" { 0.8 } else { 0.82 }),
                 ..Recipe::default()
             }
         }

@@ -267,6 +267,9 @@ fn inferencex_sglang_deepseek_r1_rows_replay_with_their_recipe() {
     assert_eq!(interval(&r), Some(30));
     r.model = "deepseek-ai/DeepSeek-V3".into();
     assert_eq!(interval(&r), Some(30));
+    // B300's scripts reuse B200's recipe as it is.
+    let b300 = SiliconRow { system: "b300_sxm".into(), ..r.clone() };
+    assert_eq!(recipe(&b300), recipe(&r));
     for change in [
         |r: &mut SiliconRow| r.system = "gb200".into(),
         |r: &mut SiliconRow| r.backend = "vllm".into(),
@@ -513,10 +516,13 @@ fn inferencex_sglang_qwen3_5_rows_replay_with_their_recipe() {
     let y = scenario_yaml(&r, &Knobs::default(), false, None);
     assert!(y.contains("scheduler_recv_interval: 30"), "{y}");
     assert!(y.contains("memory_fraction: 0.82"), "{y}");
-    // Below 16 clients the scheduler polls every 10 steps; B300 runs the same script.
+    // Below 16 clients the scheduler polls every 10 steps; B300 runs the same script, whose
+    // fp4 revision keeps a 0.8 memory fraction.
     r.concurrency = 8;
     r.system = "b300_sxm".into();
     assert_eq!(recipe(&r), Recipe { recv_interval: Some(10), ..relaxed });
+    r.precision = "fp4".into();
+    assert_eq!(recipe(&r), Recipe { recv_interval: Some(10), memory_fraction: Some(0.8), ..relaxed });
     // No recipe is known for H200, nor for runs outside InferenceX.
     r.system = "h200_sxm".into();
     assert_eq!(recipe(&r), Recipe::default());
