@@ -713,6 +713,19 @@ fn validate(
              (decode workers to hold the concurrency, prefill workers at most {:.0}% busy); --rows-csv lists them",
             100.0 * servesim_scenario::validate::SIZED_PREFILL_UTILIZATION
         );
+        // Which share of the disaggregated error the sizing owns.
+        for (recorded, g) in s.disagg_by_recorded_workers.iter().rev() {
+            let which = if *recorded { "recording their worker counts" } else { "with sized pools" };
+            say!(
+                "  {} disaggregated rows {which}: TTFT / TPOT MAPE {:.1}% / {:.1}%, bias {:+.1}% / {:+.1}% ({} predicted)",
+                g.rows,
+                g.ttft_mape(),
+                g.tpot_mape(),
+                g.ttft_bias(),
+                g.tpot_bias(),
+                g.predicted
+            );
+        }
     }
     let mut errors: Vec<String> = rows
         .iter()

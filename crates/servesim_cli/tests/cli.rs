@@ -362,6 +362,7 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     let table = text(&out.stdout);
     assert!(table.contains("TTFT scatter") && table.contains("TPOT scatter"), "{table}");
     assert!(table.contains("1 disaggregated rows do not record their worker counts"), "{table}");
+    assert!(table.contains("1 disaggregated rows with sized pools: TTFT / TPOT MAPE"), "{table}");
     let rows = std::fs::read_to_string(&rows_csv).unwrap();
     let header: Vec<&str> = rows.lines().next().unwrap().split(',').collect();
     let col = header.iter().position(|h| *h == "sized_workers").unwrap();

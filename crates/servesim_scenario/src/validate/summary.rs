@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use servesim_data::silicon::SiliconRow;
+use servesim_data::silicon::{Mode, SiliconRow};
 
 use super::Outcome;
 use crate::catalog::Catalog;
@@ -145,6 +145,20 @@ pub struct Summary {
     pub by_class: BTreeMap<&'static str, Group>,
     /// Every row.
     pub overall: Group,
+    /// Disaggregated rows by whether they record both worker counts (`true`) or had their
+    /// pools sized by [`super::size_pools`] (`false`): how much of the error the sizing owns.
+    pub disagg_by_recorded_workers: BTreeMap<bool, Group>,
+}
+
+/// Whether a disaggregated row records both of its worker counts (`None` for an aggregated row).
+#[must_use]
+pub(super) fn records_worker_counts(row: &SiliconRow) -> Option<bool> {
+    match row.mode {
+        Mode::Disagg { prefill_workers, decode_workers, .. } => {
+            Some(prefill_workers.is_some() && decode_workers.is_some())
+        }
+        Mode::Agg { .. } => None,
+    }
 }
 
 /// Summarises outcomes.
@@ -160,6 +174,9 @@ pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -
         s.by_config.entry(key).or_default().add(r, o);
         s.by_class.entry(c).or_default().add(r, o);
         s.overall.add(r, o);
+        if let Some(recorded) = records_worker_counts(r) {
+            s.disagg_by_recorded_workers.entry(recorded).or_default().add(r, o);
+        }
     }
     // Scatter is measured within each family, then pooled into its class and the total.
     for (key, g) in &mut s.by_config {

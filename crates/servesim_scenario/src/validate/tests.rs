@@ -652,3 +652,32 @@ fn inferencex_layouts_written_as_the_product_of_tp_and_ep_replay_on_their_gpus()
     r.source = "source_file=/data/aic-auto-gap-analysis/x.csv".into();
     assert_eq!(interpret(&r, &catalog, &Knobs::default()), r);
 }
+
+/// Disaggregated rows are split by whether they record both worker counts, so the table can
+/// say how much of their error the pool sizing owns; aggregated rows are in neither group.
+#[test]
+fn disaggregated_rows_split_by_recorded_worker_counts() {
+    let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 8 };
+    let disagg = |p: Option<u32>, d: Option<u32>| {
+        row(Mode::Disagg { prefill: l, prefill_workers: p, decode: l, decode_workers: d })
+    };
+    let rows = vec![
+        disagg(Some(1), Some(2)),
+        disagg(None, None),
+        disagg(Some(1), None),
+        row(Mode::Agg { layout: l }),
+    ];
+    let out = |ttft: f64| Outcome {
+        predicted: Some((ttft * rows[0].ttft_ms, rows[0].tpot_ms)),
+        error: None,
+        sized: None,
+    };
+    let outs = vec![out(1.1), out(2.0), out(3.0), out(1.0)];
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    let recorded = &s.disagg_by_recorded_workers[&true];
+    let sized = &s.disagg_by_recorded_workers[&false];
+    assert_eq!((recorded.rows, sized.rows), (1, 2));
+    assert!((recorded.ttft_mape() - 10.0).abs() < 1e-9, "{}", recorded.ttft_mape());
+    assert!((sized.ttft_mape() - 150.0).abs() < 1e-9, "{}", sized.ttft_mape());
+    assert_eq!(summary::records_worker_counts(&rows[3]), None);
+}
