@@ -442,7 +442,25 @@ impl OpLevelTimer {
         (g.0, prov)
     }
 
-    /// Routed experts over `tokens` tokens of all ranks, with their all-to-all.
+    /// Whether the routed experts' tokens cross attention-DP ranks by all-to-all: SGLang's
+    /// DeepEP path, which its attention-DP deployments run (`--moe-a2a-backend deepep`), and
+    /// TensorRT-LLM's NVLink all-to-all where the NVLink domain spans nodes (NVL72: scale-out
+    /// at scale-up bandwidth) and experts are not split by tensor (AICDB §5, MoEDispatch).
+    /// Otherwise (vLLM's default backend, TensorRT-LLM within a node) every rank gathers all
+    /// ranks' tokens and reduce-scatters the outputs.
+    fn moe_all_to_all(&self) -> bool {
+        let hw = &self.s.hardware;
+        match self.db.backend.as_str() {
+            "sglang" => true,
+            "trtllm" => {
+                self.s.parallelism.moe_tensor <= 1 && hw.scale_out_bytes_per_s >= hw.scale_up_bytes_per_s
+            }
+            _ => false,
+        }
+    }
+
+    /// Routed experts over `tokens` tokens of all ranks, with the traffic that brings the
+    /// tokens to them and their outputs back.
     #[allow(clippy::cast_precision_loss)]
     fn moe_part(&mut self, tokens: u64) -> (f64, Tally, KindSeconds) {
         let mut prov = Tally::default();
@@ -457,16 +475,42 @@ impl OpLevelTimer {
         let mut secs = e.0 * layers;
         by_kind[const { Self::kind("moe") }] = secs;
         if p.attention_data > 1 {
-            // Dispatch and combine: each rank sends its tokens' hidden states to the experts'
-            // ranks (bf16), evenly split over ranks.
-            let per_rank = tokens / u64::from(p.attention_data);
-            let bytes = per_rank * u64::from(moe.experts_per_token) * self.s.model.hidden_size * 2;
-            let a = self.alltoall(bytes, p.attention_data * p.tensor.max(1));
-            if a.0 > 0.0 {
-                prov.count(const { Self::kind("nccl") }, a.1);
+            let gpus = p.attention_data * p.tensor.max(1);
+            let hidden = self.s.model.hidden_size;
+            let (pre, post) = if self.moe_all_to_all() {
+                // Dispatch and combine: each rank sends its tokens' hidden states to the
+                // experts' ranks (bf16), evenly split over ranks.
+                let per_rank = tokens / u64::from(p.attention_data);
+                let bytes = per_rank * u64::from(moe.experts_per_token) * hidden * 2;
+                let a = self.collective("alltoall", bytes, gpus);
+                (a, a)
+            } else {
+                // Every rank gathers all ranks' tokens before the experts and reduce-scatters
+                // their bf16 outputs after (AICDB §5: MoEDispatch with attention DP > 1).
+                // TensorRT-LLM on Blackwell (the GPUs with FP4 tensor cores) gathers the
+                // activations its experts quantise: NVFP4 (4 bits and one fp8 scale per 16
+                // values) or fp8; elsewhere, and vLLM, gather bf16.
+                let elems = tokens * hidden;
+                let blackwell = self.s.hardware.fp4_flops.is_some();
+                let pre_bytes = match (self.db.backend.as_str(), self.s.moe) {
+                    ("trtllm", crate::spec::MoeQuant::Nvfp4) if blackwell => elems / 2 + elems / 16,
+                    ("trtllm", crate::spec::MoeQuant::Fp8 | crate::spec::MoeQuant::Fp8Block) if blackwell => {
+                        elems
+                    }
+                    _ => elems * 2,
+                };
+                (
+                    self.collective("all_gather", pre_bytes, gpus),
+                    self.collective("reduce_scatter", elems * 2, gpus),
+                )
+            };
+            for part in [pre, post] {
+                if part.0 > 0.0 {
+                    prov.count(const { Self::kind("nccl") }, part.1);
+                }
             }
-            secs += 2.0 * a.0 * layers;
-            by_kind[const { Self::kind("nccl") }] = 2.0 * a.0 * layers;
+            secs += (pre.0 + post.0) * layers;
+            by_kind[const { Self::kind("nccl") }] = (pre.0 + post.0) * layers;
         }
         (secs, prov, by_kind)
     }

@@ -165,19 +165,22 @@ impl OpLevelTimer {
         (sol(&x), Source::Roofline)
     }
 
-    /// NCCL all-to-all of `bytes` per GPU over `gpus`.
+    /// NCCL collective `op` (`alltoall`, `all_gather`, `reduce_scatter`: the table's names)
+    /// over `gpus` with a message of `bytes`: per GPU for the all-to-all, the whole gathered
+    /// (or scattered) buffer for the other two, as nccl-tests size them.
     #[allow(clippy::cast_precision_loss)]
     #[must_use]
-    pub fn alltoall(&self, bytes: u64, gpus: u32) -> (f64, Source) {
+    pub fn collective(&self, op: &str, bytes: u64, gpus: u32) -> (f64, Source) {
         if gpus <= 1 || bytes == 0 {
             return (0.0, Source::Measured);
         }
         let hw = &self.s.hardware;
         let link = if gpus <= hw.gpus_per_node { hw.scale_up_bytes_per_s } else { hw.scale_out_bytes_per_s };
         let lat = self.s.constants.link_latency_s;
+        // Each GPU sends or receives all but its own share of the message.
         let sol = move |c: &[f64]| (c[0] - 1.0) / c[0] * c[1] / link + lat;
         let x = [f64::from(gpus), bytes as f64];
-        if let Some(g) = self.db.table(Family::Nccl).and_then(|t| t.slice(&["alltoall", "half"])) {
+        if let Some(g) = self.db.table(Family::Nccl).and_then(|t| t.slice(&[op, "half"])) {
             if let Some((ms, src)) = g.lookup(&x, Family::Nccl.scales(), sol) {
                 return (ms / 1e3, src);
             }

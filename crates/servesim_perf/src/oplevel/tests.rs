@@ -650,3 +650,73 @@ fn roofline_breakdowns_add_up_to_the_step_time() {
         }
     }
 }
+
+/// Under attention DP the routed experts' tokens travel as the engines move them: every
+/// rank gathers all ranks' tokens and reduce-scatters the bf16 outputs (vLLM, and
+/// TensorRT-LLM off NVL72, which gathers NVFP4 activations on Blackwell), or an all-to-all
+/// each way (SGLang's DeepEP, TensorRT-LLM where the NVLink domain spans nodes). Each collective
+/// is read from its own slice of the NCCL table, the message sized as nccl-tests size it.
+#[test]
+fn expert_traffic_under_attention_dp_follows_the_engine() {
+    let moe = Moe {
+        num_experts: 64,
+        experts_per_token: 4,
+        expert_intermediate_size: 1536,
+        shared_intermediate_size: 0,
+        dense_layers: 2,
+    };
+    let (tokens, dp) = (4096u64, 4u32);
+    let elems = tokens * 4096;
+    let per_rank_a2a = tokens / u64::from(dp) * 4 * 4096 * 2;
+    // Distinct latencies per collective and linear in bytes; the sizes a case needs are rows.
+    let lat = |op: &str, bytes: u64| {
+        let (base, per_byte) = match op {
+            "all_gather" => (0.010, 1e-9),
+            "reduce_scatter" => (0.020, 2e-9),
+            _ => (0.030, 3e-9),
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let ms = base + bytes as f64 * per_byte;
+        ms
+    };
+    let sizes = [1u64 << 10, elems * 2, elems / 2 + elems / 16, per_rank_a2a, 1 << 34];
+    let timer = |backend: &str, quant: MoeQuant, nvl72: bool| {
+        let mut rows: Vec<Row> = Vec::new();
+        for op in ["all_gather", "reduce_scatter", "alltoall"] {
+            for gpus in [2u64, 4, 8] {
+                for &b in &sizes {
+                    rows.push((vec![op.to_string(), "half".to_string()], vec![gpus, b], lat(op, b)));
+                }
+            }
+        }
+        let mut db = PerfDb::new("b200_sxm", backend, "test", "unit test");
+        db.insert(Rc::new(Table::from_rows(Family::Nccl, rows).unwrap()));
+        let mut s = setup(1);
+        s.model.moe = Some(moe.clone());
+        s.moe = quant;
+        s.hardware.fp4_flops = Some(9e15);
+        if nvl72 {
+            s.hardware.scale_out_bytes_per_s = s.hardware.scale_up_bytes_per_s;
+        }
+        s.parallelism = Parallelism { tensor: 1, attention_data: dp, moe_expert: dp, ..Parallelism::SINGLE };
+        OpLevelTimer::new(s, Rc::new(db))
+    };
+    let layers = 30.0;
+    let nccl_ms = |mut t: OpLevelTimer| t.moe_part(tokens).2[OpLevelTimer::kind("nccl")] * 1e3 / layers;
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-9 * want.max(1.0);
+    let gather_bf16 = lat("all_gather", elems * 2) + lat("reduce_scatter", elems * 2);
+    let got = nccl_ms(timer("vllm", MoeQuant::Nvfp4, false));
+    assert!(close(got, gather_bf16), "vLLM gathers bf16: {got} vs {gather_bf16}");
+    let got = nccl_ms(timer("trtllm", MoeQuant::Nvfp4, false));
+    let gather_fp4 = lat("all_gather", elems / 2 + elems / 16) + lat("reduce_scatter", elems * 2);
+    assert!(close(got, gather_fp4), "TensorRT-LLM gathers NVFP4: {got} vs {gather_fp4}");
+    let got = nccl_ms(timer("trtllm", MoeQuant::Nvfp4, true));
+    let a2a = 2.0 * lat("alltoall", per_rank_a2a);
+    assert!(close(got, a2a), "TensorRT-LLM on NVL72 sends all-to-all: {got} vs {a2a}");
+    let got = nccl_ms(timer("sglang", MoeQuant::Nvfp4, false));
+    assert!(close(got, a2a), "SGLang's DeepEP sends all-to-all: {got} vs {a2a}");
+    // Without attention DP nothing crosses ranks here (tensor-parallel all-reduces do).
+    let mut t = timer("vllm", MoeQuant::Bf16, false);
+    t.s.parallelism = Parallelism { tensor: 4, moe_expert: 4, ..Parallelism::SINGLE };
+    assert!(t.moe_part(tokens).2[OpLevelTimer::kind("nccl")].abs() < 1e-15);
+}
