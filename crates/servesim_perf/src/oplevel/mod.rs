@@ -114,6 +114,19 @@ impl PerfDb {
 /// The kinds of op a step is made of, for provenance reports.
 pub const OP_KINDS: [&str; 7] = ["gemm", "attention", "allreduce", "moe", "nccl", "elementwise", "p2p"];
 
+/// Expected number of expert-parallel ranks a token's `top_k` experts land on, with
+/// `experts` spread evenly over `ranks` and drawn without repeats: each rank misses all of
+/// them with probability C(E − E/R, k) / C(E, k).
+#[allow(clippy::cast_precision_loss)]
+fn distinct_ranks(experts: u32, top_k: u32, ranks: u32) -> f64 {
+    let (e, r) = (f64::from(experts.max(1)), f64::from(ranks.max(1)));
+    let per_rank = e / r;
+    let miss: f64 = (0..top_k.min(experts))
+        .map(|i| ((e - per_rank - f64::from(i)) / (e - f64::from(i))).max(0.0))
+        .product();
+    r * (1.0 - miss)
+}
+
 /// Byte-wise string equality usable in constants.
 const fn const_str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -477,30 +490,38 @@ impl OpLevelTimer {
         if p.attention_data > 1 {
             let gpus = p.attention_data * p.tensor.max(1);
             let hidden = self.s.model.hidden_size;
+            // The dispatched activations: TensorRT-LLM on Blackwell (the GPUs with FP4 tensor
+            // cores) quantises them before they travel, to NVFP4 (4 bits and one fp8 scale per
+            // 16 values) or fp8 (AICDB §5, MoEDispatch); elsewhere, and the other engines, send
+            // bf16. Outputs come back in bf16.
+            let blackwell = self.s.hardware.fp4_flops.is_some();
+            let pre_bytes = |elems: u64| match (self.db.backend.as_str(), self.s.moe) {
+                ("trtllm", crate::spec::MoeQuant::Nvfp4) if blackwell => elems / 2 + elems / 16,
+                ("trtllm", crate::spec::MoeQuant::Fp8 | crate::spec::MoeQuant::Fp8Block) if blackwell => {
+                    elems
+                }
+                _ => elems * 2,
+            };
             let (pre, post) = if self.moe_all_to_all() {
-                // Dispatch and combine: each rank sends its tokens' hidden states to the
-                // experts' ranks (bf16), evenly split over ranks.
+                // Dispatch and combine: each rank sends a token's hidden state once to every
+                // rank holding one of its experts, and gets the partial outputs back.
                 let per_rank = tokens / u64::from(p.attention_data);
-                let bytes = per_rank * u64::from(moe.experts_per_token) * hidden * 2;
-                let a = self.collective("alltoall", bytes, gpus);
-                (a, a)
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let elems = libm::round(
+                    per_rank as f64
+                        * hidden as f64
+                        * distinct_ranks(moe.num_experts, moe.experts_per_token, p.moe_expert.max(1)),
+                ) as u64;
+                (
+                    self.collective("alltoall", pre_bytes(elems), gpus),
+                    self.collective("alltoall", elems * 2, gpus),
+                )
             } else {
                 // Every rank gathers all ranks' tokens before the experts and reduce-scatters
                 // their bf16 outputs after (AICDB §5: MoEDispatch with attention DP > 1).
-                // TensorRT-LLM on Blackwell (the GPUs with FP4 tensor cores) gathers the
-                // activations its experts quantise: NVFP4 (4 bits and one fp8 scale per 16
-                // values) or fp8; elsewhere, and vLLM, gather bf16.
                 let elems = tokens * hidden;
-                let blackwell = self.s.hardware.fp4_flops.is_some();
-                let pre_bytes = match (self.db.backend.as_str(), self.s.moe) {
-                    ("trtllm", crate::spec::MoeQuant::Nvfp4) if blackwell => elems / 2 + elems / 16,
-                    ("trtllm", crate::spec::MoeQuant::Fp8 | crate::spec::MoeQuant::Fp8Block) if blackwell => {
-                        elems
-                    }
-                    _ => elems * 2,
-                };
                 (
-                    self.collective("all_gather", pre_bytes, gpus),
+                    self.collective("all_gather", pre_bytes(elems), gpus),
                     self.collective("reduce_scatter", elems * 2, gpus),
                 )
             };

@@ -654,8 +654,9 @@ fn roofline_breakdowns_add_up_to_the_step_time() {
 /// Under attention DP the routed experts' tokens travel as the engines move them: every
 /// rank gathers all ranks' tokens and reduce-scatters the bf16 outputs (vLLM, and
 /// TensorRT-LLM off NVL72, which gathers NVFP4 activations on Blackwell), or an all-to-all
-/// each way (SGLang's DeepEP, TensorRT-LLM where the NVLink domain spans nodes). Each collective
-/// is read from its own slice of the NCCL table, the message sized as nccl-tests size it.
+/// each way that sends a token once to each rank its experts are on (SGLang's DeepEP,
+/// TensorRT-LLM where the NVLink domain spans nodes). Each collective is read from its own
+/// slice of the NCCL table, the message sized as nccl-tests size it.
 #[test]
 fn expert_traffic_under_attention_dp_follows_the_engine() {
     let moe = Moe {
@@ -667,7 +668,10 @@ fn expert_traffic_under_attention_dp_follows_the_engine() {
     };
     let (tokens, dp) = (4096u64, 4u32);
     let elems = tokens * 4096;
-    let per_rank_a2a = tokens / u64::from(dp) * 4 * 4096 * 2;
+    // 16 experts a rank: a token misses a rank with probability (48·47·46·45)/(64·63·62·61).
+    let miss = (48.0 * 47.0 * 46.0 * 45.0) / (64.0 * 63.0 * 62.0 * 61.0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let a2a_elems = libm::round((tokens / 4) as f64 * 4096.0 * 4.0 * (1.0 - miss)) as u64;
     // Distinct latencies per collective and linear in bytes; the sizes a case needs are rows.
     let lat = |op: &str, bytes: u64| {
         let (base, per_byte) = match op {
@@ -679,7 +683,8 @@ fn expert_traffic_under_attention_dp_follows_the_engine() {
         let ms = base + bytes as f64 * per_byte;
         ms
     };
-    let sizes = [1u64 << 10, elems * 2, elems / 2 + elems / 16, per_rank_a2a, 1 << 34];
+    let fp4 = |e: u64| e / 2 + e / 16;
+    let sizes = [1u64 << 10, elems * 2, fp4(elems), a2a_elems * 2, fp4(a2a_elems), 1 << 34];
     let timer = |backend: &str, quant: MoeQuant, nvl72: bool| {
         let mut rows: Vec<Row> = Vec::new();
         for op in ["all_gather", "reduce_scatter", "alltoall"] {
@@ -708,15 +713,44 @@ fn expert_traffic_under_attention_dp_follows_the_engine() {
     let got = nccl_ms(timer("vllm", MoeQuant::Nvfp4, false));
     assert!(close(got, gather_bf16), "vLLM gathers bf16: {got} vs {gather_bf16}");
     let got = nccl_ms(timer("trtllm", MoeQuant::Nvfp4, false));
-    let gather_fp4 = lat("all_gather", elems / 2 + elems / 16) + lat("reduce_scatter", elems * 2);
+    let gather_fp4 = lat("all_gather", fp4(elems)) + lat("reduce_scatter", elems * 2);
     assert!(close(got, gather_fp4), "TensorRT-LLM gathers NVFP4: {got} vs {gather_fp4}");
     let got = nccl_ms(timer("trtllm", MoeQuant::Nvfp4, true));
-    let a2a = 2.0 * lat("alltoall", per_rank_a2a);
-    assert!(close(got, a2a), "TensorRT-LLM on NVL72 sends all-to-all: {got} vs {a2a}");
+    let a2a = lat("alltoall", fp4(a2a_elems)) + lat("alltoall", a2a_elems * 2);
+    assert!(close(got, a2a), "TensorRT-LLM on NVL72 dispatches NVFP4 all-to-all: {got} vs {a2a}");
     let got = nccl_ms(timer("sglang", MoeQuant::Nvfp4, false));
-    assert!(close(got, a2a), "SGLang's DeepEP sends all-to-all: {got} vs {a2a}");
+    let a2a = 2.0 * lat("alltoall", a2a_elems * 2);
+    assert!(close(got, a2a), "SGLang's DeepEP sends bf16 all-to-all: {got} vs {a2a}");
     // Without attention DP nothing crosses ranks here (tensor-parallel all-reduces do).
     let mut t = timer("vllm", MoeQuant::Bf16, false);
     t.s.parallelism = Parallelism { tensor: 4, moe_expert: 4, ..Parallelism::SINGLE };
     assert!(t.moe_part(tokens).2[OpLevelTimer::kind("nccl")].abs() < 1e-15);
+}
+
+/// The expected count of ranks a token's experts land on matches enumerating every choice
+/// of experts, and stays within its bounds (at least one rank, at most `min(k, ranks)`).
+#[test]
+fn distinct_ranks_match_enumeration() {
+    fn enumerate(experts: u32, k: u32, ranks: u32) -> f64 {
+        let per = experts / ranks;
+        let (mut sum, mut count) = (0u64, 0u64);
+        // Every k-subset of experts as a bit mask (small cases only).
+        for mask in 0u32..(1 << experts) {
+            if mask.count_ones() != k {
+                continue;
+            }
+            let hit = (0..ranks).filter(|r| (mask >> (r * per)) & ((1 << per) - 1) != 0).count();
+            sum += hit as u64;
+            count += 1;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let mean = sum as f64 / count as f64;
+        mean
+    }
+    for (e, k, r) in [(8, 2, 4), (8, 3, 2), (12, 4, 3), (16, 4, 8), (16, 1, 4), (8, 8, 4)] {
+        let want = enumerate(e, k, r);
+        let got = super::distinct_ranks(e, k, r);
+        assert!((got - want).abs() < 1e-12, "{e} experts, top-{k}, {r} ranks: {got} vs {want}");
+        assert!(got >= 1.0 - 1e-12 && got <= f64::from(k.min(r)) + 1e-12);
+    }
 }
