@@ -694,9 +694,8 @@ fn validate(
     .into_iter()
     .map(|o| {
         o.unwrap_or_else(|| Outcome {
-            predicted: None,
             error: Some("the replay panicked: a bug in servesim (its message is above)".into()),
-            sized: None,
+            ..Outcome::default()
         })
     })
     .collect();
@@ -706,16 +705,24 @@ fn validate(
     let s = summarize(&rows, &outcomes, &catalog);
     say!("servesim validate --silicon {name}: {} rows\n", rows.len());
     say_raw!("{}", table(&s));
-    let sized = outcomes.iter().filter(|o| o.sized.is_some()).count();
-    if sized > 0 {
+    let rows_from = |source: &str| s.disagg_by_workers.get(source).map_or(0, |g| g.rows);
+    let (sized, published) = (rows_from("sized"), rows_from("published"));
+    if sized + published > 0 {
         say!(
-            "\n{sized} disaggregated rows do not record their worker counts: pools sized from the estimate \
-             (decode workers to hold the concurrency, prefill workers at most {:.0}% busy); --rows-csv lists them",
+            "\n{} disaggregated rows do not record their worker counts: {published} replay the deployment \
+             InferenceX published for their clients (workers, layouts, decode batch), {sized} get pools sized from \
+             the estimate (decode workers to hold the concurrency, prefill workers at most {:.0}% busy); \
+             --rows-csv lists them",
+            sized + published,
             100.0 * servesim_scenario::validate::SIZED_PREFILL_UTILIZATION
         );
         // Which share of the disaggregated error the sizing owns.
-        for (recorded, g) in s.disagg_by_recorded_workers.iter().rev() {
-            let which = if *recorded { "recording their worker counts" } else { "with sized pools" };
+        for (source, g) in &s.disagg_by_workers {
+            let which = match *source {
+                "recorded" => "recording their worker counts",
+                "published" => "replaying InferenceX's published deployment",
+                _ => "with sized pools",
+            };
             say!(
                 "  {} disaggregated rows {which}: TTFT / TPOT MAPE {:.1}% / {:.1}%, bias {:+.1}% / {:+.1}% ({} predicted)",
                 g.rows,
@@ -740,7 +747,7 @@ fn validate(
         }
     }
     if let Some(path) = rows_csv {
-        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,error\n");
+        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,error\n");
         for (r, o) in rows.iter().zip(&outcomes) {
             let (pt, pp) = o
                 .predicted
@@ -748,7 +755,7 @@ fn validate(
             let _ = std::fmt::Write::write_fmt(
                 &mut w,
                 format_args!(
-                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},\"{}\"\n",
+                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},\"{}\"\n",
                     r.id,
                     r.line,
                     r.model,
@@ -761,6 +768,7 @@ fn validate(
                     r.ttft_ms,
                     r.tpot_ms,
                     o.sized.map_or(String::new(), |(p, d)| format!("{p}P+{d}D")),
+                    servesim_scenario::validate::workers_source(r, o).unwrap_or(""),
                     o.error.as_deref().unwrap_or("").replace('"', "'")
                 ),
             );
@@ -792,10 +800,20 @@ fn show_validation_scenarios(
     }) {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
         match servesim_scenario::validate::replayed_row(r, &catalog, &files, knobs) {
-            Ok((r, sized)) => {
-                let note = sized.map_or(String::new(), |(p, d)| {
-                    format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n")
-                });
+            Ok((replayed, sized)) => {
+                let note = match (sized, replayed.mode) {
+                    (Some((p, d)), _) => format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n"),
+                    (
+                        None,
+                        servesim_data::silicon::Mode::Disagg {
+                            prefill_workers: Some(p), decode_workers: Some(d), ..
+                        },
+                    ) if servesim_scenario::validate::replays_published(r, knobs) => format!(
+                        "# worker counts not recorded: InferenceX's published deployment, {p} prefill + {d} decode\n"
+                    ),
+                    _ => String::new(),
+                };
+                let r = replayed;
                 let tables = servesim_scenario::validate::tables_version(&r, &files);
                 say!(
                     "---\n{note}{}",

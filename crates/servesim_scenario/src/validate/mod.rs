@@ -26,12 +26,14 @@ use servesim_perf::spec::MoeQuant;
 use crate::catalog::Catalog;
 use crate::scenario::{predict_with_catalog, Files};
 
+mod deployments;
 mod recipe;
 mod summary;
 
 pub use recipe::{recipe, Recipe, AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS, AIC_TOKENS_PER_BLOCK};
 pub use summary::{
-    class, compare_requests, requests_table, summarize, table, Group, RequestComparison, Summary,
+    class, compare_requests, requests_table, summarize, table, workers_source, Group, RequestComparison,
+    Summary,
 };
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
@@ -119,7 +121,7 @@ impl Knobs {
 }
 
 /// What happened to one row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     /// Predicted mean TTFT and TPOT (ms), when the row could be predicted.
     pub predicted: Option<(f64, f64)>,
@@ -128,6 +130,8 @@ pub struct Outcome {
     /// Prefill and decode workers chosen by [`size_pools`] for a disaggregated row that does
     /// not record them.
     pub sized: Option<(u32, u32)>,
+    /// Whether the row replayed InferenceX's published deployment ([`replays_published`]).
+    pub published: bool,
 }
 
 /// Most busy a sized prefill pool is at the replay's request rate: the headroom capacity
@@ -279,7 +283,22 @@ fn role_yaml(
     let ranks = (replicas.max(1) * l.dp.max(1)).max(1);
     let recipe = if knobs.no_recipes { Recipe::default() } else { recipe(row) };
     let policy_seqs = l.batch.max(256).max(concurrency.div_ceil(ranks));
-    let seqs = if prefill { l.batch.max(1) } else { recipe.max_sequences.unwrap_or(policy_seqs) };
+    // InferenceX's published disaggregated deployments cap a decode rank at its recipe's batch
+    // and run TensorRT-LLM's decode experts on TRTLLM-gen kernels without attention DP
+    // (`moe_config: {backend: TRTLLM}` in those recipes, CUTLASS or DeepGEMM with it).
+    let published = if knobs.no_recipes || prefill {
+        None
+    } else {
+        deployments::published(row).filter(|d| deployments::is_published_decode(d, l))
+    };
+    let seqs = if prefill {
+        l.batch.max(1)
+    } else {
+        published.and_then(|d| d.decode_batch).or(recipe.max_sequences).unwrap_or(policy_seqs)
+    };
+    let moe_kernel = recipe.moe_kernel.or_else(|| {
+        published.filter(|_| row.backend == "trtllm" && l.dp <= 1).map(|_| MoeKernel::MinLatency)
+    });
     let mut scheduling = if schedules_synchronously(&row.backend, &engine_release(row)) {
         ", async_scheduling: false".to_owned()
     } else {
@@ -327,7 +346,7 @@ fn role_yaml(
         fraction.map_or(String::new(), |f| format!(", capacity: {{type: default, memory_fraction: {f}}}"));
     let _ = writeln!(out, "      kv_cache: {{prefix_caching: false{capacity}}}");
     let mut k = knobs.yaml();
-    if let Some(m) = recipe.moe_kernel.filter(|_| knobs.moe_kernel.is_none()) {
+    if let Some(m) = moe_kernel.filter(|_| knobs.moe_kernel.is_none()) {
         let sep = if k.is_empty() { "" } else { ", " };
         let _ = write!(k, "{sep}moe_kernel: {}", m.name());
     }
@@ -548,7 +567,17 @@ pub fn size_pools(
     Ok(Some((p, d)))
 }
 
-/// The row as it is replayed: [`interpret`]ed, with [`size_pools`]' counts filled in.
+/// Whether a disaggregated row replays the deployment InferenceX published for it (workers,
+/// layouts and decode batch from its benchmark configuration, `validate/deployments.rs`)
+/// instead of pools sized from the estimate: an InferenceX row that records no worker counts
+/// and whose clients ran exactly one deployment, unless recipes are off.
+#[must_use]
+pub fn replays_published(row: &SiliconRow, knobs: &Knobs) -> bool {
+    !knobs.no_recipes && deployments::replayed(row).is_some()
+}
+
+/// The row as it is replayed: [`interpret`]ed, with InferenceX's published deployment
+/// ([`replays_published`]) or [`size_pools`]' counts filled in.
 ///
 /// # Errors
 /// As [`size_pools`].
@@ -559,6 +588,16 @@ pub fn replayed_row(
     knobs: &Knobs,
 ) -> Result<(SiliconRow, Option<(u32, u32)>), String> {
     let mut r = interpret(row, catalog, knobs);
+    if let Some(d) = deployments::replayed(row).filter(|_| replays_published(row, knobs)) {
+        let prefill = d.prefill.layout(deployments::Deployment::prefill_prompts(row.isl));
+        let decode = d.decode.layout(d.decode_batch.unwrap_or(1));
+        r.mode = Mode::Disagg {
+            prefill,
+            prefill_workers: Some(d.prefill.workers),
+            decode,
+            decode_workers: Some(d.decode.workers),
+        };
+    }
     let sized = size_pools(&r, catalog, files, knobs)?;
     if let (Some((p, d)), Mode::Disagg { prefill, decode, .. }) = (sized, r.mode) {
         r.mode = Mode::Disagg { prefill, prefill_workers: Some(p), decode, decode_workers: Some(d) };
@@ -573,12 +612,18 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
     let flat = |e: &str| e.lines().collect::<Vec<_>>().join(" ");
     let (r, sized) = match replayed_row(row, catalog, files, knobs) {
         Ok(x) => x,
-        Err(e) => return Outcome { predicted: None, error: Some(flat(&e)), sized: None },
+        Err(e) => return Outcome { error: Some(flat(&e)), ..Outcome::default() },
     };
+    let published = replays_published(row, knobs);
     let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
     match predict_with_catalog(&yaml, &row.id, catalog, files) {
-        Ok(p) => Outcome { predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)), error: None, sized },
-        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized },
+        Ok(p) => Outcome {
+            predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)),
+            error: None,
+            sized,
+            published,
+        },
+        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized, published },
     }
 }
 

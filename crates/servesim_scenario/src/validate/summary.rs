@@ -145,18 +145,20 @@ pub struct Summary {
     pub by_class: BTreeMap<&'static str, Group>,
     /// Every row.
     pub overall: Group,
-    /// Disaggregated rows by whether they record both worker counts (`true`) or had their
-    /// pools sized by [`super::size_pools`] (`false`): how much of the error the sizing owns.
-    pub disagg_by_recorded_workers: BTreeMap<bool, Group>,
+    /// Disaggregated rows by where their worker counts came from ([`workers_source`]): how
+    /// much of the error the pool sizing owns.
+    pub disagg_by_workers: BTreeMap<&'static str, Group>,
 }
 
-/// Whether a disaggregated row records both of its worker counts (`None` for an aggregated row).
+/// Where a disaggregated row's replayed worker counts came from: `"recorded"` by the row,
+/// `"published"` by InferenceX's benchmark configuration, or `"sized"` from the estimate
+/// (`None` for an aggregated row).
 #[must_use]
-pub(super) fn records_worker_counts(row: &SiliconRow) -> Option<bool> {
+pub fn workers_source(row: &SiliconRow, o: &Outcome) -> Option<&'static str> {
     match row.mode {
-        Mode::Disagg { prefill_workers, decode_workers, .. } => {
-            Some(prefill_workers.is_some() && decode_workers.is_some())
-        }
+        Mode::Disagg { prefill_workers: Some(_), decode_workers: Some(_), .. } => Some("recorded"),
+        Mode::Disagg { .. } if o.published => Some("published"),
+        Mode::Disagg { .. } => Some("sized"),
         Mode::Agg { .. } => None,
     }
 }
@@ -174,8 +176,8 @@ pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -
         s.by_config.entry(key).or_default().add(r, o);
         s.by_class.entry(c).or_default().add(r, o);
         s.overall.add(r, o);
-        if let Some(recorded) = records_worker_counts(r) {
-            s.disagg_by_recorded_workers.entry(recorded).or_default().add(r, o);
+        if let Some(source) = workers_source(r, o) {
+            s.disagg_by_workers.entry(source).or_default().add(r, o);
         }
     }
     // Scatter is measured within each family, then pooled into its class and the total.

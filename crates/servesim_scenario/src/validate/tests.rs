@@ -396,8 +396,8 @@ fn groups_compute_mape_bias_and_coverage() {
     let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let rows = vec![row(Mode::Agg { layout: l }), row(Mode::Agg { layout: l })];
     let outs = vec![
-        Outcome { predicted: Some((110.0, 9.0)), error: None, sized: None },
-        Outcome { predicted: None, error: Some("refused".into()), sized: None },
+        Outcome { predicted: Some((110.0, 9.0)), ..Outcome::default() },
+        Outcome { error: Some("refused".into()), ..Outcome::default() },
     ];
     let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
     let g = &s.overall;
@@ -418,8 +418,7 @@ fn scatter_is_the_error_left_after_each_family_best_scale() {
     // scale 0.7: residual 2/7, where the median 0.6 would leave 1/3).
     let out = |ttft: f64| Outcome {
         predicted: Some((ttft * rows[0].ttft_ms, rows[0].tpot_ms)),
-        error: None,
-        sized: None,
+        ..Outcome::default()
     };
     let outs = vec![out(1.2), out(1.2), out(1.5), out(0.5), out(0.7)];
     let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
@@ -653,10 +652,11 @@ fn inferencex_layouts_written_as_the_product_of_tp_and_ep_replay_on_their_gpus()
     assert_eq!(interpret(&r, &catalog, &Knobs::default()), r);
 }
 
-/// Disaggregated rows are split by whether they record both worker counts, so the table can
-/// say how much of their error the pool sizing owns; aggregated rows are in neither group.
+/// Disaggregated rows are split by where their worker counts came from (the row, InferenceX's
+/// published deployment, or the estimate), so the table can say how much of their error the
+/// pool sizing owns; aggregated rows are in no group.
 #[test]
-fn disaggregated_rows_split_by_recorded_worker_counts() {
+fn disaggregated_rows_split_by_where_their_worker_counts_came_from() {
     let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 8 };
     let disagg = |p: Option<u32>, d: Option<u32>| {
         row(Mode::Disagg { prefill: l, prefill_workers: p, decode: l, decode_workers: d })
@@ -665,19 +665,65 @@ fn disaggregated_rows_split_by_recorded_worker_counts() {
         disagg(Some(1), Some(2)),
         disagg(None, None),
         disagg(Some(1), None),
+        disagg(None, None),
         row(Mode::Agg { layout: l }),
     ];
-    let out = |ttft: f64| Outcome {
+    let out = |ttft: f64, published: bool| Outcome {
         predicted: Some((ttft * rows[0].ttft_ms, rows[0].tpot_ms)),
-        error: None,
-        sized: None,
+        published,
+        ..Outcome::default()
     };
-    let outs = vec![out(1.1), out(2.0), out(3.0), out(1.0)];
+    let outs = vec![out(1.1, false), out(2.0, false), out(3.0, false), out(1.5, true), out(1.0, false)];
     let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
-    let recorded = &s.disagg_by_recorded_workers[&true];
-    let sized = &s.disagg_by_recorded_workers[&false];
-    assert_eq!((recorded.rows, sized.rows), (1, 2));
-    assert!((recorded.ttft_mape() - 10.0).abs() < 1e-9, "{}", recorded.ttft_mape());
-    assert!((sized.ttft_mape() - 150.0).abs() < 1e-9, "{}", sized.ttft_mape());
-    assert_eq!(summary::records_worker_counts(&rows[3]), None);
+    let g = &s.disagg_by_workers;
+    assert_eq!((g["recorded"].rows, g["sized"].rows, g["published"].rows), (1, 2, 1));
+    assert!((g["recorded"].ttft_mape() - 10.0).abs() < 1e-9, "{}", g["recorded"].ttft_mape());
+    assert!((g["sized"].ttft_mape() - 150.0).abs() < 1e-9, "{}", g["sized"].ttft_mape());
+    assert!((g["published"].ttft_mape() - 50.0).abs() < 1e-9);
+    assert_eq!(workers_source(&rows[4], &outs[4]), None);
+}
+
+/// An InferenceX disaggregated row that records no worker counts replays the deployment its
+/// benchmark configuration published for its clients: DeepSeek-R1 fp4 on B200 at 1k/1k and
+/// 2,192 clients ran one DEP4 prefill worker (16 prompts a rank a step) and two DEP8 decode
+/// workers of batch 128 (`ctx1_gen2_dep8_batch128`); at 10 clients five TEP8 decode workers
+/// on TRTLLM-gen experts. `--no-recipes` sizes the pools instead.
+#[test]
+fn inferencex_disaggregated_rows_replay_their_published_deployment() {
+    let catalog = Catalog::builtin().unwrap();
+    let files = crate::NoFiles;
+    let l = Layout { tp: 4, pp: 1, dp: 1, moe_tp: 1, moe_ep: 4, batch: 1 };
+    let mut r = row(Mode::Disagg { prefill: l, prefill_workers: None, decode: l, decode_workers: None });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp4".into());
+    (r.gemm_quant, r.moe_quant) = ("nvfp4".into(), "nvfp4".into());
+    r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=2192".into();
+    (r.isl, r.osl, r.concurrency) = (1024, 1024, 2192);
+    let knobs = Knobs::default();
+    assert!(replays_published(&r, &knobs));
+    let (replayed, sized) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+    assert_eq!(sized, None);
+    let Mode::Disagg { prefill, prefill_workers, decode, decode_workers } = replayed.mode else { panic!() };
+    assert_eq!((prefill_workers, decode_workers), (Some(1), Some(2)));
+    assert_eq!((prefill.tp, prefill.dp, prefill.moe_ep, prefill.batch), (1, 4, 4, 16));
+    assert_eq!((decode.tp, decode.dp, decode.moe_ep), (1, 8, 8));
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(y.contains("replicas: 2, tensor: 1, pipeline: 1, attention_data: 8"), "{y}");
+    assert!(y.contains("max_sequences: 16"), "{y}");
+    assert!(y.contains("max_sequences: 128"), "{y}");
+    assert!(!y.contains("min_latency"), "{y}");
+    // Ten clients: five TEP8 decode workers, which run TRTLLM-gen experts.
+    r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=10".into();
+    r.concurrency = 10;
+    let (replayed, _) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(y.contains("replicas: 5, tensor: 8, pipeline: 1, attention_data: 1"), "{y}");
+    assert!(y.contains("timing: {moe_kernel: min_latency}"), "{y}");
+    let out = run_row(&r, &catalog, &files, &knobs);
+    assert!(out.published && out.sized.is_none() && out.predicted.is_some(), "{out:?}");
+    // Without recipes the row is sized as before, and its layouts are the file's.
+    let off = Knobs { no_recipes: true, ..Knobs::default() };
+    assert!(!replays_published(&r, &off));
+    let (_, sized) = replayed_row(&r, &catalog, &files, &off).unwrap();
+    assert!(sized.is_some());
 }

@@ -1,0 +1,278 @@
+//! InferenceX's published disaggregated deployments.
+//!
+//! InferenceX's exports record a disaggregated row's layouts but not how many workers of each
+//! role ran, and they lose the attention data parallelism of both roles (a `dep8` decode
+//! worker is written `tp 8, attention_dp 1`) and the decode worker's expert degree. Its
+//! benchmark configuration (`nvidia-master.yaml`) lists, for every model, GPU, precision and
+//! framework, which deployment ran at which client counts: workers, GPUs a worker, expert
+//! parallelism and attention DP per role, and the srt-slurm recipe whose name carries the
+//! decode batch a rank. `inferencex_disagg.csv` transcribes it; [`published`] finds a row's
+//! entry. A row whose clients appear in entries that deploy differently (a speculative and a
+//! plain configuration at the same client count, or two pool sizes) has no published
+//! deployment, and its pools are sized as before.
+
+use std::sync::OnceLock;
+
+use servesim_data::silicon::{Layout, SiliconRow};
+
+use super::recipe::from_inferencex;
+
+/// The transcribed table, embedded.
+const TABLE: &str = include_str!("inferencex_disagg.csv");
+
+/// Prompts a prefill rank batches in one step: the srt-slurm TensorRT-LLM context servers
+/// run `max_batch_size: 16` (`max_num_tokens: 16384`) for 1k-token prompts and
+/// `max_batch_size: 1` (`max_num_tokens: 8320`) for 8k-token ones
+/// (`recipes/trtllm/b200-fp8/1k1k/stp/ctx1_gen5_dep8_batch48_…`, `…/8k1k/stp/ctx1_gen4_tp8_…`).
+const SHORT_PROMPT_PREFILL_BATCH: u32 = 16;
+/// The longest prompt the 16-prompt context batch above is configured for.
+const SHORT_PROMPT_TOKENS: u32 = 1024;
+
+/// One role of a published deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// Workers of the role.
+    pub workers: u32,
+    /// GPUs a worker.
+    pub gpus: u32,
+    /// Expert-parallel degree.
+    pub ep: u32,
+    /// Attention data parallelism over the worker's GPUs (else tensor parallelism).
+    pub attention_dp: bool,
+}
+
+impl Role {
+    /// The role's layout with `batch` requests a rank.
+    #[must_use]
+    pub fn layout(self, batch: u32) -> Layout {
+        let (tp, dp) = if self.attention_dp { (1, self.gpus) } else { (self.gpus, 1) };
+        let ep = self.ep.clamp(1, self.gpus.max(1));
+        Layout { tp, pp: 1, dp, moe_tp: (self.gpus / ep).max(1), moe_ep: ep, batch }
+    }
+}
+
+/// A published disaggregated deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deployment {
+    /// Prefill role.
+    pub prefill: Role,
+    /// Decode role.
+    pub decode: Role,
+    /// Most requests a decode rank runs (the recipe's batch), when the entry names it.
+    pub decode_batch: Option<u32>,
+}
+
+impl Deployment {
+    /// Prompts a prefill rank runs in one step at `isl`-token prompts
+    /// ([`SHORT_PROMPT_PREFILL_BATCH`]).
+    #[must_use]
+    pub fn prefill_prompts(isl: u32) -> u32 {
+        if isl <= SHORT_PROMPT_TOKENS {
+            SHORT_PROMPT_PREFILL_BATCH
+        } else {
+            1
+        }
+    }
+}
+
+/// One line of the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    config: String,
+    isl: u32,
+    osl: u32,
+    concurrency: Vec<u32>,
+    deployment: Deployment,
+}
+
+/// Parses the table; an error names the malformed line (a test checks there is none).
+fn parse(text: &str) -> Result<Vec<Entry>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') || line.starts_with("config,") || line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        let bad = |what: &str| format!("inferencex_disagg.csv:{}: {what}", n + 1);
+        if f.len() != 14 {
+            return Err(bad("expected 14 fields"));
+        }
+        let num = |i: usize| {
+            f[i].trim().parse::<u32>().map_err(|_| bad(&format!("field {} is not a count", i + 1)))
+        };
+        let role = |i: usize| -> Result<Role, String> {
+            Ok(Role { workers: num(i)?, gpus: num(i + 1)?, ep: num(i + 2)?, attention_dp: num(i + 3)? == 1 })
+        };
+        let concurrency = f[4]
+            .split_whitespace()
+            .map(|c| c.parse::<u32>().map_err(|_| bad("clients are not counts")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let decode_batch = if f[13].trim().is_empty() { None } else { Some(num(13)?) };
+        out.push(Entry {
+            config: f[0].to_string(),
+            isl: num(1)?,
+            osl: num(2)?,
+            concurrency,
+            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch },
+        });
+    }
+    Ok(out)
+}
+
+fn table() -> &'static [Entry] {
+    static T: OnceLock<Vec<Entry>> = OnceLock::new();
+    T.get_or_init(|| parse(TABLE).unwrap_or_default())
+}
+
+/// The configuration keys a row's benchmark could have run under (`dsr1-fp4-b200-dynamo-trt`,
+/// and the `-mtp` variant some frameworks keep apart).
+fn configs(row: &SiliconRow) -> Option<[String; 2]> {
+    let model = if row.model.contains("DeepSeek-R1") || row.model.contains("DeepSeek-V3") {
+        "dsr1"
+    } else if row.model.contains("gpt-oss-120b") {
+        "gptoss"
+    } else {
+        return None;
+    };
+    let gpu = row.system.strip_suffix("_sxm").unwrap_or(&row.system);
+    let framework = match row.backend.as_str() {
+        "trtllm" => "dynamo-trt",
+        "sglang" => "dynamo-sglang",
+        _ => return None,
+    };
+    let base = format!("{model}-{}-{gpu}-{framework}", row.precision);
+    Some([format!("{base}-mtp"), base])
+}
+
+/// The deployment InferenceX published for a disaggregated row of its own, when exactly one
+/// deployment ran at the row's clients. Entries that differ only in a decode batch the
+/// clients never reach count as one (the larger batch is kept).
+#[must_use]
+pub fn published(row: &SiliconRow) -> Option<Deployment> {
+    if !row.disaggregated() || !from_inferencex(row) {
+        return None;
+    }
+    let keys = configs(row)?;
+    let found: Vec<&Deployment> = table()
+        .iter()
+        .filter(|e| {
+            keys.contains(&e.config)
+                && e.isl == row.isl
+                && e.osl == row.osl
+                && e.concurrency.contains(&row.concurrency)
+        })
+        .map(|e| &e.deployment)
+        .collect();
+    let first = **found.first()?;
+    let same_pools = |d: &&Deployment| d.prefill == first.prefill && d.decode == first.decode;
+    if !found.iter().all(same_pools) {
+        return None;
+    }
+    let ranks =
+        first.decode.workers.max(1) * if first.decode.attention_dp { first.decode.gpus.max(1) } else { 1 };
+    let per_rank = row.concurrency.div_ceil(ranks);
+    let batches: Vec<Option<u32>> = found.iter().map(|d| d.decode_batch).collect();
+    let decode_batch = batches.iter().copied().max().flatten();
+    let smallest = batches.iter().copied().min().flatten();
+    if batches.iter().any(|b| *b != batches[0]) && smallest.is_none_or(|b| b < per_rank) {
+        return None;
+    }
+    Some(Deployment { decode_batch, ..first })
+}
+
+/// The published deployment a row replays with: [`published`], for a row that records
+/// neither worker count (a count the row records is kept, with its layouts).
+#[must_use]
+pub fn replayed(row: &SiliconRow) -> Option<Deployment> {
+    match row.mode {
+        servesim_data::silicon::Mode::Disagg { prefill_workers: None, decode_workers: None, .. } => {
+            published(row)
+        }
+        _ => None,
+    }
+}
+
+/// Whether `decode` is the decode layout of `d` as [`replayed`] sets it.
+#[must_use]
+pub fn is_published_decode(d: &Deployment, decode: &Layout) -> bool {
+    d.decode.layout(d.decode_batch.unwrap_or(1)) == *decode
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servesim_data::silicon::Mode;
+
+    #[test]
+    fn the_table_parses_and_covers_its_configurations() {
+        let t = parse(TABLE).unwrap();
+        assert_eq!(t.len(), table().len());
+        assert!(t.len() > 300, "{}", t.len());
+        for e in &t {
+            let d = e.deployment;
+            assert!(d.prefill.workers >= 1 && d.decode.workers >= 1, "{e:?}");
+            assert!(d.prefill.gpus % d.prefill.ep == 0 && d.decode.gpus % d.decode.ep == 0, "{e:?}");
+            assert!(!e.concurrency.is_empty(), "{e:?}");
+        }
+        assert!(parse("a,1,2\n").is_err());
+        assert!(parse("x,1024,1024,none,4 x,1,4,4,1,1,8,8,0,\n").is_err());
+    }
+
+    fn row(system: &str, precision: &str, isl: u32, concurrency: u32) -> SiliconRow {
+        let l = Layout { tp: 4, pp: 1, dp: 1, moe_tp: 1, moe_ep: 4, batch: 1 };
+        SiliconRow {
+            line: 2,
+            id: "r".into(),
+            source: format!("source_file=2026-03-25.csv; silicon_concurrency={concurrency}"),
+            backend: "trtllm".into(),
+            backend_version: "0.8.1.post1".into(),
+            model: "deepseek-ai/DeepSeek-R1".into(),
+            system: system.into(),
+            precision: precision.into(),
+            gemm_quant: String::new(),
+            moe_quant: String::new(),
+            isl,
+            osl: 1024,
+            concurrency,
+            mode: Mode::Disagg { prefill: l, prefill_workers: None, decode: l, decode_workers: None },
+            ttft_ms: 100.0,
+            tpot_ms: 10.0,
+        }
+    }
+
+    /// DeepSeek-R1 fp4 on B200 at 1k/1k: 2,192 clients ran one DEP4 prefill worker and two
+    /// DEP8 decode workers of batch 128; 10 clients ran five TEP8 decode workers, with and
+    /// without MTP alike (batch 32 either way).
+    #[test]
+    fn rows_find_their_published_deployment() {
+        let d = published(&row("b200_sxm", "fp4", 1024, 2192)).unwrap();
+        assert_eq!(d.prefill, Role { workers: 1, gpus: 4, ep: 4, attention_dp: true });
+        assert_eq!(d.decode, Role { workers: 2, gpus: 8, ep: 8, attention_dp: true });
+        assert_eq!(d.decode_batch, Some(128));
+        assert_eq!(d.decode.layout(128), Layout { tp: 1, pp: 1, dp: 8, moe_tp: 1, moe_ep: 8, batch: 128 });
+        let d = published(&row("b200_sxm", "fp4", 1024, 10)).unwrap();
+        assert_eq!((d.decode.workers, d.decode.attention_dp, d.decode_batch), (5, false, Some(32)));
+        // fp4 on B300 at 1k/1k and 10 clients: MTP ran 5 TEP8 workers of batch 32, the plain
+        // run 5 TEP4 workers of batch 4, so the row does not say which.
+        assert_eq!(published(&row("b300_sxm", "fp4", 1024, 10)), None);
+        // Clients no entry lists, other sources and aggregated rows have none.
+        assert_eq!(published(&row("b200_sxm", "fp4", 1024, 11)), None);
+        let mut other = row("b200_sxm", "fp4", 1024, 2192);
+        other.source = "source_file=/x/aic-auto-gap-analysis/data.csv".into();
+        assert_eq!(published(&other), None);
+        let mut agg = row("b200_sxm", "fp4", 1024, 2192);
+        agg.mode = Mode::Agg { layout: Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 1 } };
+        assert_eq!(published(&agg), None);
+        // GB200 fp4 at 8k/1k and 12 clients: MTP's batch 8 and the plain run's 16 over four
+        // TEP8 workers hold 3 a rank either way.
+        let d = published(&row("gb200", "fp4", 8192, 12)).unwrap();
+        assert_eq!((d.decode.workers, d.decode_batch), (4, Some(16)));
+    }
+
+    #[test]
+    fn prefill_ranks_batch_as_the_context_servers_were_configured() {
+        assert_eq!(Deployment::prefill_prompts(1024), 16);
+        assert_eq!(Deployment::prefill_prompts(8192), 1);
+        assert_eq!(Deployment::prefill_prompts(100), 16);
+    }
+}
