@@ -296,6 +296,10 @@ enum Command {
         /// With --nextn: drafts accepted per round on average (0 to nextn).
         #[arg(long, requires = "nextn")]
         nextn_accepted: Option<f64>,
+        /// Probability that each MTP draft is accepted, for the rows whose published
+        /// InferenceX deployment speculated (default: the calibrated constant).
+        #[arg(long, value_parser = probability)]
+        mtp_acceptance: Option<f64>,
         /// Print the prediction.yaml each row is replayed as, instead of running it.
         #[arg(long)]
         show_scenarios: bool,
@@ -478,6 +482,7 @@ fn main() -> ExitCode {
             no_recipes,
             nextn,
             nextn_accepted,
+            mtp_acceptance,
             show_scenarios,
         } => {
             let knobs = servesim_scenario::validate::Knobs {
@@ -496,6 +501,7 @@ fn main() -> ExitCode {
                 mla_attention_dp,
                 no_recipes,
                 speculation: nextn.zip(nextn_accepted),
+                mtp_acceptance,
             };
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate_requests(log, config, data_dir)
@@ -544,6 +550,14 @@ fn main() -> ExitCode {
 }
 
 /// `--jobs`, else the machine's cores; at least one.
+/// A probability argument: a number from 0 to 1.
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("expected a probability from 0 to 1, got '{text}'")),
+    }
+}
+
 fn jobs_or_cores(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)).max(1)
 }
@@ -801,17 +815,12 @@ fn show_validation_scenarios(
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
         match servesim_scenario::validate::replayed_row(r, &catalog, &files, knobs) {
             Ok((replayed, sized)) => {
-                let note = match (sized, replayed.mode) {
+                let note = match (sized, servesim_scenario::validate::published_workers(r, knobs)) {
                     (Some((p, d)), _) => format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n"),
-                    (
-                        None,
-                        servesim_data::silicon::Mode::Disagg {
-                            prefill_workers: Some(p), decode_workers: Some(d), ..
-                        },
-                    ) if servesim_scenario::validate::replays_published(r, knobs) => format!(
+                    (None, Some((p, d))) => format!(
                         "# worker counts not recorded: InferenceX's published deployment, {p} prefill + {d} decode\n"
                     ),
-                    _ => String::new(),
+                    (None, None) => String::new(),
                 };
                 let r = replayed;
                 let tables = servesim_scenario::validate::tables_version(&r, &files);

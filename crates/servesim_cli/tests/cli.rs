@@ -230,6 +230,13 @@ fn malformed_yaml_and_bad_overrides_exit_2() {
     let out = servesim(&["predict", "-c", "does/not/exist.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("does/not/exist.yaml"));
+    let out = servesim(&["validate", "--silicon", "x.csv", "--mtp-acceptance", "1.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("expected a probability from 0 to 1, got '1.5'"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

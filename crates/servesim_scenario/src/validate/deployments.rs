@@ -60,6 +60,9 @@ pub struct Deployment {
     pub decode: Role,
     /// Most requests a decode rank runs (the recipe's batch), when the entry names it.
     pub decode_batch: Option<u32>,
+    /// MTP draft tokens a decode step proposes, when every entry that ran at the row's
+    /// clients speculated with that depth (`mtpN` in the recipe name).
+    pub drafts: Option<u32>,
 }
 
 impl Deployment {
@@ -108,12 +111,24 @@ fn parse(text: &str) -> Result<Vec<Entry>, String> {
             .map(|c| c.parse::<u32>().map_err(|_| bad("clients are not counts")))
             .collect::<Result<Vec<_>, _>>()?;
         let decode_batch = if f[13].trim().is_empty() { None } else { Some(num(13)?) };
+        // `none`, `mtpN`, or `mtp` with no depth named (kept apart from `none` by `Some(0)`).
+        let spec = match f[3].trim() {
+            "none" => None,
+            "mtp" => Some(0),
+            other => Some(
+                other
+                    .strip_prefix("mtp")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| bad("speculation is not none, mtp or mtpN"))?,
+            ),
+        };
         out.push(Entry {
             config: f[0].to_string(),
             isl: num(1)?,
             osl: num(2)?,
             concurrency,
-            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch },
+            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch, drafts: spec },
         });
     }
     Ok(out)
@@ -164,6 +179,8 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
         .map(|e| &e.deployment)
         .collect();
     let first = **found.first()?;
+    // Speculation is known only where every entry at these clients ran the same depth.
+    let drafts = first.drafts.filter(|n| *n > 0 && found.iter().all(|d| d.drafts == first.drafts));
     let same_pools = |d: &&Deployment| d.prefill == first.prefill && d.decode == first.decode;
     if !found.iter().all(same_pools) {
         return None;
@@ -177,7 +194,7 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
     if batches.iter().any(|b| *b != batches[0]) && smallest.is_none_or(|b| b < per_rank) {
         return None;
     }
-    Some(Deployment { decode_batch, ..first })
+    Some(Deployment { decode_batch, drafts, ..first })
 }
 
 /// The published deployment a row replays with: [`published`], for a row that records
@@ -216,6 +233,7 @@ mod tests {
         }
         assert!(parse("a,1,2\n").is_err());
         assert!(parse("x,1024,1024,none,4 x,1,4,4,1,1,8,8,0,\n").is_err());
+        assert!(parse("x,1024,1024,mtpx,4,1,4,4,1,1,8,8,0,\n").is_err());
     }
 
     fn row(system: &str, precision: &str, isl: u32, concurrency: u32) -> SiliconRow {
@@ -248,10 +266,14 @@ mod tests {
         let d = published(&row("b200_sxm", "fp4", 1024, 2192)).unwrap();
         assert_eq!(d.prefill, Role { workers: 1, gpus: 4, ep: 4, attention_dp: true });
         assert_eq!(d.decode, Role { workers: 2, gpus: 8, ep: 8, attention_dp: true });
-        assert_eq!(d.decode_batch, Some(128));
+        assert_eq!((d.decode_batch, d.drafts), (Some(128), None));
         assert_eq!(d.decode.layout(128), Layout { tp: 1, pp: 1, dp: 8, moe_tp: 1, moe_ep: 8, batch: 128 });
         let d = published(&row("b200_sxm", "fp4", 1024, 10)).unwrap();
         assert_eq!((d.decode.workers, d.decode.attention_dp, d.decode_batch), (5, false, Some(32)));
+        // Both an MTP and a plain run at 10 clients: the row does not say which speculated.
+        assert_eq!(d.drafts, None);
+        // 1,214 clients ran only `ctx1_gen2_dep8_batch64_eplb0_mtp2`.
+        assert_eq!(published(&row("b200_sxm", "fp4", 1024, 1214)).unwrap().drafts, Some(2));
         // fp4 on B300 at 1k/1k and 10 clients: MTP ran 5 TEP8 workers of batch 32, the plain
         // run 5 TEP4 workers of batch 4, so the row does not say which.
         assert_eq!(published(&row("b300_sxm", "fp4", 1024, 10)), None);

@@ -79,6 +79,22 @@ pub struct Knobs {
     /// `nextn_accepted` accepted on average. The file does not record which runs speculated,
     /// so this is a what-if for a filtered set of rows, never a default.
     pub speculation: Option<(u32, f64)>,
+    /// Probability that each MTP draft is accepted, for rows whose published deployment
+    /// speculated (`deployments::Deployment::drafts`); `None`: [`MTP_DRAFT_ACCEPTANCE`].
+    pub mtp_acceptance: Option<f64>,
+}
+
+/// Probability that an MTP draft token is accepted, given the ones before it were: one
+/// global constant, fitted on the calibration file's InferenceX rows whose published
+/// deployment speculated (`docs/validation.md`, "Speculation in the published deployments").
+pub const MTP_DRAFT_ACCEPTANCE: f64 = 0.75;
+
+/// Drafts accepted per round on average when each of `drafts` is accepted with probability
+/// `p` after the ones before it: p + p² + … + pⁿ.
+#[must_use]
+pub fn accepted_drafts(drafts: u32, p: f64) -> f64 {
+    let p = p.clamp(0.0, 1.0);
+    (1..=drafts).map(|i| libm::pow(p, f64::from(i))).sum()
 }
 
 impl Knobs {
@@ -286,11 +302,7 @@ fn role_yaml(
     // InferenceX's published disaggregated deployments cap a decode rank at its recipe's batch
     // and run TensorRT-LLM's decode experts on TRTLLM-gen kernels without attention DP
     // (`moe_config: {backend: TRTLLM}` in those recipes, CUTLASS or DeepGEMM with it).
-    let published = if knobs.no_recipes || prefill {
-        None
-    } else {
-        deployments::published(row).filter(|d| deployments::is_published_decode(d, l))
-    };
+    let published = if prefill { None } else { published_deployment(row, knobs) };
     let seqs = if prefill {
         l.batch.max(1)
     } else {
@@ -395,7 +407,14 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     if !knobs.no_recipes && recipe(row).chunked_prefill == Some(false) {
         let _ = writeln!(y, "  enable_chunked_prefill: false");
     }
-    if let Some((nextn, accepted)) = knobs.speculation {
+    // A published deployment that speculated replays its drafts (the what-if overrides it).
+    let published = published_deployment(row, knobs);
+    let published_drafts = published.and_then(|d| d.drafts);
+    let speculation = knobs.speculation.or_else(|| {
+        published_drafts
+            .map(|n| (n, accepted_drafts(n, knobs.mtp_acceptance.unwrap_or(MTP_DRAFT_ACCEPTANCE))))
+    });
+    if let Some((nextn, accepted)) = speculation {
         let _ = writeln!(y, "  nextn: {nextn}");
         let _ = writeln!(y, "  nextn_accepted: {accepted}");
     }
@@ -411,12 +430,12 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
                 &mut y,
                 "prefill",
                 &strip(prefill, dense),
-                prefill_workers.unwrap_or(1),
+                prefill_workers.or(published.map(|d| d.prefill.workers)).unwrap_or(1),
                 true,
                 row,
                 knobs,
             );
-            let decode_workers = decode_workers.unwrap_or(1);
+            let decode_workers = decode_workers.or(published.map(|d| d.decode.workers)).unwrap_or(1);
             role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row, knobs);
         }
     }
@@ -567,6 +586,22 @@ pub fn size_pools(
     Ok(Some((p, d)))
 }
 
+/// The published deployment a row (as [`replayed_row`] returns it) replays: its counts blank
+/// and its decode layout the deployment's.
+fn published_deployment(row: &SiliconRow, knobs: &Knobs) -> Option<deployments::Deployment> {
+    let Mode::Disagg { decode, .. } = row.mode else { return None };
+    deployments::replayed(row).filter(|d| !knobs.no_recipes && deployments::is_published_decode(d, &decode))
+}
+
+/// Prefill and decode workers of the deployment InferenceX published for a row, when the row
+/// replays it ([`replays_published`]).
+#[must_use]
+pub fn published_workers(row: &SiliconRow, knobs: &Knobs) -> Option<(u32, u32)> {
+    deployments::replayed(row)
+        .filter(|_| replays_published(row, knobs))
+        .map(|d| (d.prefill.workers, d.decode.workers))
+}
+
 /// Whether a disaggregated row replays the deployment InferenceX published for it (workers,
 /// layouts and decode batch from its benchmark configuration, `validate/deployments.rs`)
 /// instead of pools sized from the estimate: an InferenceX row that records no worker counts
@@ -589,14 +624,12 @@ pub fn replayed_row(
 ) -> Result<(SiliconRow, Option<(u32, u32)>), String> {
     let mut r = interpret(row, catalog, knobs);
     if let Some(d) = deployments::replayed(row).filter(|_| replays_published(row, knobs)) {
+        // The counts stay blank: the scenario takes them, the decode batch, the experts'
+        // kernels and the drafts from the published deployment (`published_deployment`).
         let prefill = d.prefill.layout(deployments::Deployment::prefill_prompts(row.isl));
         let decode = d.decode.layout(d.decode_batch.unwrap_or(1));
-        r.mode = Mode::Disagg {
-            prefill,
-            prefill_workers: Some(d.prefill.workers),
-            decode,
-            decode_workers: Some(d.decode.workers),
-        };
+        r.mode = Mode::Disagg { prefill, prefill_workers: None, decode, decode_workers: None };
+        return Ok((r, None));
     }
     let sized = size_pools(&r, catalog, files, knobs)?;
     if let (Some((p, d)), Mode::Disagg { prefill, decode, .. }) = (sized, r.mode) {

@@ -704,10 +704,13 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     let (replayed, sized) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
     assert_eq!(sized, None);
     let Mode::Disagg { prefill, prefill_workers, decode, decode_workers } = replayed.mode else { panic!() };
-    assert_eq!((prefill_workers, decode_workers), (Some(1), Some(2)));
+    // The counts stay blank in the row; the scenario takes them from the deployment.
+    assert_eq!((prefill_workers, decode_workers), (None, None));
+    assert_eq!(published_workers(&r, &knobs), Some((1, 2)));
     assert_eq!((prefill.tp, prefill.dp, prefill.moe_ep, prefill.batch), (1, 4, 4, 16));
     assert_eq!((decode.tp, decode.dp, decode.moe_ep), (1, 8, 8));
     let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(y.contains("replicas: 1, tensor: 1, pipeline: 1, attention_data: 4"), "{y}");
     assert!(y.contains("replicas: 2, tensor: 1, pipeline: 1, attention_data: 8"), "{y}");
     assert!(y.contains("max_sequences: 16"), "{y}");
     assert!(y.contains("max_sequences: 128"), "{y}");
@@ -721,9 +724,51 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     assert!(y.contains("timing: {moe_kernel: min_latency}"), "{y}");
     let out = run_row(&r, &catalog, &files, &knobs);
     assert!(out.published && out.sized.is_none() && out.predicted.is_some(), "{out:?}");
+    // Ten clients ran with and without MTP alike: no drafts.
+    assert!(!y.contains("nextn"), "{y}");
+    // 1,214 clients ran only `ctx1_gen2_dep8_batch64_eplb0_mtp2`: two drafts a round, each
+    // accepted with the calibrated probability after the one before it; `--nextn` overrides.
+    r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=1214".into();
+    r.concurrency = 1214;
+    let (replayed, _) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    let p = MTP_DRAFT_ACCEPTANCE;
+    assert!(y.contains("  nextn: 2\n"), "{y}");
+    assert!(y.contains(&format!("  nextn_accepted: {}\n", p + p * p)), "{y}");
+    let what_if = Knobs { speculation: Some((3, 1.5)), ..Knobs::default() };
+    let y = scenario_yaml(&replayed, &what_if, false, None);
+    assert!(y.contains("  nextn: 3\n") && y.contains("  nextn_accepted: 1.5\n"), "{y}");
+    let y = scenario_yaml(&replayed, &Knobs { mtp_acceptance: Some(0.5), ..Knobs::default() }, false, None);
+    assert!(y.contains("  nextn_accepted: 0.75\n"), "{y}");
     // Without recipes the row is sized as before, and its layouts are the file's.
     let off = Knobs { no_recipes: true, ..Knobs::default() };
     assert!(!replays_published(&r, &off));
+    let (replayed_off, _) = replayed_row(&r, &catalog, &files, &off).unwrap();
+    assert!(!scenario_yaml(&replayed_off, &off, false, None).contains("nextn"));
+    // A row that records its counts keeps them and its layouts, without the published recipe,
+    // even where they are the published deployment's.
+    let mut recorded = r.clone();
+    recorded.mode = Mode::Disagg {
+        prefill: Layout { tp: 1, pp: 1, dp: 4, moe_tp: 1, moe_ep: 4, batch: 16 },
+        prefill_workers: Some(1),
+        decode: Layout { tp: 1, pp: 1, dp: 8, moe_tp: 1, moe_ep: 8, batch: 64 },
+        decode_workers: Some(2),
+    };
+    assert!(!replays_published(&recorded, &knobs));
+    let (replayed, _) = replayed_row(&recorded, &catalog, &files, &knobs).unwrap();
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(!y.contains("nextn") && !y.contains("max_sequences: 64,"), "{y}");
     let (_, sized) = replayed_row(&r, &catalog, &files, &off).unwrap();
     assert!(sized.is_some());
+}
+
+/// Expected accepted drafts of a round: p + p² + … + pⁿ, each draft accepted only after the
+/// one before it.
+#[test]
+fn accepted_drafts_sum_the_chain() {
+    assert!((accepted_drafts(3, 0.5) - 0.875).abs() < 1e-12);
+    assert!((accepted_drafts(1, 0.75) - 0.75).abs() < 1e-12);
+    assert!(accepted_drafts(4, 0.0).abs() < 1e-12);
+    assert!((accepted_drafts(3, 1.0) - 3.0).abs() < 1e-12);
+    assert!((accepted_drafts(2, 2.0) - 2.0).abs() < 1e-12, "clamped to a probability");
 }
