@@ -78,6 +78,13 @@ impl Deployment {
     }
 }
 
+/// Whether an entry speculated: `none`, or `mtpN` (`mtp` where the entry names no depth).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Speculation {
+    None,
+    Mtp(Option<u32>),
+}
+
 /// One line of the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
@@ -85,6 +92,8 @@ struct Entry {
     isl: u32,
     osl: u32,
     concurrency: Vec<u32>,
+    speculation: Speculation,
+    /// The entry's deployment (`drafts` left to [`published`], which sees every entry).
     deployment: Deployment,
 }
 
@@ -111,24 +120,24 @@ fn parse(text: &str) -> Result<Vec<Entry>, String> {
             .map(|c| c.parse::<u32>().map_err(|_| bad("clients are not counts")))
             .collect::<Result<Vec<_>, _>>()?;
         let decode_batch = if f[13].trim().is_empty() { None } else { Some(num(13)?) };
-        // `none`, `mtpN`, or `mtp` with no depth named (kept apart from `none` by `Some(0)`).
-        let spec = match f[3].trim() {
-            "none" => None,
-            "mtp" => Some(0),
-            other => Some(
+        let speculation = match f[3].trim() {
+            "none" => Speculation::None,
+            "mtp" => Speculation::Mtp(None),
+            other => Speculation::Mtp(Some(
                 other
                     .strip_prefix("mtp")
                     .and_then(|n| n.parse::<u32>().ok())
                     .filter(|n| *n > 0)
                     .ok_or_else(|| bad("speculation is not none, mtp or mtpN"))?,
-            ),
+            )),
         };
         out.push(Entry {
             config: f[0].to_string(),
             isl: num(1)?,
             osl: num(2)?,
             concurrency,
-            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch, drafts: spec },
+            speculation,
+            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch, drafts: None },
         });
     }
     Ok(out)
@@ -168,7 +177,7 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
         return None;
     }
     let keys = configs(row)?;
-    let found: Vec<&Deployment> = table()
+    let entries: Vec<&Entry> = table()
         .iter()
         .filter(|e| {
             keys.contains(&e.config)
@@ -176,11 +185,16 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
                 && e.osl == row.osl
                 && e.concurrency.contains(&row.concurrency)
         })
-        .map(|e| &e.deployment)
         .collect();
+    let found: Vec<&Deployment> = entries.iter().map(|e| &e.deployment).collect();
     let first = **found.first()?;
     // Speculation is known only where every entry at these clients ran the same depth.
-    let drafts = first.drafts.filter(|n| *n > 0 && found.iter().all(|d| d.drafts == first.drafts));
+    let drafts = match entries[0].speculation {
+        Speculation::Mtp(Some(n)) if entries.iter().all(|e| e.speculation == entries[0].speculation) => {
+            Some(n)
+        }
+        _ => None,
+    };
     let same_pools = |d: &&Deployment| d.prefill == first.prefill && d.decode == first.decode;
     if !found.iter().all(same_pools) {
         return None;

@@ -278,6 +278,9 @@ pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
     (!v.is_empty() && crate::perfdata::holds_version(files, &row.system, &row.backend, &v)).then_some(v)
 }
 
+/// One worker role of a replayed row; `published` is the deployment the row replays
+/// ([`published_deployment`]), for the decode role.
+#[allow(clippy::too_many_arguments)]
 fn role_yaml(
     out: &mut String,
     name: &str,
@@ -286,6 +289,7 @@ fn role_yaml(
     prefill: bool,
     row: &SiliconRow,
     knobs: &Knobs,
+    published: Option<deployments::Deployment>,
 ) {
     let concurrency = row.concurrency;
     let _ = writeln!(out, "    {name}:");
@@ -302,7 +306,6 @@ fn role_yaml(
     // InferenceX's published disaggregated deployments cap a decode rank at its recipe's batch
     // and run TensorRT-LLM's decode experts on TRTLLM-gen kernels without attention DP
     // (`moe_config: {backend: TRTLLM}` in those recipes, CUTLASS or DeepGEMM with it).
-    let published = if prefill { None } else { published_deployment(row, knobs) };
     let seqs = if prefill {
         l.batch.max(1)
     } else {
@@ -421,7 +424,7 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     match row.mode {
         Mode::Agg { layout } => {
             let _ = writeln!(y, "  workers:");
-            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, row, knobs);
+            role_yaml(&mut y, "aggregated", &strip(layout, dense), 1, false, row, knobs, None);
         }
         Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => {
             let _ = writeln!(y, "  mode: disaggregated");
@@ -434,9 +437,10 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
                 true,
                 row,
                 knobs,
+                None,
             );
             let decode_workers = decode_workers.or(published.map(|d| d.decode.workers)).unwrap_or(1);
-            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row, knobs);
+            role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row, knobs, published);
         }
     }
     let len = |n: u32| {
