@@ -30,7 +30,10 @@ mod deployments;
 mod recipe;
 mod summary;
 
-pub use recipe::{recipe, Recipe, AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS, AIC_TOKENS_PER_BLOCK};
+pub use recipe::{
+    ran_mtp_configuration, recipe, Recipe, AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS,
+    AIC_TOKENS_PER_BLOCK,
+};
 pub use summary::{
     class, compare_requests, requests_table, summarize, table, workers_source, Group, RequestComparison,
     Summary,
@@ -410,12 +413,13 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     if !knobs.no_recipes && recipe(row).chunked_prefill == Some(false) {
         let _ = writeln!(y, "  enable_chunked_prefill: false");
     }
-    // A published deployment that speculated replays its drafts (the what-if overrides it).
+    // A published deployment or recipe that speculated replays its drafts (the what-if
+    // overrides both).
     let published = published_deployment(row, knobs);
-    let published_drafts = published.and_then(|d| d.drafts);
+    let recipe_drafts = if knobs.no_recipes { None } else { recipe(row).drafts };
+    let drafts = published.and_then(|d| d.drafts).or(recipe_drafts);
     let speculation = knobs.speculation.or_else(|| {
-        published_drafts
-            .map(|n| (n, accepted_drafts(n, knobs.mtp_acceptance.unwrap_or(MTP_DRAFT_ACCEPTANCE))))
+        drafts.map(|n| (n, accepted_drafts(n, knobs.mtp_acceptance.unwrap_or(MTP_DRAFT_ACCEPTANCE))))
     });
     if let Some((nextn, accepted)) = speculation {
         let _ = writeln!(y, "  nextn: {nextn}");

@@ -36,6 +36,9 @@ pub struct Recipe {
     /// The MoE kernels, when the script picks TensorRT-LLM's TRTLLM-gen backend
     /// (`moe_config: {backend: TRTLLM}`).
     pub moe_kernel: Option<MoeKernel>,
+    /// MTP draft tokens a decode step proposes, when the row ran the benchmark's speculative
+    /// configuration (`speculative_config: {decoding_type: MTP, num_nextn_predict_layers}`).
+    pub drafts: Option<u32>,
 }
 
 /// The published recipe of a row's benchmark, where servesim knows it. InferenceX rows are
@@ -80,6 +83,13 @@ pub struct Recipe {
 ///   kernels, [`MoeKernel::MinLatency`]) below 256 clients at 1k/1k and 1k/8k and, for fp4, up
 ///   to 32 clients at 8k/1k; above, fp4 runs CUTLASS and fp8 DeepGEMM (the tables' default
 ///   lanes). The H200 script leaves the backend at its default.
+///   A B200 row run on an image only InferenceX's MTP configurations used
+///   ([`ran_mtp_configuration`]) replays `dsr1_fp8_b200_trt_mtp.sh` / `dsr1_fp4_b200_trt_mtp.sh`
+///   instead: three MTP drafts a round (one under attention DP), `--max_num_tokens` = the
+///   batch times one more than the drafts, plus the prompt and 64, rounded up to 64, the
+///   batch being the clients (a rank's share under attention DP); `free_gpu_memory_fraction`
+///   0.8; fp8 runs DeepGEMM experts, fp4 TRTLLM-gen (CUTLASS under attention DP); no batch
+///   waiting.
 /// - gpt-oss-120b with TensorRT-LLM on B200 (`gptoss_fp4_b200_trt.sh`): `--max_num_tokens
 ///   20000`, `--max_batch_size 512`, and with attention DP `attention_dp_config:
 ///   {enable_balance: true}` (TensorRT-LLM's defaults, 50 and 10 iterations).
@@ -158,6 +168,24 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
     }
 }
 
+/// Container images that, on a GPU, only InferenceX's speculative (`…-trt-mtp`) aggregated
+/// TensorRT-LLM configurations ran, per its `perf-changelog.yaml`: on B200 the plain
+/// DeepSeek-R1 configurations moved to `release:1.2.0rc6.post2` (pull requests 594 and 620)
+/// and the MTP ones to the next TensorRT-LLM 1.2 release, `release:1.2.0rc6.post3` (632 and
+/// 642). Earlier images (`1.1.0rc2.post2`) ran both kinds, so their rows stay plain.
+const MTP_ONLY_IMAGES: &[(&str, &str)] = &[("b200_sxm", "tensorrt-llm/release:1.2.0rc6.post3")];
+
+/// Whether an InferenceX TensorRT-LLM row ran a speculative (MTP) configuration, as its
+/// container image says ([`MTP_ONLY_IMAGES`]); the file records no speculation.
+#[must_use]
+pub fn ran_mtp_configuration(row: &SiliconRow) -> bool {
+    row.backend == "trtllm"
+        && from_inferencex(row)
+        && row.source.split(';').filter_map(|f| f.trim().strip_prefix("image=")).any(|img| {
+            MTP_ONLY_IMAGES.iter().any(|(system, tag)| row.system == *system && img.trim().ends_with(tag))
+        })
+}
+
 /// Whether a row comes from InferenceX: its dated exports (`source_file=YYYY-MM-DD.csv`) or
 /// its database dump (`db-dump/…`).
 #[must_use]
@@ -221,6 +249,25 @@ fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
 
 /// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]).
 fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32, attention_dp: bool) -> Recipe {
+    if ran_mtp_configuration(row) {
+        let drafts: u32 = if attention_dp { 1 } else { 3 };
+        // The script's TP is every GPU of the worker; under attention DP each is a rank.
+        let ranks = match row.mode {
+            Mode::Agg { layout } => layout.tp.max(1) * layout.dp.max(1),
+            Mode::Disagg { .. } => 1,
+        };
+        let batch = if attention_dp { row.concurrency / ranks } else { row.concurrency };
+        let budget = ((drafts + 1) * batch + row.isl + 64).div_ceil(64) * 64;
+        let trtllm_gen = row.precision == "fp4" && !attention_dp;
+        return Recipe {
+            max_batched_tokens: Some(budget),
+            memory_fraction: Some(0.8),
+            adp_balance: attention_dp.then_some((60, 0)),
+            moe_kernel: trtllm_gen.then_some(MoeKernel::MinLatency),
+            drafts: Some(drafts),
+            ..Recipe::default()
+        };
+    }
     let many = row.concurrency >= 256;
     let (fraction, batch_wait) = match (row.system.as_str(), row.precision.as_str()) {
         ("h200_sxm", _) => (0.75, None),

@@ -606,6 +606,62 @@ fn inferencex_trtllm_deepseek_rows_replay_with_their_recipe() {
     assert_eq!(recipe(&r), Recipe::default());
 }
 
+/// InferenceX's B200 DeepSeek-R1 rows on the image only its MTP configurations ran replay the
+/// MTP scripts: three drafts (one under attention DP), their token budget and experts.
+#[test]
+fn inferencex_trtllm_deepseek_rows_on_the_mtp_image_replay_speculation() {
+    let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 4 };
+    let mut r = row(Mode::Agg { layout: l });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "b200_sxm".into(), "fp8".into());
+    (r.isl, r.osl, r.concurrency) = (1024, 8192, 4);
+    let image = |tag: &str| {
+        format!(
+            "source_file=2026-03-25.csv; model=DeepSeek-R1; image=nvcr.io#nvidia/tensorrt-llm/release:{tag}"
+        )
+    };
+    r.source = image("1.2.0rc6.post3");
+    assert!(ran_mtp_configuration(&r));
+    // (3 + 1) × 4 clients + 1,024 + 64, rounded up to 64; fp8 runs DeepGEMM (default lane).
+    let want = Recipe {
+        max_batched_tokens: Some(1152),
+        memory_fraction: Some(0.8),
+        drafts: Some(3),
+        ..Recipe::default()
+    };
+    assert_eq!(recipe(&r), want);
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    let accepted = accepted_drafts(3, MTP_DRAFT_ACCEPTANCE);
+    assert!(y.contains("  nextn: 3\n") && y.contains(&format!("nextn_accepted: {accepted}")), "{y}");
+    // `--mtp-acceptance` sets the probability; `--nextn` replaces the recipe's speculation;
+    // `--no-recipes` drops it.
+    let p = Knobs { mtp_acceptance: Some(0.5), ..Knobs::default() };
+    assert!(scenario_yaml(&r, &p, false, None).contains("nextn_accepted: 0.875"));
+    let what_if = Knobs { speculation: Some((1, 0.9)), ..Knobs::default() };
+    assert!(scenario_yaml(&r, &what_if, false, None).contains("  nextn: 1\n"));
+    let plain = Knobs { no_recipes: true, ..Knobs::default() };
+    assert!(!scenario_yaml(&r, &plain, false, None).contains("nextn"));
+    // fp4 runs TRTLLM-gen experts; under attention DP one draft, CUTLASS, a rank's share of
+    // the clients in the budget and the balance the script enables.
+    r.precision = "fp4".into();
+    assert_eq!(recipe(&r).moe_kernel, Some(MoeKernel::MinLatency));
+    (r.concurrency, r.mode) = (256, Mode::Agg { layout: Layout { tp: 1, dp: 8, ..l } });
+    let dp = recipe(&r);
+    assert_eq!(
+        (dp.drafts, dp.moe_kernel, dp.max_batched_tokens, dp.adp_balance),
+        (Some(1), None, Some(1152), Some((60, 0)))
+    );
+    // The plain configurations' image, another GPU or another harness: no speculation.
+    r.source = image("1.2.0rc6.post2");
+    assert!(!ran_mtp_configuration(&r) && recipe(&r).drafts.is_none());
+    r.source = image("1.2.0rc6.post3");
+    r.system = "h200_sxm".into();
+    assert!(!ran_mtp_configuration(&r));
+    r.system = "b200_sxm".into();
+    r.source = r.source.replace("source_file=2026-03-25.csv", "source_file=/x/aic-auto-gap-analysis/y.csv");
+    assert!(!ran_mtp_configuration(&r));
+}
+
 #[test]
 fn inferencex_trtllm_gpt_oss_rows_on_b200_replay_with_their_recipe() {
     let l = |tp, dp| Layout { tp, pp: 1, dp, moe_tp: 1, moe_ep: tp * dp, batch: 8 };
