@@ -761,7 +761,7 @@ fn validate(
         }
     }
     if let Some(path) = rows_csv {
-        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,error\n");
+        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,mtp_drafts,error\n");
         for (r, o) in rows.iter().zip(&outcomes) {
             let (pt, pp) = o
                 .predicted
@@ -769,7 +769,7 @@ fn validate(
             let _ = std::fmt::Write::write_fmt(
                 &mut w,
                 format_args!(
-                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},\"{}\"\n",
+                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},{},\"{}\"\n",
                     r.id,
                     r.line,
                     r.model,
@@ -783,6 +783,7 @@ fn validate(
                     r.tpot_ms,
                     o.sized.map_or(String::new(), |(p, d)| format!("{p}P+{d}D")),
                     servesim_scenario::validate::workers_source(r, o).unwrap_or(""),
+                    o.drafts.map_or(String::new(), |n| n.to_string()),
                     o.error.as_deref().unwrap_or("").replace('"', "'")
                 ),
             );

@@ -353,7 +353,9 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     let head = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
     let csv = format!(
         "{head}agg8,,sglang,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\
-         pd32,x; silicon_concurrency=512,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,4096,512,,,,,,,,,1,,2,1,1,2,1,,,2,1,1,2,1,900,30\n"
+         pd32,x; silicon_concurrency=512,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,4096,512,,,,,,,,,1,,2,1,1,2,1,,,2,1,1,2,1,900,30\n\
+         mtp4,source_file=2026-03-25.csv; silicon_concurrency=4; image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3,\
+         trtllm,1.2.0rc6.post3,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,128,fp8,fp8,4,8,1,1,8,1,,,,,,,,,,,,,,,200,5\n"
     );
     let file = dir.join("rows.csv");
     std::fs::write(&file, csv).unwrap();
@@ -378,6 +380,11 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     assert!(sized.ends_with('D') && sized.contains("P+"), "{pd}");
     let agg = rows.lines().find(|l| l.starts_with("agg8,")).unwrap();
     assert_eq!(agg.split(',').nth(col).unwrap(), "", "aggregated rows are not sized");
+    // A row run on InferenceX's MTP-only image replays three drafts a round; the others none.
+    let drafts = header.iter().position(|h| *h == "mtp_drafts").unwrap();
+    let mtp = rows.lines().find(|l| l.starts_with("mtp4,")).unwrap();
+    assert_eq!(mtp.split(',').nth(drafts).unwrap(), "3", "{mtp}");
+    assert_eq!(agg.split(',').nth(drafts).unwrap(), "", "{agg}");
     // Rows replay in parallel; one thread gives the same rows, in the same order.
     let serial = dir.join("serial.csv");
     let out = servesim(&[

@@ -151,6 +151,8 @@ pub struct Outcome {
     pub sized: Option<(u32, u32)>,
     /// Whether the row replayed InferenceX's published deployment ([`replays_published`]).
     pub published: bool,
+    /// MTP drafts a round the row replayed ([`speculation`]), when it speculated.
+    pub drafts: Option<u32>,
 }
 
 /// Most busy a sized prefill pool is at the replay's request rate: the headroom capacity
@@ -386,6 +388,19 @@ fn strip(l: Layout, dense: bool) -> Layout {
     }
 }
 
+/// The MTP drafts a round a replayed row (as [`replayed_row`] returns it) proposes, and how
+/// many of them are accepted on average: those of its published deployment or recipe, when
+/// either speculated, each accepted with [`MTP_DRAFT_ACCEPTANCE`] (or `--mtp-acceptance`);
+/// the `--nextn` what-if overrides both.
+#[must_use]
+pub fn speculation(row: &SiliconRow, knobs: &Knobs) -> Option<(u32, f64)> {
+    let recipe_drafts = if knobs.no_recipes { None } else { recipe(row).drafts };
+    let drafts = published_deployment(row, knobs).and_then(|d| d.drafts).or(recipe_drafts);
+    knobs.speculation.or_else(|| {
+        drafts.map(|n| (n, accepted_drafts(n, knobs.mtp_acceptance.unwrap_or(MTP_DRAFT_ACCEPTANCE))))
+    })
+}
+
 /// The scenario a row is replayed as (a prediction.yaml).
 #[must_use]
 pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Option<&str>) -> String {
@@ -413,15 +428,8 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
     if !knobs.no_recipes && recipe(row).chunked_prefill == Some(false) {
         let _ = writeln!(y, "  enable_chunked_prefill: false");
     }
-    // A published deployment or recipe that speculated replays its drafts (the what-if
-    // overrides both).
     let published = published_deployment(row, knobs);
-    let recipe_drafts = if knobs.no_recipes { None } else { recipe(row).drafts };
-    let drafts = published.and_then(|d| d.drafts).or(recipe_drafts);
-    let speculation = knobs.speculation.or_else(|| {
-        drafts.map(|n| (n, accepted_drafts(n, knobs.mtp_acceptance.unwrap_or(MTP_DRAFT_ACCEPTANCE))))
-    });
-    if let Some((nextn, accepted)) = speculation {
+    if let Some((nextn, accepted)) = speculation(row, knobs) {
         let _ = writeln!(y, "  nextn: {nextn}");
         let _ = writeln!(y, "  nextn_accepted: {accepted}");
     }
@@ -656,6 +664,7 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
         Err(e) => return Outcome { error: Some(flat(&e)), ..Outcome::default() },
     };
     let published = replays_published(row, knobs);
+    let drafts = speculation(&r, knobs).map(|(n, _)| n);
     let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
     match predict_with_catalog(&yaml, &row.id, catalog, files) {
         Ok(p) => Outcome {
@@ -663,8 +672,9 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
             error: None,
             sized,
             published,
+            drafts,
         },
-        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized, published },
+        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized, published, drafts },
     }
 }
 
