@@ -176,7 +176,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
 const MTP_ONLY_IMAGES: &[(&str, &str)] = &[("b200_sxm", "tensorrt-llm/release:1.2.0rc6.post3")];
 
 /// Whether an InferenceX TensorRT-LLM row ran a speculative (MTP) configuration, as its
-/// container image says ([`MTP_ONLY_IMAGES`]); the file records no speculation.
+/// container image says (`MTP_ONLY_IMAGES`); the file records no speculation.
 #[must_use]
 pub fn ran_mtp_configuration(row: &SiliconRow) -> bool {
     row.backend == "trtllm"
