@@ -286,7 +286,8 @@ enum Command {
         mla_attention_dp: bool,
         /// Replay with the policy's engine options only, not those of a row's published
         /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch
-        /// waiting, its SGLang DeepSeek-R1 receive interval on B200).
+        /// waiting, its SGLang DeepSeek-R1 receive interval on B200, the MTP drafts of its
+        /// TensorRT-LLM DeepSeek-R1 runs on the MTP-only image).
         #[arg(long)]
         no_recipes: bool,
         /// Replay every row with MTP/EAGLE speculative decoding, this many drafts a round (a
