@@ -221,10 +221,7 @@ const DYNAMO_RUNTIMES: &[(&str, [&str; 3])] = &[
 #[must_use]
 pub fn engine_release(row: &SiliconRow) -> String {
     let v = row.backend_version.trim();
-    let image_tag = row
-        .source
-        .split(';')
-        .filter_map(|f| f.trim().strip_prefix("image="))
+    let image_tag = recipe::images(row)
         .find(|img| img.contains("ai-dynamo/"))
         .and_then(|img| img.rsplit_once(':'))
         .map(|(_, tag)| tag.trim());

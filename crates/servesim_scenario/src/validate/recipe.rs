@@ -100,10 +100,11 @@ pub struct Recipe {
 pub fn recipe(row: &SiliconRow) -> Recipe {
     let first = row.source.split(';').next().unwrap_or("").trim();
     let inferencex = from_inferencex(row);
-    let (tp, attention_dp) = match row.mode {
-        Mode::Agg { layout } => (layout.tp, layout.dp > 1),
+    let (tp, dp) = match row.mode {
+        Mode::Agg { layout } => (layout.tp, layout.dp),
         Mode::Disagg { .. } => return Recipe::default(),
     };
+    let attention_dp = dp > 1;
     if first.contains("/aic-auto-gap-analysis/") {
         return aic_generator_recipe(row);
     }
@@ -153,7 +154,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
             ..Recipe::default()
         },
         "trtllm" if deepseek && matches!(row.system.as_str(), "b200_sxm" | "h200_sxm") => {
-            trtllm_deepseek_recipe(row, tp, attention_dp)
+            trtllm_deepseek_recipe(row, tp, dp)
         }
         "trtllm" if row.model == "openai/gpt-oss-120b" && row.system == "b200_sxm" => Recipe {
             max_batched_tokens: Some(20_000),
@@ -181,9 +182,14 @@ const MTP_ONLY_IMAGES: &[(&str, &str)] = &[("b200_sxm", "tensorrt-llm/release:1.
 pub fn ran_mtp_configuration(row: &SiliconRow) -> bool {
     row.backend == "trtllm"
         && from_inferencex(row)
-        && row.source.split(';').filter_map(|f| f.trim().strip_prefix("image=")).any(|img| {
-            MTP_ONLY_IMAGES.iter().any(|(system, tag)| row.system == *system && img.trim().ends_with(tag))
+        && images(row).any(|img| {
+            MTP_ONLY_IMAGES.iter().any(|(system, tag)| row.system == *system && img.ends_with(tag))
         })
+}
+
+/// The container images a row's source names (`image=…` fields).
+pub(super) fn images(row: &SiliconRow) -> impl Iterator<Item = &str> {
+    row.source.split(';').filter_map(|f| f.trim().strip_prefix("image=")).map(str::trim)
 }
 
 /// Whether a row comes from InferenceX: its dated exports (`source_file=YYYY-MM-DD.csv`) or
@@ -247,16 +253,14 @@ fn aic_generator_recipe(row: &SiliconRow) -> Recipe {
     }
 }
 
-/// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]).
-fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32, attention_dp: bool) -> Recipe {
+/// InferenceX's TensorRT-LLM DeepSeek-R1 scripts on B200 and H200 ([`recipe`]), for an
+/// aggregated worker of `tp` × `dp` GPUs (`dp` > 1: attention data parallelism).
+fn trtllm_deepseek_recipe(row: &SiliconRow, tp: u32, dp: u32) -> Recipe {
+    let attention_dp = dp > 1;
     if ran_mtp_configuration(row) {
         let drafts: u32 = if attention_dp { 1 } else { 3 };
         // The script's TP is every GPU of the worker; under attention DP each is a rank.
-        let ranks = match row.mode {
-            Mode::Agg { layout } => layout.tp.max(1) * layout.dp.max(1),
-            Mode::Disagg { .. } => 1,
-        };
-        let batch = if attention_dp { row.concurrency / ranks } else { row.concurrency };
+        let batch = if attention_dp { row.concurrency / (tp.max(1) * dp) } else { row.concurrency };
         let budget = ((drafts + 1) * batch + row.isl + 64).div_ceil(64) * 64;
         let trtllm_gen = row.precision == "fp4" && !attention_dp;
         return Recipe {
