@@ -287,7 +287,9 @@ enum Command {
         /// Replay with the policy's engine options only, not those of a row's published
         /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch
         /// waiting, its SGLang DeepSeek-R1 receive interval on B200, the MTP drafts of its
-        /// TensorRT-LLM DeepSeek-R1 runs on the MTP-only image).
+        /// TensorRT-LLM DeepSeek-R1 runs on the MTP-only image, InferenceMAX's disaggregated
+        /// deployments of the GB200 rows written as one aggregated worker, the published
+        /// deployments of disaggregated rows).
         #[arg(long)]
         no_recipes: bool,
         /// Replay every row with MTP/EAGLE speculative decoding, this many drafts a round (a

@@ -10,15 +10,24 @@
 //! entry. A row whose clients appear in entries that deploy differently (a speculative and a
 //! plain configuration at the same client count, or two pool sizes) has no published
 //! deployment, and its pools are sized as before.
+//!
+//! Some of InferenceX's GB200 DeepSeek-R1 rows measured in November 2025 are written as one
+//! aggregated worker of every GPU the deployment held (`tp 36`, `tp 52`): they ran the
+//! Dynamo disaggregated deployments of InferenceMAX's configuration of the time, which
+//! `inferencemax_gb200_2025.csv` transcribes; [`legacy`] finds a row's by its clients and its
+//! GPUs.
 
 use std::sync::OnceLock;
 
-use servesim_data::silicon::{Layout, SiliconRow};
+use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
 use super::recipe::from_inferencex;
 
 /// The transcribed table, embedded.
 const TABLE: &str = include_str!("inferencex_disagg.csv");
+
+/// InferenceMAX's earlier GB200 deployments ([`legacy`]), embedded.
+const LEGACY_TABLE: &str = include_str!("inferencemax_gb200_2025.csv");
 
 /// Prompts a prefill rank batches in one step: the srt-slurm TensorRT-LLM context servers
 /// run `max_batch_size: 16` (`max_num_tokens: 16384`) for 1k-token prompts and
@@ -63,6 +72,9 @@ pub struct Deployment {
     /// MTP draft tokens a decode step proposes, when every entry that ran at the row's
     /// clients speculated with that depth (`mtpN` in the recipe name).
     pub drafts: Option<u32>,
+    /// Prompts a prefill worker batches in one step, when the entry sets it
+    /// (`PREFILL_MAX_BATCH_SIZE`); else [`Deployment::prefill_prompts`].
+    pub prefill_batch: Option<u32>,
 }
 
 impl Deployment {
@@ -97,17 +109,18 @@ struct Entry {
     deployment: Deployment,
 }
 
-/// Parses the table; an error names the malformed line (a test checks there is none).
-fn parse(text: &str) -> Result<Vec<Entry>, String> {
+/// Parses a table (`name` for errors) of 14 columns, or 15 with the prefill batch; an error
+/// names the malformed line (a test checks there is none).
+fn parse(name: &str, text: &str) -> Result<Vec<Entry>, String> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.starts_with('#') || line.starts_with("config,") || line.trim().is_empty() {
             continue;
         }
         let f: Vec<&str> = line.split(',').collect();
-        let bad = |what: &str| format!("inferencex_disagg.csv:{}: {what}", n + 1);
-        if f.len() != 14 {
-            return Err(bad("expected 14 fields"));
+        let bad = |what: &str| format!("{name}:{}: {what}", n + 1);
+        if f.len() != 14 && f.len() != 15 {
+            return Err(bad("expected 14 or 15 fields"));
         }
         let num = |i: usize| {
             f[i].trim().parse::<u32>().map_err(|_| bad(&format!("field {} is not a count", i + 1)))
@@ -120,6 +133,7 @@ fn parse(text: &str) -> Result<Vec<Entry>, String> {
             .map(|c| c.parse::<u32>().map_err(|_| bad("clients are not counts")))
             .collect::<Result<Vec<_>, _>>()?;
         let decode_batch = if f[13].trim().is_empty() { None } else { Some(num(13)?) };
+        let prefill_batch = if f.len() == 15 { Some(num(14)?) } else { None };
         let speculation = match f[3].trim() {
             "none" => Speculation::None,
             "mtp" => Speculation::Mtp(None),
@@ -137,7 +151,13 @@ fn parse(text: &str) -> Result<Vec<Entry>, String> {
             osl: num(2)?,
             concurrency,
             speculation,
-            deployment: Deployment { prefill: role(5)?, decode: role(9)?, decode_batch, drafts: None },
+            deployment: Deployment {
+                prefill: role(5)?,
+                decode: role(9)?,
+                decode_batch,
+                drafts: None,
+                prefill_batch,
+            },
         });
     }
     Ok(out)
@@ -145,7 +165,12 @@ fn parse(text: &str) -> Result<Vec<Entry>, String> {
 
 fn table() -> &'static [Entry] {
     static T: OnceLock<Vec<Entry>> = OnceLock::new();
-    T.get_or_init(|| parse(TABLE).unwrap_or_default())
+    T.get_or_init(|| parse("inferencex_disagg.csv", TABLE).unwrap_or_default())
+}
+
+fn legacy_table() -> &'static [Entry] {
+    static T: OnceLock<Vec<Entry>> = OnceLock::new();
+    T.get_or_init(|| parse("inferencemax_gb200_2025.csv", LEGACY_TABLE).unwrap_or_default())
 }
 
 /// The configuration keys a row's benchmark could have run under (`dsr1-fp4-b200-dynamo-trt`,
@@ -169,8 +194,7 @@ fn configs(row: &SiliconRow) -> Option<[String; 2]> {
 }
 
 /// The deployment InferenceX published for a disaggregated row of its own, when exactly one
-/// deployment ran at the row's clients. Entries that differ only in a decode batch the
-/// clients never reach count as one (the larger batch is kept).
+/// deployment ran at the row's clients ([`unique`]).
 #[must_use]
 pub fn published(row: &SiliconRow) -> Option<Deployment> {
     if !row.disaggregated() || !from_inferencex(row) {
@@ -186,22 +210,69 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
                 && e.concurrency.contains(&row.concurrency)
         })
         .collect();
+    unique(&entries, row.concurrency)
+}
+
+/// The GPUs a row's deployment held: every GPU of an aggregated layout as the file writes
+/// it, or both pools of a disaggregated row that records its worker counts.
+fn gpus(row: &SiliconRow) -> Option<u32> {
+    let of = |l: &Layout| l.tp.max(1) * l.dp.max(1) * l.pp.max(1);
+    match row.mode {
+        Mode::Agg { layout } => Some(of(&layout)),
+        Mode::Disagg { prefill, prefill_workers: Some(p), decode, decode_workers: Some(d) } => {
+            Some(p * of(&prefill) + d * of(&decode))
+        }
+        Mode::Disagg { .. } => None,
+    }
+}
+
+/// The InferenceMAX deployment an InferenceX row ran whose file writes it as one aggregated
+/// worker of all its GPUs: the entry of `inferencemax_gb200_2025.csv` at the row's lengths
+/// and clients whose two pools hold as many GPUs as the row ([`unique`] among them). The
+/// same row with those pools as its recorded workers finds it again. `None` for a row no
+/// entry matches (its layout is replayed as written).
+#[must_use]
+pub fn legacy(row: &SiliconRow) -> Option<Deployment> {
+    if !from_inferencex(row) {
+        return None;
+    }
+    let keys = configs(row)?;
+    let held = gpus(row)?;
+    let entries: Vec<&Entry> = legacy_table()
+        .iter()
+        .filter(|e| {
+            let d = e.deployment;
+            keys.contains(&e.config)
+                && e.isl == row.isl
+                && e.osl == row.osl
+                && e.concurrency.contains(&row.concurrency)
+                && d.prefill.workers * d.prefill.gpus + d.decode.workers * d.decode.gpus == held
+        })
+        .collect();
+    unique(&entries, row.concurrency)
+}
+
+/// The one deployment `entries` (those that ran at `concurrency` clients) agree on. Entries
+/// that differ only in a decode batch the clients never reach count as one (the larger batch
+/// is kept); speculation is known only where every entry ran the same depth.
+fn unique(entries: &[&Entry], concurrency: u32) -> Option<Deployment> {
     let found: Vec<&Deployment> = entries.iter().map(|e| &e.deployment).collect();
     let first = **found.first()?;
-    // Speculation is known only where every entry at these clients ran the same depth.
     let drafts = match entries[0].speculation {
         Speculation::Mtp(Some(n)) if entries.iter().all(|e| e.speculation == entries[0].speculation) => {
             Some(n)
         }
         _ => None,
     };
-    let same_pools = |d: &&Deployment| d.prefill == first.prefill && d.decode == first.decode;
+    let same_pools = |d: &&Deployment| {
+        d.prefill == first.prefill && d.decode == first.decode && d.prefill_batch == first.prefill_batch
+    };
     if !found.iter().all(same_pools) {
         return None;
     }
     let ranks =
         first.decode.workers.max(1) * if first.decode.attention_dp { first.decode.gpus.max(1) } else { 1 };
-    let per_rank = row.concurrency.div_ceil(ranks);
+    let per_rank = concurrency.div_ceil(ranks);
     let batches: Vec<Option<u32>> = found.iter().map(|d| d.decode_batch).collect();
     let decode_batch = batches.iter().copied().max().flatten();
     let smallest = batches.iter().copied().min().flatten();
@@ -216,9 +287,7 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
 #[must_use]
 pub fn replayed(row: &SiliconRow) -> Option<Deployment> {
     match row.mode {
-        servesim_data::silicon::Mode::Disagg { prefill_workers: None, decode_workers: None, .. } => {
-            published(row)
-        }
+        Mode::Disagg { prefill_workers: None, decode_workers: None, .. } => published(row),
         _ => None,
     }
 }
@@ -232,12 +301,14 @@ pub fn is_published_decode(d: &Deployment, decode: &Layout) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use servesim_data::silicon::Mode;
 
     #[test]
     fn the_table_parses_and_covers_its_configurations() {
-        let t = parse(TABLE).unwrap();
+        let t = parse("t", TABLE).unwrap();
         assert_eq!(t.len(), table().len());
+        let legacy = parse("t", LEGACY_TABLE).unwrap();
+        assert_eq!((legacy.len(), legacy_table().len()), (20, 20));
+        assert!(legacy.iter().all(|e| e.deployment.prefill_batch.is_some()));
         assert!(t.len() > 300, "{}", t.len());
         for e in &t {
             let d = e.deployment;
@@ -245,9 +316,11 @@ mod tests {
             assert!(d.prefill.gpus % d.prefill.ep == 0 && d.decode.gpus % d.decode.ep == 0, "{e:?}");
             assert!(!e.concurrency.is_empty(), "{e:?}");
         }
-        assert!(parse("a,1,2\n").is_err());
-        assert!(parse("x,1024,1024,none,4 x,1,4,4,1,1,8,8,0,\n").is_err());
-        assert!(parse("x,1024,1024,mtpx,4,1,4,4,1,1,8,8,0,\n").is_err());
+        assert!(parse("t", "a,1,2\n").is_err());
+        assert!(parse("t", "x,1024,1024,none,4 x,1,4,4,1,1,8,8,0,\n").is_err());
+        assert!(parse("t", "x,1024,1024,mtpx,4,1,4,4,1,1,8,8,0,\n").is_err());
+        let e = parse("t.csv", "x,1024,1024,none,4,1,4,4,1,1,8,8,0,,x\n").unwrap_err();
+        assert!(e.starts_with("t.csv:1:"), "{e}");
     }
 
     fn row(system: &str, precision: &str, isl: u32, concurrency: u32) -> SiliconRow {
@@ -303,6 +376,59 @@ mod tests {
         // TEP8 workers hold 3 a rank either way.
         let d = published(&row("gb200", "fp4", 8192, 12)).unwrap();
         assert_eq!((d.decode.workers, d.decode_batch), (4, Some(16)));
+    }
+
+    /// InferenceX's GB200 rows of 2025-11-17 written as one worker of all the GPUs: 512
+    /// clients on 20 GPUs ran one DEP4 prefill and one DEP16 decode worker with three MTP
+    /// drafts; the same clients on 36 GPUs a DEP32 decode worker.
+    #[test]
+    fn rows_written_as_one_worker_find_inferencemaxs_deployment() {
+        let agg = |isl: u32, concurrency: u32, gpus: u32| {
+            let mut r = row("gb200", "fp4", isl, concurrency);
+            r.source = "source_file=2026-04-06.csv; measured=2025-11-17T00:00:00.000Z".into();
+            r.mode = Mode::Agg {
+                layout: Layout { tp: gpus, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: concurrency },
+            };
+            r
+        };
+        let d = legacy(&agg(1024, 512, 20)).unwrap();
+        assert_eq!(d.prefill, Role { workers: 1, gpus: 4, ep: 4, attention_dp: true });
+        assert_eq!(d.decode, Role { workers: 1, gpus: 16, ep: 16, attention_dp: true });
+        assert_eq!((d.decode_batch, d.drafts, d.prefill_batch), (Some(64), Some(3), Some(4)));
+        let d = legacy(&agg(1024, 512, 36)).unwrap();
+        assert_eq!((d.decode.gpus, d.decode_batch, d.drafts), (32, Some(16), Some(3)));
+        // 8k prompts: one a prefill step; 538 clients on 64 GPUs ran eight DEP4 prefill
+        // workers (the plain run at 538 held 48).
+        let d = legacy(&agg(8192, 538, 64)).unwrap();
+        assert_eq!((d.prefill.workers, d.prefill_batch, d.drafts), (8, Some(1), Some(3)));
+        // 16 clients on 36 GPUs: four TEP8 decode workers with and without MTP, so no drafts.
+        let d = legacy(&agg(1024, 16, 36)).unwrap();
+        assert_eq!((d.decode.workers, d.decode.attention_dp, d.drafts), (4, false, None));
+        // No entry at 256 clients, none of 512 clients on 28 GPUs.
+        assert_eq!(legacy(&agg(1024, 256, 36)), None);
+        assert_eq!(legacy(&agg(1024, 512, 28)), None);
+        // The row with the deployment's pools as its recorded workers finds it again; with
+        // blank counts (as InferenceX writes disaggregated rows) it does not.
+        let d = legacy(&agg(1024, 512, 20)).unwrap();
+        let mut split = agg(1024, 512, 20);
+        split.mode = Mode::Disagg {
+            prefill: d.prefill.layout(4),
+            prefill_workers: Some(1),
+            decode: d.decode.layout(64),
+            decode_workers: Some(1),
+        };
+        assert_eq!(legacy(&split), Some(d));
+        split.mode = Mode::Disagg {
+            prefill: d.prefill.layout(4),
+            prefill_workers: None,
+            decode: d.decode.layout(64),
+            decode_workers: None,
+        };
+        assert_eq!(legacy(&split), None);
+        // Other sources do not.
+        let mut other = agg(1024, 512, 20);
+        other.source = "source_file=/x/aic-auto-gap-analysis/data.csv".into();
+        assert_eq!(legacy(&other), None);
     }
 
     #[test]

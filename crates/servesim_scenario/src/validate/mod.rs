@@ -600,10 +600,16 @@ pub fn size_pools(
 }
 
 /// The published deployment a row (as [`replayed_row`] returns it) replays: its counts blank
-/// and its decode layout the deployment's.
+/// and its decode layout the deployment's, or InferenceMAX's earlier deployment of a row the
+/// file writes as one aggregated worker (`validate/deployments.rs`), its counts recorded.
 fn published_deployment(row: &SiliconRow, knobs: &Knobs) -> Option<deployments::Deployment> {
     let Mode::Disagg { decode, .. } = row.mode else { return None };
-    deployments::replayed(row).filter(|d| !knobs.no_recipes && deployments::is_published_decode(d, &decode))
+    if knobs.no_recipes {
+        return None;
+    }
+    deployments::replayed(row)
+        .filter(|d| deployments::is_published_decode(d, &decode))
+        .or_else(|| deployments::legacy(row).filter(|d| deployments::is_published_decode(d, &decode)))
 }
 
 /// Prefill and decode workers of the deployment InferenceX published for a row, when the row
@@ -625,7 +631,9 @@ pub fn replays_published(row: &SiliconRow, knobs: &Knobs) -> bool {
 }
 
 /// The row as it is replayed: [`interpret`]ed, with InferenceX's published deployment
-/// ([`replays_published`]) or [`size_pools`]' counts filled in.
+/// ([`replays_published`]) or [`size_pools`]' counts filled in; a row written as one
+/// aggregated worker that ran one of InferenceMAX's disaggregated deployments
+/// (`validate/deployments.rs`) replays that deployment, unless recipes are off.
 ///
 /// # Errors
 /// As [`size_pools`].
@@ -636,6 +644,19 @@ pub fn replayed_row(
     knobs: &Knobs,
 ) -> Result<(SiliconRow, Option<(u32, u32)>), String> {
     let mut r = interpret(row, catalog, knobs);
+    let legacy = deployments::legacy(row).filter(|_| !knobs.no_recipes && !row.disaggregated());
+    if let Some(d) = legacy {
+        // Written as one aggregated worker of every GPU, run as InferenceMAX's disaggregated
+        // deployment of the time: its pools become the row's recorded workers.
+        let prefill_prompts = d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl));
+        r.mode = Mode::Disagg {
+            prefill: d.prefill.layout(prefill_prompts),
+            prefill_workers: Some(d.prefill.workers),
+            decode: d.decode.layout(d.decode_batch.unwrap_or(1)),
+            decode_workers: Some(d.decode.workers),
+        };
+        return Ok((r, None));
+    }
     if let Some(d) = deployments::replayed(row).filter(|_| replays_published(row, knobs)) {
         // The counts stay blank: the scenario takes them, the decode batch, the experts'
         // kernels and the drafts from the published deployment (`published_deployment`).

@@ -468,6 +468,40 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     assert!(sized.is_some());
 }
 
+/// InferenceX's GB200 DeepSeek-R1 rows of 2025-11-17 written as one aggregated worker of 20
+/// GPUs replay InferenceMAX's disaggregated deployment of the time: a DEP4 prefill worker of
+/// four prompts a step and a DEP16 decode worker of batch 64 with three MTP drafts.
+/// `--no-recipes` replays the layout as written.
+#[test]
+fn inferencex_rows_written_as_one_worker_replay_inferencemaxs_deployment() {
+    let catalog = Catalog::builtin().unwrap();
+    let files = crate::NoFiles;
+    let mut r = row(Mode::Agg { layout: Layout { tp: 20, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 512 } });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "gb200".into(), "fp4".into());
+    (r.gemm_quant, r.moe_quant) = ("nvfp4".into(), "nvfp4".into());
+    r.source =
+        "source_file=2026-04-06.csv; silicon_concurrency=512; measured=2025-11-17T00:00:00.000Z".into();
+    (r.isl, r.osl, r.concurrency) = (1024, 1024, 512);
+    let knobs = Knobs::default();
+    let (replayed, sized) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+    assert_eq!(sized, None);
+    let Mode::Disagg { prefill, prefill_workers, decode, decode_workers } = replayed.mode else { panic!() };
+    assert_eq!((prefill_workers, decode_workers), (Some(1), Some(1)));
+    assert_eq!((prefill.tp, prefill.dp, prefill.moe_ep, prefill.batch), (1, 4, 4, 4));
+    assert_eq!((decode.tp, decode.dp, decode.moe_ep, decode.batch), (1, 16, 16, 64));
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(y.contains("  nextn: 3\n"), "{y}");
+    assert!(y.contains("max_sequences: 4"), "{y}");
+    assert!(y.contains("max_sequences: 64"), "{y}");
+    let out = run_row(&r, &catalog, &files, &knobs);
+    assert!(out.predicted.is_some() && out.drafts == Some(3), "{out:?}");
+    let off = Knobs { no_recipes: true, ..Knobs::default() };
+    let (as_written, _) = replayed_row(&r, &catalog, &files, &off).unwrap();
+    assert!(matches!(as_written.mode, Mode::Agg { .. }));
+    assert!(!scenario_yaml(&as_written, &off, false, None).contains("nextn"));
+}
+
 /// Expected accepted drafts of a round: p + p² + … + pⁿ, each draft accepted only after the
 /// one before it.
 #[test]
