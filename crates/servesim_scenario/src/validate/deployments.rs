@@ -133,7 +133,7 @@ fn parse(name: &str, text: &str) -> Result<Vec<Entry>, String> {
             .map(|c| c.parse::<u32>().map_err(|_| bad("clients are not counts")))
             .collect::<Result<Vec<_>, _>>()?;
         let decode_batch = if f[13].trim().is_empty() { None } else { Some(num(13)?) };
-        let prefill_batch = if f.len() == 15 { Some(num(14)?) } else { None };
+        let prefill_batch = if f.len() == 15 && !f[14].trim().is_empty() { Some(num(14)?) } else { None };
         let speculation = match f[3].trim() {
             "none" => Speculation::None,
             "mtp" => Speculation::Mtp(None),
@@ -307,8 +307,9 @@ mod tests {
         let t = parse("t", TABLE).unwrap();
         assert_eq!(t.len(), table().len());
         let legacy = parse("t", LEGACY_TABLE).unwrap();
-        assert_eq!((legacy.len(), legacy_table().len()), (20, 20));
-        assert!(legacy.iter().all(|e| e.deployment.prefill_batch.is_some()));
+        assert_eq!((legacy.len(), legacy_table().len()), (25, 25));
+        let trtllm = |e: &&Entry| e.config.ends_with("dynamo-trt");
+        assert!(legacy.iter().filter(trtllm).all(|e| e.deployment.prefill_batch.is_some()));
         assert!(t.len() > 300, "{}", t.len());
         for e in &t {
             let d = e.deployment;
@@ -425,6 +426,13 @@ mod tests {
             decode_workers: None,
         };
         assert_eq!(legacy(&split), None);
+        // SGLang fp8 at 8k/1k: 1,024 clients on 72 GPUs ran five DEP8 prefill workers and
+        // one DEP32 decode worker, with no batch the entry names.
+        let mut sglang = agg(8192, 1024, 72);
+        (sglang.backend, sglang.precision) = ("sglang".into(), "fp8".into());
+        let d = legacy(&sglang).unwrap();
+        assert_eq!((d.prefill.workers, d.prefill.gpus, d.decode.gpus), (5, 8, 32));
+        assert_eq!((d.decode_batch, d.prefill_batch, d.drafts), (None, None, None));
         // Other sources do not.
         let mut other = agg(1024, 512, 20);
         other.source = "source_file=/x/aic-auto-gap-analysis/data.csv".into();
