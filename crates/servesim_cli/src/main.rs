@@ -288,8 +288,8 @@ enum Command {
         /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch
         /// waiting, its SGLang DeepSeek-R1 receive interval on B200, the MTP drafts of its
         /// TensorRT-LLM DeepSeek-R1 runs on the MTP-only image, InferenceMAX's disaggregated
-        /// deployments of the GB200 rows written as one aggregated worker, the published
-        /// deployments of disaggregated rows).
+        /// deployments of its GB200 rows of 2025, the published deployments of disaggregated
+        /// rows).
         #[arg(long)]
         no_recipes: bool,
         /// Replay every row with MTP/EAGLE speculative decoding, this many drafts a round (a

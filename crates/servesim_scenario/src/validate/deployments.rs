@@ -29,6 +29,13 @@ const TABLE: &str = include_str!("inferencex_disagg.csv");
 /// InferenceMAX's earlier GB200 deployments ([`legacy`]), embedded.
 const LEGACY_TABLE: &str = include_str!("inferencemax_gb200_2025.csv");
 
+/// The first day a disaggregated row is taken to have run InferenceX's current configuration
+/// rather than InferenceMAX's: the snapshot's GB200 blocks run the images of October and
+/// November 2025 (`tensorrtllm-runtime:0.5.1-rc0.pre3`, `sglang:v0.5.5.post2`), and its
+/// client counts are those of the rows measured in November and December 2025; which the rows
+/// of 2026 ran, the exports do not say.
+const LEGACY_UNTIL: &str = "2026-01-01";
+
 /// Prompts a prefill rank batches in one step: the srt-slurm TensorRT-LLM context servers
 /// run `max_batch_size: 16` (`max_num_tokens: 16384`) for 1k-token prompts and
 /// `max_batch_size: 1` (`max_num_tokens: 8320`) for 8k-token ones
@@ -213,6 +220,58 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
     unique(&entries, row.concurrency)
 }
 
+/// The InferenceMAX deployment a TensorRT-LLM disaggregated row measured in 2025 ran, from
+/// `inferencemax_gb200_2025.csv`: among the entries at its lengths and clients, the one whose
+/// pools hold the GPUs its layouts record (each pool's, or both written as their sum, as
+/// those exports often do), or the one every entry agrees on where the layouts are one-GPU
+/// placeholders. Only for a row that records no worker counts; its replay records the
+/// deployment's ([`legacy`] then finds it again). SGLang's rows are left to [`published`]:
+/// its DEP4 prefill workers hold DeepSeek-R1's fp8 weights only with a
+/// `--mem-fraction-static` the configuration does not record, which servesim refuses.
+#[must_use]
+pub fn earlier(row: &SiliconRow) -> Option<Deployment> {
+    let Mode::Disagg { prefill, prefill_workers: None, decode, decode_workers: None } = row.mode else {
+        return None;
+    };
+    if row.backend != "trtllm" || !from_inferencex(row) || !measured_before_current(row) {
+        return None;
+    }
+    let keys = configs(row)?;
+    let of = |l: &Layout| l.tp.max(1) * l.dp.max(1) * l.pp.max(1);
+    let entries: Vec<&Entry> = legacy_table()
+        .iter()
+        .filter(|e| {
+            keys.contains(&e.config)
+                && e.isl == row.isl
+                && e.osl == row.osl
+                && e.concurrency.contains(&row.concurrency)
+        })
+        .collect();
+    let by_gpus: Vec<&Entry> = entries
+        .iter()
+        .copied()
+        .filter(|e| {
+            let d = e.deployment;
+            let total = d.prefill.workers * d.prefill.gpus + d.decode.workers * d.decode.gpus;
+            (of(&prefill) == total && of(&decode) == total)
+                || (of(&prefill) == d.prefill.gpus && of(&decode) == d.decode.gpus)
+        })
+        .collect();
+    unique(&by_gpus, row.concurrency).or_else(|| {
+        (of(&prefill) == 1 && of(&decode) == 1).then(|| unique(&entries, row.concurrency)).flatten()
+    })
+}
+
+/// Whether a row was measured before InferenceX's current configuration replaced
+/// InferenceMAX's (`measured=` in its source before [`LEGACY_UNTIL`]).
+fn measured_before_current(row: &SiliconRow) -> bool {
+    row.source
+        .split(';')
+        .find_map(|f| f.trim().strip_prefix("measured="))
+        .and_then(|d| d.get(..10))
+        .is_some_and(|d| d < LEGACY_UNTIL)
+}
+
 /// The GPUs a row's deployment held: every GPU of an aggregated layout as the file writes
 /// it, or both pools of a disaggregated row that records its worker counts.
 fn gpus(row: &SiliconRow) -> Option<u32> {
@@ -233,7 +292,7 @@ fn gpus(row: &SiliconRow) -> Option<u32> {
 /// entry matches (its layout is replayed as written).
 #[must_use]
 pub fn legacy(row: &SiliconRow) -> Option<Deployment> {
-    if !from_inferencex(row) {
+    if !from_inferencex(row) || !measured_before_current(row) {
         return None;
     }
     let keys = configs(row)?;
@@ -282,12 +341,14 @@ fn unique(entries: &[&Entry], concurrency: u32) -> Option<Deployment> {
     Some(Deployment { decode_batch, drafts, ..first })
 }
 
-/// The published deployment a row replays with: [`published`], for a row that records
-/// neither worker count (a count the row records is kept, with its layouts).
+/// The published deployment a row replays with: [`earlier`] or [`published`], for a row that
+/// records neither worker count (a count the row records is kept, with its layouts).
 #[must_use]
 pub fn replayed(row: &SiliconRow) -> Option<Deployment> {
     match row.mode {
-        Mode::Disagg { prefill_workers: None, decode_workers: None, .. } => published(row),
+        Mode::Disagg { prefill_workers: None, decode_workers: None, .. } => {
+            earlier(row).or_else(|| published(row))
+        }
         _ => None,
     }
 }
@@ -437,6 +498,43 @@ mod tests {
         let mut other = agg(1024, 512, 20);
         other.source = "source_file=/x/aic-auto-gap-analysis/data.csv".into();
         assert_eq!(legacy(&other), None);
+    }
+
+    /// A TensorRT-LLM disaggregated row of December 2025 that records no worker counts:
+    /// 2,150 clients at 8k prompts ran three deployments in InferenceMAX's configuration, and
+    /// the GPUs its layouts record pick one (32 written for both pools: six DEP4 prefill
+    /// workers and a DEP8 decode worker with one MTP draft).
+    #[test]
+    fn disaggregated_rows_of_2025_find_inferencemaxs_deployment_by_their_gpus() {
+        let split = |prefill: u32, decode: u32| {
+            let mut r = row("gb200", "fp4", 8192, 2150);
+            r.source = "source_file=2026-04-06.csv; measured=2025-12-15T00:00:00.000Z".into();
+            let l = |gpus: u32| Layout { tp: gpus, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 1 };
+            r.mode = Mode::Disagg {
+                prefill: l(prefill),
+                prefill_workers: None,
+                decode: l(decode),
+                decode_workers: None,
+            };
+            r
+        };
+        let d = earlier(&split(32, 32)).unwrap();
+        assert_eq!((d.prefill.workers, d.decode.gpus, d.decode_batch, d.drafts), (6, 8, Some(256), Some(1)));
+        assert_eq!(replayed(&split(32, 32)), Some(d));
+        assert_eq!(earlier(&split(48, 48)).map(|d| (d.prefill.workers, d.decode.gpus)), Some((8, 16)));
+        // Pools of 4 and 8 GPUs: two entries (6 and 5 prefill workers), so none.
+        assert_eq!(earlier(&split(4, 8)), None);
+        // At 256 clients only one entry has a DEP32 decode worker behind DEP4 prefill.
+        let mut r = split(4, 32);
+        r.concurrency = 256;
+        assert_eq!(earlier(&r).map(|d| (d.prefill.workers, d.decode_batch)), Some((4, Some(16))));
+        // Measured in 2026, or SGLang: not from this table.
+        let mut later = split(32, 32);
+        later.source = "source_file=2026-04-06.csv; measured=2026-02-03T00:00:00.000Z".into();
+        assert_eq!(earlier(&later), None);
+        let mut sglang = split(32, 32);
+        sglang.backend = "sglang".into();
+        assert_eq!(earlier(&sglang), None);
     }
 
     #[test]

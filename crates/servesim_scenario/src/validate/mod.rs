@@ -657,10 +657,23 @@ pub fn replayed_row(
         };
         return Ok((r, None));
     }
+    if let Some(d) = deployments::earlier(row).filter(|_| !knobs.no_recipes) {
+        // InferenceMAX's deployment of a disaggregated row: its pools become the row's
+        // recorded workers, by which the scenario finds the deployment again.
+        let prefill_prompts = d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl));
+        r.mode = Mode::Disagg {
+            prefill: d.prefill.layout(prefill_prompts),
+            prefill_workers: Some(d.prefill.workers),
+            decode: d.decode.layout(d.decode_batch.unwrap_or(1)),
+            decode_workers: Some(d.decode.workers),
+        };
+        return Ok((r, None));
+    }
     if let Some(d) = deployments::replayed(row).filter(|_| replays_published(row, knobs)) {
         // The counts stay blank: the scenario takes them, the decode batch, the experts'
         // kernels and the drafts from the published deployment (`published_deployment`).
-        let prefill = d.prefill.layout(deployments::Deployment::prefill_prompts(row.isl));
+        let prefill =
+            d.prefill.layout(d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl)));
         let decode = d.decode.layout(d.decode_batch.unwrap_or(1));
         r.mode = Mode::Disagg { prefill, prefill_workers: None, decode, decode_workers: None };
         return Ok((r, None));

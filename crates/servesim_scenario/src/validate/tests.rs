@@ -502,6 +502,37 @@ fn inferencex_rows_written_as_one_worker_replay_inferencemaxs_deployment() {
     assert!(!scenario_yaml(&as_written, &off, false, None).contains("nextn"));
 }
 
+/// A TensorRT-LLM disaggregated row of December 2025 written with both pools as their 32 GPUs
+/// replays InferenceMAX's deployment at its clients (six DEP4 prefill workers of one 8k prompt
+/// a step, a DEP8 decode worker of batch 256 with one MTP draft), its pools recorded.
+#[test]
+fn inferencex_disaggregated_rows_of_2025_replay_inferencemaxs_deployment() {
+    let catalog = Catalog::builtin().unwrap();
+    let files = crate::NoFiles;
+    let l = Layout { tp: 32, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 1 };
+    let mut r = row(Mode::Disagg { prefill: l, prefill_workers: None, decode: l, decode_workers: None });
+    (r.backend, r.model, r.system, r.precision) =
+        ("trtllm".into(), "deepseek-ai/DeepSeek-R1".into(), "gb200".into(), "fp4".into());
+    (r.gemm_quant, r.moe_quant) = ("nvfp4".into(), "nvfp4".into());
+    r.source =
+        "source_file=2026-04-06.csv; silicon_concurrency=2150; measured=2025-12-15T00:00:00.000Z".into();
+    (r.isl, r.osl, r.concurrency) = (8192, 1024, 2150);
+    let knobs = Knobs::default();
+    assert!(replays_published(&r, &knobs));
+    assert_eq!(published_workers(&r, &knobs), Some((6, 1)));
+    let (replayed, sized) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+    assert_eq!(sized, None);
+    let Mode::Disagg { prefill, prefill_workers, decode, decode_workers } = replayed.mode else { panic!() };
+    assert_eq!((prefill_workers, decode_workers), (Some(6), Some(1)));
+    assert_eq!((prefill.dp, prefill.batch, decode.dp, decode.batch), (4, 1, 8, 256));
+    let y = scenario_yaml(&replayed, &knobs, false, None);
+    assert!(y.contains("  nextn: 1\n"), "{y}");
+    assert!(y.contains("replicas: 6, tensor: 1, pipeline: 1, attention_data: 4"), "{y}");
+    assert!(y.contains("max_sequences: 256"), "{y}");
+    let off = Knobs { no_recipes: true, ..Knobs::default() };
+    assert!(!replays_published(&r, &off));
+}
+
 /// Expected accepted drafts of a round: p + p² + … + pⁿ, each draft accepted only after the
 /// one before it.
 #[test]
