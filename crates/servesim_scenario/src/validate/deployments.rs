@@ -85,6 +85,19 @@ pub struct Deployment {
 }
 
 impl Deployment {
+    /// The prefill layout at `isl`-token prompts: the entry's prefill batch, else
+    /// [`Deployment::prefill_prompts`].
+    #[must_use]
+    pub fn prefill_layout(&self, isl: u32) -> Layout {
+        self.prefill.layout(self.prefill_batch.unwrap_or(Self::prefill_prompts(isl)))
+    }
+
+    /// The decode layout at the entry's decode batch (1 where it names none).
+    #[must_use]
+    pub fn decode_layout(&self) -> Layout {
+        self.decode.layout(self.decode_batch.unwrap_or(1))
+    }
+
     /// Prompts a prefill rank runs in one step at `isl`-token prompts
     /// ([`SHORT_PROMPT_PREFILL_BATCH`]).
     #[must_use]
@@ -200,6 +213,19 @@ fn configs(row: &SiliconRow) -> Option<[String; 2]> {
     Some([format!("{base}-mtp"), base])
 }
 
+/// The entries of `table` under one of `keys` at the row's lengths and clients.
+fn at<'a>(table: &'a [Entry], keys: &[String; 2], row: &SiliconRow) -> Vec<&'a Entry> {
+    table
+        .iter()
+        .filter(|e| {
+            keys.contains(&e.config)
+                && e.isl == row.isl
+                && e.osl == row.osl
+                && e.concurrency.contains(&row.concurrency)
+        })
+        .collect()
+}
+
 /// The deployment InferenceX published for a disaggregated row of its own, when exactly one
 /// deployment ran at the row's clients ([`unique`]).
 #[must_use]
@@ -208,15 +234,7 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
         return None;
     }
     let keys = configs(row)?;
-    let entries: Vec<&Entry> = table()
-        .iter()
-        .filter(|e| {
-            keys.contains(&e.config)
-                && e.isl == row.isl
-                && e.osl == row.osl
-                && e.concurrency.contains(&row.concurrency)
-        })
-        .collect();
+    let entries = at(table(), &keys, row);
     unique(&entries, row.concurrency)
 }
 
@@ -238,15 +256,7 @@ pub fn earlier(row: &SiliconRow) -> Option<Deployment> {
     }
     let keys = configs(row)?;
     let of = |l: &Layout| l.tp.max(1) * l.dp.max(1) * l.pp.max(1);
-    let entries: Vec<&Entry> = legacy_table()
-        .iter()
-        .filter(|e| {
-            keys.contains(&e.config)
-                && e.isl == row.isl
-                && e.osl == row.osl
-                && e.concurrency.contains(&row.concurrency)
-        })
-        .collect();
+    let entries = at(legacy_table(), &keys, row);
     let by_gpus: Vec<&Entry> = entries
         .iter()
         .copied()
@@ -356,7 +366,7 @@ pub fn replayed(row: &SiliconRow) -> Option<Deployment> {
 /// Whether `decode` is the decode layout of `d` as [`replayed`] sets it.
 #[must_use]
 pub fn is_published_decode(d: &Deployment, decode: &Layout) -> bool {
-    d.decode.layout(d.decode_batch.unwrap_or(1)) == *decode
+    d.decode_layout() == *decode
 }
 
 #[cfg(test)]

@@ -644,27 +644,15 @@ pub fn replayed_row(
     knobs: &Knobs,
 ) -> Result<(SiliconRow, Option<(u32, u32)>), String> {
     let mut r = interpret(row, catalog, knobs);
-    let legacy = deployments::legacy(row).filter(|_| !knobs.no_recipes && !row.disaggregated());
-    if let Some(d) = legacy {
-        // Written as one aggregated worker of every GPU, run as InferenceMAX's disaggregated
-        // deployment of the time: its pools become the row's recorded workers.
-        let prefill_prompts = d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl));
+    // InferenceMAX's deployment of a row written as one aggregated worker of every GPU, or of
+    // a disaggregated one: its pools become the row's recorded workers, by which the
+    // scenario finds the deployment again.
+    let earlier = if row.disaggregated() { deployments::earlier(row) } else { deployments::legacy(row) };
+    if let Some(d) = earlier.filter(|_| !knobs.no_recipes) {
         r.mode = Mode::Disagg {
-            prefill: d.prefill.layout(prefill_prompts),
+            prefill: d.prefill_layout(row.isl),
             prefill_workers: Some(d.prefill.workers),
-            decode: d.decode.layout(d.decode_batch.unwrap_or(1)),
-            decode_workers: Some(d.decode.workers),
-        };
-        return Ok((r, None));
-    }
-    if let Some(d) = deployments::earlier(row).filter(|_| !knobs.no_recipes) {
-        // InferenceMAX's deployment of a disaggregated row: its pools become the row's
-        // recorded workers, by which the scenario finds the deployment again.
-        let prefill_prompts = d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl));
-        r.mode = Mode::Disagg {
-            prefill: d.prefill.layout(prefill_prompts),
-            prefill_workers: Some(d.prefill.workers),
-            decode: d.decode.layout(d.decode_batch.unwrap_or(1)),
+            decode: d.decode_layout(),
             decode_workers: Some(d.decode.workers),
         };
         return Ok((r, None));
@@ -672,10 +660,12 @@ pub fn replayed_row(
     if let Some(d) = deployments::replayed(row).filter(|_| replays_published(row, knobs)) {
         // The counts stay blank: the scenario takes them, the decode batch, the experts'
         // kernels and the drafts from the published deployment (`published_deployment`).
-        let prefill =
-            d.prefill.layout(d.prefill_batch.unwrap_or(deployments::Deployment::prefill_prompts(row.isl)));
-        let decode = d.decode.layout(d.decode_batch.unwrap_or(1));
-        r.mode = Mode::Disagg { prefill, prefill_workers: None, decode, decode_workers: None };
+        r.mode = Mode::Disagg {
+            prefill: d.prefill_layout(row.isl),
+            prefill_workers: None,
+            decode: d.decode_layout(),
+            decode_workers: None,
+        };
         return Ok((r, None));
     }
     let sized = size_pools(&r, catalog, files, knobs)?;
