@@ -7,9 +7,10 @@
 //! framework, which deployment ran at which client counts: workers, GPUs a worker, expert
 //! parallelism and attention DP per role, and the srt-slurm recipe whose name carries the
 //! decode batch a rank. `inferencex_disagg.csv` transcribes it; [`published`] finds a row's
-//! entry. A row whose clients appear in entries that deploy differently (a speculative and a
-//! plain configuration at the same client count, or two pool sizes) has no published
-//! deployment, and its pools are sized as before.
+//! entry. Where entries that deploy differently ran at the row's clients (a speculative and a
+//! plain configuration at the same client count, or two pool sizes), the one whose workers
+//! hold the GPUs and prefill experts the row's layouts record is taken; a row that none or
+//! several such match has no published deployment, and its pools are sized as before.
 //!
 //! Some of InferenceX's GB200 DeepSeek-R1 rows measured in November 2025 are written as one
 //! aggregated worker of every GPU the deployment held (`tp 36`, `tp 52`): they ran the
@@ -227,7 +228,8 @@ fn at<'a>(table: &'a [Entry], keys: &[String; 2], row: &SiliconRow) -> Vec<&'a E
 }
 
 /// The deployment InferenceX published for a disaggregated row of its own, when exactly one
-/// deployment ran at the row's clients ([`unique`]).
+/// deployment ran at the row's clients ([`unique`]); where several did, the one whose pools
+/// have the GPUs a worker and the expert degree the row's layouts record ([`as_written`]).
 #[must_use]
 pub fn published(row: &SiliconRow) -> Option<Deployment> {
     if !row.disaggregated() || !from_inferencex(row) {
@@ -235,7 +237,30 @@ pub fn published(row: &SiliconRow) -> Option<Deployment> {
     }
     let keys = configs(row)?;
     let entries = at(table(), &keys, row);
-    unique(&entries, row.concurrency)
+    unique(&entries, row.concurrency).or_else(|| unique(&as_written(&entries, row), row.concurrency))
+}
+
+/// The entries whose workers hold the GPUs (tensor × attention data × pipeline degree) the
+/// row's layouts record, and whose prefill workers run the expert degree it records (the
+/// decode one is written lossily, often as the prefill's). Most exports write one layout
+/// pair at every client count, which then matches no entry or all alike; where an export
+/// writes the layouts that ran it tells the deployments at the same clients apart: H200
+/// SGLang DeepSeek-R1 records `ep 8` at the client counts of its DEP8 deployment and `ep 1`
+/// at those of its TP8 one, GB300 TensorRT-LLM fp4 at 8k/1k and 666 clients a 16-GPU decode
+/// worker for the MTP entry and a 32-GPU one for the plain entry.
+fn as_written<'a>(entries: &[&'a Entry], row: &SiliconRow) -> Vec<&'a Entry> {
+    let Mode::Disagg { prefill, decode, .. } = row.mode else { return Vec::new() };
+    let gpus = |l: &Layout| l.tp.max(1) * l.dp.max(1) * l.pp.max(1);
+    entries
+        .iter()
+        .copied()
+        .filter(|e| {
+            let (p, d) = (e.deployment.prefill, e.deployment.decode);
+            p.gpus == gpus(&prefill)
+                && p.ep.clamp(1, p.gpus.max(1)) == prefill.moe_ep.max(1)
+                && d.gpus == gpus(&decode)
+        })
+        .collect()
 }
 
 /// The InferenceMAX deployment a TensorRT-LLM disaggregated row measured in 2025 ran, from
@@ -448,6 +473,49 @@ mod tests {
         // TEP8 workers hold 3 a rank either way.
         let d = published(&row("gb200", "fp4", 8192, 12)).unwrap();
         assert_eq!((d.decode.workers, d.decode_batch), (4, Some(16)));
+    }
+
+    /// Where several deployments ran at a row's clients, the one with the GPUs a worker (and
+    /// the prefill expert degree) its layouts record.
+    #[test]
+    fn ambiguous_clients_take_the_deployment_the_layouts_record() {
+        let layouts = |r: &mut SiliconRow, p: (u32, u32), d: (u32, u32)| {
+            let l = |(tp, ep): (u32, u32)| Layout { tp, pp: 1, dp: 1, moe_tp: tp / ep, moe_ep: ep, batch: 1 };
+            r.mode =
+                Mode::Disagg { prefill: l(p), prefill_workers: None, decode: l(d), decode_workers: None };
+        };
+        // B300 fp4 at 1k/1k and 10 clients: MTP ran five TEP8 decode workers, the plain
+        // run five TEP4 ones; the row's decode layout says which.
+        let mut r = row("b300_sxm", "fp4", 1024, 10);
+        layouts(&mut r, (2, 2), (8, 2));
+        let d = published(&r).unwrap();
+        assert_eq!((d.decode.workers, d.decode.gpus, d.decode_batch, d.drafts), (5, 8, Some(32), Some(3)));
+        layouts(&mut r, (2, 2), (4, 2));
+        let d = published(&r).unwrap();
+        assert_eq!((d.decode.workers, d.decode.gpus, d.decode_batch, d.drafts), (5, 4, Some(4), None));
+        // A layout no entry has leaves the row without one.
+        layouts(&mut r, (2, 2), (16, 2));
+        assert_eq!(published(&r), None);
+        // H200 SGLang fp8 at 1k/1k and 128 clients: one DEP8 prefill and six DEP8 decode
+        // workers, or one TP8 prefill and nine TP8 decode workers; the prefill's experts
+        // tell them apart.
+        let mut r = row("h200_sxm", "fp8", 1024, 128);
+        r.backend = "sglang".into();
+        layouts(&mut r, (8, 8), (8, 8));
+        let d = published(&r).unwrap();
+        assert_eq!(d.prefill, Role { workers: 1, gpus: 8, ep: 8, attention_dp: true });
+        assert_eq!((d.decode.workers, d.decode.attention_dp), (6, true));
+        layouts(&mut r, (8, 1), (8, 1));
+        let d = published(&r).unwrap();
+        assert_eq!((d.prefill.ep, d.decode.workers, d.decode.attention_dp), (1, 9, false));
+        // The replayed row, written with the deployment's layouts, finds it again.
+        r.mode = Mode::Disagg {
+            prefill: d.prefill_layout(r.isl),
+            prefill_workers: None,
+            decode: d.decode_layout(),
+            decode_workers: None,
+        };
+        assert_eq!(published(&r), Some(d));
     }
 
     /// InferenceX's GB200 rows of 2025-11-17 written as one worker of all the GPUs: 512

@@ -468,6 +468,35 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     assert!(sized.is_some());
 }
 
+/// H200 SGLang DeepSeek-R1 at 1k/1k and 128 clients ran a DEP8 deployment (one prefill, six
+/// decode workers) and a TP8 one (one prefill, nine decode workers); a row written `ep 8`
+/// replays the first, one written `ep 1` the second.
+#[test]
+fn inferencex_rows_at_ambiguous_clients_replay_the_deployment_their_layouts_record() {
+    let catalog = Catalog::builtin().unwrap();
+    let files = crate::NoFiles;
+    let knobs = Knobs::default();
+    let replay = |ep: u32| {
+        let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 8 / ep, moe_ep: ep, batch: 1 };
+        let mut r = row(Mode::Disagg { prefill: l, prefill_workers: None, decode: l, decode_workers: None });
+        (r.backend, r.model, r.system, r.precision) =
+            ("sglang".into(), "deepseek-ai/DeepSeek-R1".into(), "h200_sxm".into(), "fp8".into());
+        (r.gemm_quant, r.moe_quant) = ("fp8".into(), "fp8_block".into());
+        r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=128".into();
+        (r.isl, r.osl, r.concurrency) = (1024, 1024, 128);
+        assert!(replays_published(&r, &knobs));
+        let (replayed, sized) = replayed_row(&r, &catalog, &files, &knobs).unwrap();
+        assert_eq!(sized, None);
+        (published_workers(&r, &knobs), scenario_yaml(&replayed, &knobs, false, None))
+    };
+    let (workers, y) = replay(8);
+    assert_eq!(workers, Some((1, 6)));
+    assert!(y.contains("replicas: 6, tensor: 1, pipeline: 1, attention_data: 8"), "{y}");
+    let (workers, y) = replay(1);
+    assert_eq!(workers, Some((1, 9)));
+    assert!(y.contains("replicas: 9, tensor: 8, pipeline: 1, attention_data: 1"), "{y}");
+}
+
 /// InferenceX's GB200 DeepSeek-R1 rows of 2025-11-17 written as one aggregated worker of 20
 /// GPUs replay InferenceMAX's disaggregated deployment of the time: a DEP4 prefill worker of
 /// four prompts a step and a DEP16 decode worker of batch 64 with three MTP drafts.
