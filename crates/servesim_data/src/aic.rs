@@ -31,6 +31,10 @@ pub fn source_path(family: Family) -> (&'static str, &'static str) {
         Family::Moe => ("moe", "moe_perf.parquet"),
         Family::ContextMla => ("mla", "context_mla_perf.parquet"),
         Family::GenerationMla => ("mla", "generation_mla_perf.parquet"),
+        // SGLang's wide-EP experts; AIConfigurator 0.12 measured them for SGLang 0.5.10 (and
+        // 0.5.6.post2 on Hopper), which the import's backward fill finds for later releases.
+        Family::DeepEpContextMoe => ("moe", "wideep_context_moe_perf.parquet"),
+        Family::DeepEpGenerationMoe => ("moe", "wideep_generation_moe_perf.parquet"),
     }
 }
 
@@ -134,7 +138,7 @@ fn columns(family: Family) -> (&'static [&'static str], &'static [&'static str])
         // The second key, `mode`, is derived from the lane (see `convert`).
         Family::AllReduce => (&["allreduce_dtype", "kernel_source"], &["num_gpus", "message_size"]),
         Family::Nccl => (&["op_name", "nccl_dtype"], &["num_gpus", "message_size"]),
-        Family::Moe => (
+        Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => (
             &[
                 "moe_dtype",
                 "distribution",
@@ -257,7 +261,7 @@ pub fn convert(
                 continue;
             }
         }
-        if family == Family::Moe {
+        if matches!(family, Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe) {
             let num = |j: usize| k[j].parse::<u64>().unwrap_or(0);
             let shape = (num(2), num(3), num(4), num(5));
             let keep_shape = filter.moe_shapes.is_empty() || filter.moe_shapes.contains(&shape);
@@ -404,6 +408,29 @@ mod tests {
         assert!(write_aic("a.parquet", Family::AllReduce, &[], "x").is_err());
     }
 
+    /// A wide-EP expert table converts like the fused-experts one: its MoE shape filter
+    /// applies, and its rows come back as written.
+    #[test]
+    fn deepep_expert_tables_convert_with_the_moe_filter() {
+        let key = |ep: &str| -> Vec<String> {
+            ["fp8_block", "power_law_1.01", "7168", "2048", "8", "256", "1", ep].map(String::from).to_vec()
+        };
+        let rows: Vec<Row> =
+            vec![(key("4"), vec![4096], 0.886), (key("16"), vec![16384], 0.699), (key("4"), vec![8192], 1.1)];
+        let bytes = write_aic("w.parquet", Family::DeepEpContextMoe, &rows, "deepepmoe").unwrap();
+        let cols = crate::perf::read_columns("w.parquet", bytes).unwrap();
+        let all = convert("w.parquet", Family::DeepEpContextMoe, &cols, &Filter::default()).unwrap();
+        assert_eq!(all.rows.len(), 3);
+        assert_eq!(
+            all.lanes.get("fp8_block/power_law_1.01/7168/2048/8/256/1/4").map(String::as_str),
+            Some("deepepmoe")
+        );
+        let mut other_model = Filter::default();
+        other_model.moe_shapes.insert((2880, 2880, 4, 128));
+        let none = convert("w.parquet", Family::DeepEpContextMoe, &cols, &other_model).unwrap();
+        assert!(none.rows.is_empty() && none.dropped_rows == 3);
+    }
+
     #[test]
     fn tree_paths_map_to_servesim_paths() {
         assert_eq!(
@@ -420,6 +447,18 @@ mod tests {
         assert_eq!(
             servesim_path("data/b200_sxm/comm/nccl/2.27/nccl_perf.parquet"),
             Some((Family::Nccl, "perf/b200_sxm/nccl.parquet".into()))
+        );
+        // SGLang's wide-EP experts, one family per dispatch mode.
+        assert_eq!(
+            servesim_path("gb200/moe/sglang/0.5.10/wideep_context_moe_perf.parquet"),
+            Some((Family::DeepEpContextMoe, "perf/gb200/sglang/0.5.10/deepep_context_moe.parquet".into()))
+        );
+        assert_eq!(
+            servesim_path("gb200/moe/sglang/0.5.10/wideep_generation_moe_perf.parquet"),
+            Some((
+                Family::DeepEpGenerationMoe,
+                "perf/gb200/sglang/0.5.10/deepep_generation_moe.parquet".into()
+            ))
         );
         assert_eq!(servesim_path("gemm_perf.parquet"), None);
         assert_eq!(servesim_path("a/b/gemm/vllm/0.24.0/other.parquet"), None);

@@ -678,11 +678,16 @@ pub enum Family {
     ContextMla,
     /// Multi-head latent attention, decode.
     GenerationMla,
+    /// Routed experts of one layer behind DeepEP's normal (prefill) dispatch: SGLang's
+    /// DeepGEMM grouped kernels for extend batches under attention data parallelism.
+    DeepEpContextMoe,
+    /// The same behind DeepEP's low-latency (decode) dispatch: DeepGEMM's masked kernels.
+    DeepEpGenerationMoe,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 10] = [
         Family::Gemm,
         Family::ContextAttention,
         Family::GenerationAttention,
@@ -691,6 +696,8 @@ impl Family {
         Family::Moe,
         Family::ContextMla,
         Family::GenerationMla,
+        Family::DeepEpContextMoe,
+        Family::DeepEpGenerationMoe,
     ];
 
     /// File stem and report name.
@@ -705,6 +712,8 @@ impl Family {
             Family::Moe => "moe",
             Family::ContextMla => "context_mla",
             Family::GenerationMla => "generation_mla",
+            Family::DeepEpContextMoe => "deepep_context_moe",
+            Family::DeepEpGenerationMoe => "deepep_generation_moe",
         }
     }
 
@@ -724,7 +733,7 @@ impl Family {
             }
             Family::AllReduce => &["dtype", "mode"],
             Family::Nccl => &["op", "dtype"],
-            Family::Moe => {
+            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => {
                 &["dtype", "distribution", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"]
             }
             Family::ContextMla | Family::GenerationMla => &["kv_dtype", "mla_dtype"],
@@ -740,7 +749,7 @@ impl Family {
             Family::ContextAttention => &[L, Scale::Square, L, L],
             Family::GenerationAttention => &[L, L, L, L],
             Family::AllReduce | Family::Nccl => &[L, L],
-            Family::Moe => &[L],
+            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &[L],
             Family::ContextMla => &[L, Scale::Square, L],
             Family::GenerationMla => &[L, L, L],
         }
@@ -755,7 +764,7 @@ impl Family {
             Family::Gemm => &[true, true, true],
             Family::ContextAttention | Family::GenerationAttention => &[true, true, false, false],
             Family::AllReduce | Family::Nccl => &[false, true],
-            Family::Moe => &[true],
+            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &[true],
             Family::ContextMla | Family::GenerationMla => &[true, true, false],
         }
     }
@@ -769,7 +778,7 @@ impl Family {
             Family::GenerationAttention => &["batch", "kv_len", "heads", "kv_heads"],
             Family::AllReduce => &["gpus", "message_elems"],
             Family::Nccl => &["gpus", "message_bytes"],
-            Family::Moe => &["tokens"],
+            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &["tokens"],
             Family::ContextMla => &["batch", "isl", "heads"],
             Family::GenerationMla => &["batch", "kv_len", "heads"],
         }

@@ -184,8 +184,10 @@ pub struct OpLevelTimer {
     dense_eager_by_tokens: Vec<Memo>,
     /// LM head by sampling sequences.
     head_by_seqs: Vec<Memo>,
-    /// MoE experts (and their all-to-all) by tokens over all ranks.
+    /// MoE experts (and their all-to-all) by tokens over all ranks, for decode steps and
+    /// for steps that extend a prompt (which differ where the experts run DeepEP).
     moe_by_tokens: Vec<Memo>,
+    moe_extend_by_tokens: Vec<Memo>,
     /// Distinct tallies memo slots refer to, and how many times each was used: a step adds
     /// one to a count instead of its tally's 28 counts to `used`.
     tallies: Vec<Tally>,
@@ -224,6 +226,7 @@ impl OpLevelTimer {
             dense_eager_by_tokens: Vec::new(),
             head_by_seqs: Vec::new(),
             moe_by_tokens: Vec::new(),
+            moe_extend_by_tokens: Vec::new(),
             tallies: Vec::new(),
             tally_uses: Vec::new(),
             used: [Provenance::default(); 7],
@@ -473,15 +476,15 @@ impl OpLevelTimer {
     }
 
     /// Routed experts over `tokens` tokens of all ranks, with the traffic that brings the
-    /// tokens to them and their outputs back.
+    /// tokens to them and their outputs back; `extend` for a step that extends a prompt.
     #[allow(clippy::cast_precision_loss)]
-    fn moe_part(&mut self, tokens: u64) -> (f64, Tally, KindSeconds) {
+    fn moe_part(&mut self, tokens: u64, extend: bool) -> (f64, Tally, KindSeconds) {
         let mut prov = Tally::default();
         let mut by_kind = KindSeconds::default();
         let Some(moe) = self.s.model.moe.clone() else { return (0.0, prov, by_kind) };
         let p = self.s.parallelism;
         let layers = f64::from(self.s.model.moe_layers()) / f64::from(p.pipeline.max(1));
-        let e = self.moe_experts(tokens);
+        let e = self.deepep_experts(tokens, extend).unwrap_or_else(|| self.moe_experts(tokens));
         if e.0 > 0.0 {
             prov.count(const { Self::kind("moe") }, e.1);
         }
@@ -536,6 +539,16 @@ impl OpLevelTimer {
         (secs, prov, by_kind)
     }
 
+    /// The memo of a step's routed experts: 4 for a step that extends a prompt on experts that
+    /// run DeepEP (whose kernels differ by phase), else 2.
+    fn moe_memo(&self, ranks: &[RankLoad]) -> u8 {
+        if self.runs_deepep() && ranks.iter().any(|r| !r.prefill.is_empty()) {
+            4
+        } else {
+            2
+        }
+    }
+
     fn memo(&mut self, which: u8, key: u64) -> f64 {
         let (s, tally) = self.memo_peek(which, key);
         self.use_tally_times(tally, 1);
@@ -549,6 +562,7 @@ impl OpLevelTimer {
             0 => self.dense_by_tokens.get(idx),
             1 => self.head_by_seqs.get(idx),
             3 => self.dense_eager_by_tokens.get(idx),
+            4 => self.moe_extend_by_tokens.get(idx),
             _ => self.moe_by_tokens.get(idx),
         }
         .copied()
@@ -560,7 +574,8 @@ impl OpLevelTimer {
             0 => total(self.dense_part(key, true)),
             1 => self.head_part(key),
             3 => total(self.dense_part(key, false)),
-            _ => total(self.moe_part(key)),
+            4 => total(self.moe_part(key, true)),
+            _ => total(self.moe_part(key, false)),
         };
         let prov = self.intern(tally);
         if idx < MEMO_LIMIT {
@@ -568,6 +583,7 @@ impl OpLevelTimer {
                 0 => &mut self.dense_by_tokens,
                 1 => &mut self.head_by_seqs,
                 3 => &mut self.dense_eager_by_tokens,
+                4 => &mut self.moe_extend_by_tokens,
                 _ => &mut self.moe_by_tokens,
             };
             if v.len() <= idx {
@@ -709,7 +725,7 @@ impl OpLevelTimer {
         if all_tokens == 0 {
             return 0.0;
         }
-        worst + self.memo(2, all_tokens)
+        worst + self.memo(self.moe_memo(ranks), all_tokens)
     }
 
     /// `stage_seconds` split into [`StageParts`]: the same terms of the same (slowest) rank,
@@ -750,7 +766,8 @@ impl OpLevelTimer {
         }
         let mut parts = worst.1;
         if all_tokens > 0 {
-            let (_, _, moe) = self.moe_part(all_tokens);
+            let extend = self.moe_memo(ranks) == 4;
+            let (_, _, moe) = self.moe_part(all_tokens, extend);
             for (p, m) in parts.iter_mut().zip(moe) {
                 *p += m;
             }

@@ -393,6 +393,94 @@ impl OpLevelTimer {
     }
 }
 
+impl OpLevelTimer {
+    /// Whether the routed experts run SGLang's DeepEP kernels: SGLang under attention data
+    /// parallelism with experts split by expert parallelism only (`--moe-a2a-backend deepep`,
+    /// which its attention-DP deployments run, `moe_all_to_all`).
+    pub(super) fn runs_deepep(&self) -> bool {
+        let p = self.s.parallelism;
+        self.db.backend == "sglang" && p.attention_data > 1 && p.moe_tensor <= 1 && p.moe_expert > 1
+    }
+
+    /// SGLang's DeepEP experts of one MoE layer over `tokens` tokens of all ranks, from
+    /// AIConfigurator's wide-EP tables (num_tokens there is every rank's tokens, as here):
+    /// DeepGEMM's grouped kernels behind the normal dispatch for a step that extends a
+    /// prompt (`extend`), its masked ones behind the low-latency dispatch for a decode step.
+    /// An expert degree the tables lack (they skip EP8 on Blackwell) blends the nearest
+    /// measured degrees below and above at the same tokens a rank, linearly in log2 of the
+    /// degree. `None` where the deployment does not run DeepEP or no table holds its experts
+    /// (the fused-experts table then times them, [`OpLevelTimer::moe_experts`]).
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn deepep_experts(&self, tokens: u64, extend: bool) -> Option<(f64, Source)> {
+        let moe = self.s.model.moe.as_ref()?;
+        if tokens == 0 || !self.runs_deepep() {
+            return None;
+        }
+        let family = if extend { Family::DeepEpContextMoe } else { Family::DeepEpGenerationMoe };
+        let table = self.db.table(family)?;
+        let ep = self.s.parallelism.moe_expert;
+        let key: [String; 7] = [
+            self.s.moe.table_name().to_string(),
+            "power_law_1.01".to_string(),
+            self.s.model.hidden_size.to_string(),
+            moe.expert_intermediate_size.to_string(),
+            moe.experts_per_token.to_string(),
+            moe.num_experts.to_string(),
+            "1".to_string(),
+        ];
+        let (h, inter) = (self.s.model.hidden_size as f64, moe.expert_intermediate_size as f64);
+        let (topk, experts) = (f64::from(moe.experts_per_token), f64::from(moe.num_experts));
+        let dt = self.s.moe.dtype();
+        let (peak, bw) = (self.s.hardware.peak_flops(dt), self.bw());
+        // Speed of light of one rank at `ranks`-way expert parallelism.
+        let sol_at = |ranks: f64| {
+            move |c: &[f64]| {
+                let t = c[0];
+                let flops = 2.0 * 3.0 * h * inter * topk * t / ranks / peak;
+                let touched = (t * topk).min(experts) / ranks;
+                flops.max(touched * 3.0 * h * inter * dt.bytes() / bw)
+            }
+        };
+        // The measured expert degrees of these experts.
+        let mut degrees: Vec<u32> = table
+            .slices()
+            .filter(|(k, _)| k.len() == 8 && k[..7] == key[..])
+            .filter_map(|(k, _)| k[7].parse().ok())
+            .collect();
+        degrees.sort_unstable();
+        let at = |d: u32| -> Option<(f64, Source)> {
+            let mut k: Vec<&str> = key.iter().map(String::as_str).collect();
+            let ds = d.to_string();
+            k.push(&ds);
+            // The same tokens a rank as the deployment's.
+            let t = tokens as f64 * f64::from(d) / f64::from(ep);
+            table.slice(&k)?.lookup(&[t], family.scales(), sol_at(f64::from(d)))
+        };
+        if degrees.contains(&ep) {
+            return at(ep).map(|(ms, src)| (ms / 1e3, src));
+        }
+        let below = degrees.iter().copied().filter(|d| *d < ep).max();
+        let above = degrees.iter().copied().filter(|d| *d > ep).min();
+        match (below, above) {
+            (Some(lo), Some(hi)) => {
+                let (a, b) = (at(lo)?, at(hi)?);
+                let log = |d: u32| libm::log2(f64::from(d));
+                let w = (log(ep) - log(lo)) / (log(hi) - log(lo));
+                let src = if a.1 == Source::Extrapolated || b.1 == Source::Extrapolated {
+                    Source::Extrapolated
+                } else {
+                    Source::Interpolated
+                };
+                Some((a.0 + (b.0 - a.0) * w, src))
+            }
+            (Some(d), None) | (None, Some(d)) => at(d).map(|(ms, _)| (ms, Source::Extrapolated)),
+            (None, None) => None,
+        }
+        .map(|(ms, src)| (ms / 1e3, src))
+    }
+}
+
 /// A time taken from another table's measurement is at best an interpolation.
 fn derived(src: Source) -> Source {
     if src == Source::Measured {

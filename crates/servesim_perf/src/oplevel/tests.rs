@@ -707,7 +707,8 @@ fn expert_traffic_under_attention_dp_follows_the_engine() {
         OpLevelTimer::new(s, Rc::new(db))
     };
     let layers = 30.0;
-    let nccl_ms = |mut t: OpLevelTimer| t.moe_part(tokens).2[OpLevelTimer::kind("nccl")] * 1e3 / layers;
+    let nccl_ms =
+        |mut t: OpLevelTimer| t.moe_part(tokens, false).2[OpLevelTimer::kind("nccl")] * 1e3 / layers;
     let close = |got: f64, want: f64| (got - want).abs() < 1e-9 * want.max(1.0);
     let gather_bf16 = lat("all_gather", elems * 2) + lat("reduce_scatter", elems * 2);
     let got = nccl_ms(timer("vllm", MoeQuant::Nvfp4, false));
@@ -724,7 +725,7 @@ fn expert_traffic_under_attention_dp_follows_the_engine() {
     // Without attention DP nothing crosses ranks here (tensor-parallel all-reduces do).
     let mut t = timer("vllm", MoeQuant::Bf16, false);
     t.s.parallelism = Parallelism { tensor: 4, moe_expert: 4, ..Parallelism::SINGLE };
-    assert!(t.moe_part(tokens).2[OpLevelTimer::kind("nccl")].abs() < 1e-15);
+    assert!(t.moe_part(tokens, false).2[OpLevelTimer::kind("nccl")].abs() < 1e-15);
 }
 
 /// The expected count of ranks a token's experts land on matches enumerating every choice
@@ -752,5 +753,76 @@ fn distinct_ranks_match_enumeration() {
         let got = super::distinct_ranks(e, k, r);
         assert!((got - want).abs() < 1e-12, "{e} experts, top-{k}, {r} ranks: {got} vs {want}");
         assert!(got >= 1.0 - 1e-12 && got <= f64::from(k.min(r)) + 1e-12);
+    }
+}
+
+/// SGLang under attention DP runs DeepEP's experts: the wide-EP context table for a step
+/// that extends a prompt, the generation one for a decode step; a measured row is returned
+/// as measured, and an expert degree the tables lack (EP8 on Blackwell) blends the degrees
+/// around it at the same tokens a rank, linearly in log2 of the degree. Other engines and
+/// layouts keep the fused-experts table.
+#[test]
+fn sglang_attention_dp_experts_read_the_deepep_tables() {
+    let moe = Moe {
+        num_experts: 256,
+        experts_per_token: 8,
+        expert_intermediate_size: 2048,
+        shared_intermediate_size: 2048,
+        dense_layers: 3,
+    };
+    let key = |ep: u64| {
+        ["fp8_block", "power_law_1.01", "4096", "2048", "8", "256", "1"]
+            .iter()
+            .map(|s| (*s).to_string())
+            .chain([ep.to_string()])
+            .collect::<Vec<_>>()
+    };
+    // Context rows take 1 ms per 1,000 tokens a rank plus 0.1 ms; decode rows a tenth.
+    let rows = |scale: f64| -> Vec<Row> {
+        let mut out = Vec::new();
+        for ep in [4u64, 16] {
+            for t in [1024u64, 2048, 4096, 8192, 16384, 32768] {
+                #[allow(clippy::cast_precision_loss)]
+                let ms = scale * (0.1 + (t / ep) as f64 / 1000.0);
+                out.push((key(ep), vec![t], ms));
+            }
+        }
+        out
+    };
+    let fused: Vec<Row> =
+        [1024u64, 2048, 4096, 8192, 16384].iter().map(|&t| (key(8), vec![t], 50.0)).collect();
+    let timer = |backend: &str, attention_data: u32, ep: u32| {
+        let mut db = PerfDb::new("b200_sxm", backend, "test", "unit test");
+        db.insert(Rc::new(Table::from_rows(Family::DeepEpContextMoe, rows(1.0)).unwrap()));
+        db.insert(Rc::new(Table::from_rows(Family::DeepEpGenerationMoe, rows(0.1)).unwrap()));
+        db.insert(Rc::new(Table::from_rows(Family::Moe, fused.clone()).unwrap()));
+        let mut s = setup(1);
+        s.model.moe = Some(moe.clone());
+        s.moe = MoeQuant::Fp8Block;
+        s.parallelism = Parallelism { tensor: 1, attention_data, moe_expert: ep, ..Parallelism::SINGLE };
+        OpLevelTimer::new(s, Rc::new(db))
+    };
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-12;
+    // EP4, 8,192 tokens: the measured context row, and the decode row, verbatim.
+    let t = timer("sglang", 4, 4);
+    let (s, src) = t.deepep_experts(8192, true).unwrap();
+    assert!(close(s * 1e3, 0.1 + 2.048) && src == Source::Measured, "{s} {src:?}");
+    let (s, _) = t.deepep_experts(8192, false).unwrap();
+    assert!(close(s * 1e3, 0.1 * (0.1 + 2.048)), "{s}");
+    // EP8, 8,192 tokens (1,024 a rank): EP4 at 4,096 tokens and EP16 at 16,384 tokens hold
+    // 1,024 a rank each, both 1.124 ms here; halfway in log2 of the degree.
+    let t = timer("sglang", 8, 8);
+    let (s, src) = t.deepep_experts(8192, true).unwrap();
+    assert!(close(s * 1e3, 0.1 + 1.024) && src == Source::Interpolated, "{s} {src:?}");
+    // A step's experts follow its phase through `moe_part`, not the fused table's 50 ms.
+    let mut t = timer("sglang", 8, 8);
+    let layers = f64::from(t.s.model.moe_layers());
+    let decode = t.moe_part(8192, false).2[OpLevelTimer::kind("moe")] * 1e3 / layers;
+    let extend = t.moe_part(8192, true).2[OpLevelTimer::kind("moe")] * 1e3 / layers;
+    assert!(close(decode, 0.1 * 1.124) && close(extend, 1.124), "{decode} {extend}");
+    // vLLM, or SGLang without attention DP, keep the fused-experts table.
+    for t in [timer("vllm", 8, 8), timer("sglang", 1, 8)] {
+        assert_eq!(t.deepep_experts(8192, true), None);
+        assert!(close(t.moe_experts(8192).0 * 1e3, 50.0));
     }
 }
