@@ -6,7 +6,7 @@ use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use crate::spec::{Dtype, GemmQuant, MoeQuant};
+use crate::spec::{Dtype, GemmQuant, Moe, MoeQuant};
 use crate::tables::{Family, Grid, GridLine, LookupCache, Scale, Source, Table};
 
 use super::{AllReduceImpl, MoeKernel, OpLevelSetup, OpLevelTimer};
@@ -319,16 +319,7 @@ impl OpLevelTimer {
         let sol = sol_for(dt, hw.peak_flops(if weight_only { Dtype::Bf16 } else { dt }));
         let x = [tokens as f64];
         if let Some(t) = self.db.table(Family::Moe) {
-            let mut key = [
-                self.s.moe.table_name().to_string(),
-                "power_law_1.01".to_string(),
-                self.s.model.hidden_size.to_string(),
-                moe.expert_intermediate_size.to_string(),
-                moe.experts_per_token.to_string(),
-                moe.num_experts.to_string(),
-                mtp.to_string(),
-                mep.to_string(),
-            ];
+            let mut key = self.expert_key(moe, mtp, mep);
             let slice = |key: &[String], sol: &dyn Fn(&[f64]) -> f64| {
                 let key: Vec<&str> = key.iter().map(String::as_str).collect();
                 t.slice(&key).and_then(|g| g.lookup(&x, Family::Moe.scales(), sol))
@@ -394,6 +385,21 @@ impl OpLevelTimer {
 }
 
 impl OpLevelTimer {
+    /// The slice key of these experts in an MoE table (the routing distribution the import
+    /// keeps, `power_law_1.01`) at `moe_tp`-way tensor and `moe_ep`-way expert parallelism.
+    fn expert_key(&self, moe: &Moe, moe_tp: u32, moe_ep: u32) -> [String; 8] {
+        [
+            self.s.moe.table_name().to_string(),
+            "power_law_1.01".to_string(),
+            self.s.model.hidden_size.to_string(),
+            moe.expert_intermediate_size.to_string(),
+            moe.experts_per_token.to_string(),
+            moe.num_experts.to_string(),
+            moe_tp.to_string(),
+            moe_ep.to_string(),
+        ]
+    }
+
     /// Whether the routed experts run SGLang's DeepEP kernels: SGLang under attention data
     /// parallelism with experts split by expert parallelism only (`--moe-a2a-backend deepep`,
     /// which its attention-DP deployments run, `moe_all_to_all`).
@@ -420,15 +426,7 @@ impl OpLevelTimer {
         let family = if extend { Family::DeepEpContextMoe } else { Family::DeepEpGenerationMoe };
         let table = self.db.table(family)?;
         let ep = self.s.parallelism.moe_expert;
-        let key: [String; 7] = [
-            self.s.moe.table_name().to_string(),
-            "power_law_1.01".to_string(),
-            self.s.model.hidden_size.to_string(),
-            moe.expert_intermediate_size.to_string(),
-            moe.experts_per_token.to_string(),
-            moe.num_experts.to_string(),
-            "1".to_string(),
-        ];
+        let key = self.expert_key(moe, 1, ep);
         let (h, inter) = (self.s.model.hidden_size as f64, moe.expert_intermediate_size as f64);
         let (topk, experts) = (f64::from(moe.experts_per_token), f64::from(moe.num_experts));
         let dt = self.s.moe.dtype();
@@ -445,14 +443,14 @@ impl OpLevelTimer {
         // The measured expert degrees of these experts.
         let mut degrees: Vec<u32> = table
             .slices()
-            .filter(|(k, _)| k.len() == 8 && k[..7] == key[..])
+            .filter(|(k, _)| k.len() == 8 && k[..7] == key[..7])
             .filter_map(|(k, _)| k[7].parse().ok())
             .collect();
         degrees.sort_unstable();
         let at = |d: u32| -> Option<(f64, Source)> {
-            let mut k: Vec<&str> = key.iter().map(String::as_str).collect();
             let ds = d.to_string();
-            k.push(&ds);
+            let mut k: Vec<&str> = key.iter().map(String::as_str).collect();
+            k[7] = &ds;
             // The same tokens a rank as the deployment's.
             let t = tokens as f64 * f64::from(d) / f64::from(ep);
             table.slice(&k)?.lookup(&[t], family.scales(), sol_at(f64::from(d)))
