@@ -55,7 +55,9 @@ fn data() -> MemFiles {
             "allreduce",
             "moe",
             "context_mla",
-            "generation_mla"
+            "generation_mla",
+            "deepep_context_moe",
+            "deepep_generation_moe"
         ]
     );
     table!(
@@ -83,7 +85,9 @@ fn data() -> MemFiles {
             "allreduce",
             "moe",
             "context_mla",
-            "generation_mla"
+            "generation_mla",
+            "deepep_context_moe",
+            "deepep_generation_moe"
         ]
     );
     nccl!("h200_sxm", "h100_sxm");
