@@ -57,7 +57,9 @@ fn data() -> MemFiles {
             "context_mla",
             "generation_mla",
             "deepep_context_moe",
-            "deepep_generation_moe"
+            "deepep_generation_moe",
+            "deepep_normal",
+            "deepep_low_latency"
         ]
     );
     table!(
@@ -87,7 +89,9 @@ fn data() -> MemFiles {
             "context_mla",
             "generation_mla",
             "deepep_context_moe",
-            "deepep_generation_moe"
+            "deepep_generation_moe",
+            "deepep_normal",
+            "deepep_low_latency"
         ]
     );
     nccl!("h200_sxm", "h100_sxm");

@@ -35,6 +35,10 @@ pub fn source_path(family: Family) -> (&'static str, &'static str) {
         // 0.5.6.post2 on Hopper), which the import's backward fill finds for later releases.
         Family::DeepEpContextMoe => ("moe", "wideep_context_moe_perf.parquet"),
         Family::DeepEpGenerationMoe => ("moe", "wideep_generation_moe_perf.parquet"),
+        // SGLang's DeepEP dispatch and combine, measured for SGLang 0.5.12 (0.5.6.post2 on
+        // Hopper too) within one node; one source row holds both phases.
+        Family::DeepEpNormal => ("comm", "wideep_deepep_normal_perf.parquet"),
+        Family::DeepEpLowLatency => ("comm", "wideep_deepep_ll_perf.parquet"),
     }
 }
 
@@ -69,16 +73,19 @@ pub fn to_servesim_table(name: &str, family: Family, bytes: Vec<u8>) -> Result<V
 /// Writes servesim rows back in AIConfigurator's column layout, one kernel lane — the inverse
 /// of [`convert`], for test fixtures and for trying a perf database edited by hand (MoE rows of
 /// the `…:min_latency` slices go to AIConfigurator's TRTLLM-gen lane). Not for all-reduce,
-/// whose second key AIConfigurator keeps in the lane column.
+/// whose second key AIConfigurator keeps in the lane column, nor DeepEP's two-phase rows.
 ///
 /// # Errors
-/// For all-reduce, rows of the wrong shape, or an encoding failure.
+/// For all-reduce and DeepEP tables, rows of the wrong shape, or an encoding failure.
 pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result<Vec<u8>, PerfFileError> {
     use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
     use std::sync::Arc;
     let err = |m: String| PerfFileError { file: file.into(), message: m };
     if family == Family::AllReduce {
         return Err(err("all-reduce tables keep their launch mode in the lane column; not written".into()));
+    }
+    if matches!(family, Family::DeepEpNormal | Family::DeepEpLowLatency) {
+        return Err(err("DeepEP tables hold both phases in one row; not written".into()));
     }
     let (key_cols, axis_cols) = columns(family);
     if let Some((i, _)) =
@@ -153,6 +160,13 @@ fn columns(family: Family) -> (&'static [&'static str], &'static [&'static str])
         ),
         Family::ContextMla => (&["kv_cache_dtype", "mla_dtype"], &["batch_size", "isl", "num_heads"]),
         Family::GenerationMla => (&["kv_cache_dtype", "mla_dtype"], &["batch_size", "step", "num_heads"]),
+        // The first key, `phase`, comes from which latency column a row is read from (see
+        // `convert_deepep`); the normal kernels' SM count is the dispatch's (the combine's
+        // is the same in every row AIConfigurator collected, and is checked).
+        Family::DeepEpNormal => {
+            (&["phase", "dispatch_sms", "hidden_size", "num_topk", "num_experts"], &["num_token"])
+        }
+        Family::DeepEpLowLatency => (&["phase", "hidden_size", "num_topk", "num_experts"], &["num_token"]),
     }
 }
 
@@ -212,6 +226,9 @@ pub fn convert(
     cols: &Columns,
     filter: &Filter,
 ) -> Result<Imported, PerfFileError> {
+    if matches!(family, Family::DeepEpNormal | Family::DeepEpLowLatency) {
+        return convert_deepep(file, family, cols, filter);
+    }
     let (key_cols, axis_cols) = columns(family);
     let keys: Vec<&Column> = key_cols.iter().map(|k| cols.get(file, k)).collect::<Result<_, _>>()?;
     let axes: Vec<&Column> = axis_cols.iter().map(|k| cols.get(file, k)).collect::<Result<_, _>>()?;
@@ -300,6 +317,73 @@ pub fn convert(
         }
     }
     out.dropped_rows = dropped;
+    Ok(out)
+}
+
+/// DeepEP's dispatch and combine tables: each source row gives a `dispatch` and a `combine`
+/// row, in ms (the source is in µs: the normal kernels' transmit plus notify time, the
+/// low-latency ones' average). Rows of MoE shapes (hidden size, top-k, experts) no catalog
+/// model has are dropped with the MoE filter; a row measured on more than one node, or with
+/// the combine given other SMs than the dispatch, is not what the family means and is dropped.
+fn convert_deepep(
+    file: &str,
+    family: Family,
+    cols: &Columns,
+    filter: &Filter,
+) -> Result<Imported, PerfFileError> {
+    let normal = family == Family::DeepEpNormal;
+    let (key_cols, axis_cols) = columns(family);
+    let keys: Vec<&Column> = key_cols[1..].iter().map(|k| cols.get(file, k)).collect::<Result<_, _>>()?;
+    let tokens = cols.get(file, axis_cols[0])?;
+    let latency = |phase: &str| -> Result<Vec<&Column>, PerfFileError> {
+        let names: &[String] = &if normal {
+            vec![format!("{phase}_transmit_us"), format!("{phase}_notify_us")]
+        } else {
+            vec![format!("{phase}_avg_t_us")]
+        };
+        names.iter().map(|n| cols.get(file, n)).collect()
+    };
+    let phases = [("dispatch", latency("dispatch")?), ("combine", latency("combine")?)];
+    let nodes = cols.columns.get("node_num");
+    let combine_sms = if normal { Some(cols.get(file, "combine_sms")?) } else { None };
+    let lane = cols.columns.get("kernel_source");
+    let mut out = Imported { source_rows: cols.rows, ..Imported::default() };
+    for i in 0..cols.rows {
+        let mut k = Vec::with_capacity(key_cols.len());
+        for (c, name) in keys.iter().zip(&key_cols[1..]) {
+            k.push(text(file, c, i, name)?);
+        }
+        let other_sms = combine_sms.is_some_and(|c| c.text(i).as_deref() != Some(k[0].as_str()));
+        let shape = |j: usize| k[k.len() - 3 + j].parse::<u64>().unwrap_or(0);
+        let keep_shape = filter.moe_shapes.is_empty()
+            || filter.moe_shapes.iter().any(|m| (m.0, m.2, m.3) == (shape(0), shape(1), shape(2)));
+        if nodes.and_then(|c| c.int(i)).is_some_and(|n| n != 1) || other_sms || !keep_shape {
+            out.dropped_rows += 1;
+            continue;
+        }
+        let t = positive(file, tokens, i, axis_cols[0])?;
+        for (phase, parts) in &phases {
+            let mut us = 0.0;
+            for c in parts {
+                us += c.float(i).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| PerfFileError {
+                    file: file.into(),
+                    message: format!("row {}: '{phase}' latency must be a non-negative number", i + 1),
+                })?;
+            }
+            if us <= 0.0 {
+                return Err(PerfFileError {
+                    file: file.into(),
+                    message: format!("row {}: '{phase}' latency must be positive", i + 1),
+                });
+            }
+            let mut key = vec![(*phase).to_string()];
+            key.extend(k.iter().cloned());
+            if let Some(l) = lane.and_then(|c| c.text(i)) {
+                out.lanes.insert(key.join("/"), l);
+            }
+            out.rows.push((key, vec![t], us / 1e3));
+        }
+    }
     Ok(out)
 }
 
@@ -460,6 +544,15 @@ mod tests {
                 "perf/gb200/sglang/0.5.10/deepep_generation_moe.parquet".into()
             ))
         );
+        // DeepEP's dispatch and combine, one family per mode.
+        assert_eq!(
+            servesim_path("gb200/comm/sglang/0.5.12/wideep_deepep_normal_perf.parquet"),
+            Some((Family::DeepEpNormal, "perf/gb200/sglang/0.5.12/deepep_normal.parquet".into()))
+        );
+        assert_eq!(
+            servesim_path("gb200/comm/sglang/0.5.12/wideep_deepep_ll_perf.parquet"),
+            Some((Family::DeepEpLowLatency, "perf/gb200/sglang/0.5.12/deepep_low_latency.parquet".into()))
+        );
         assert_eq!(servesim_path("gemm_perf.parquet"), None);
         assert_eq!(servesim_path("a/b/gemm/vllm/0.24.0/other.parquet"), None);
         assert_eq!(servesim_path("a/h200/attention/vllm/0.24.0/gemm_perf.parquet"), None);
@@ -474,5 +567,56 @@ mod tests {
         let c = cols(&[("fp8", "a", 0, 0.1)]);
         let e = convert("g.parquet", Family::Gemm, &c, &Filter::default()).unwrap_err();
         assert!(e.message.contains("row 1: 'm'"), "{e}");
+    }
+
+    /// A DeepEP row holds both phases: it becomes a dispatch and a combine row in ms (normal:
+    /// transmit plus notify µs; low-latency: the average). Rows measured across nodes, with
+    /// the combine on other SMs than the dispatch, or of a shape the MoE filter drops are
+    /// dropped; a missing latency column is an error that names it.
+    #[test]
+    fn deepep_rows_split_into_dispatch_and_combine() {
+        let ints = |v: &[i64]| Column::Int(v.iter().map(|x| Some(*x)).collect());
+        let floats = |v: &[f64]| Column::Float(v.iter().map(|x| Some(*x)).collect());
+        let mut c = Columns { rows: 4, ..Columns::default() };
+        c.columns.insert("kernel_source".into(), Column::from_strings(vec![Some("deepep".into()); 4]));
+        c.columns.insert("node_num".into(), ints(&[1, 1, 2, 1]));
+        c.columns.insert("hidden_size".into(), ints(&[7168, 7168, 7168, 4096]));
+        c.columns.insert("num_topk".into(), ints(&[8, 8, 8, 8]));
+        c.columns.insert("num_experts".into(), ints(&[256, 256, 256, 128]));
+        c.columns.insert("num_token".into(), ints(&[64, 128, 128, 64]));
+        c.columns.insert("dispatch_sms".into(), ints(&[20, 20, 20, 20]));
+        c.columns.insert("combine_sms".into(), ints(&[20, 24, 20, 20]));
+        c.columns.insert("dispatch_transmit_us".into(), floats(&[40.0, 50.0, 60.0, 70.0]));
+        c.columns.insert("dispatch_notify_us".into(), floats(&[2.0, 0.0, 0.0, 0.0]));
+        c.columns.insert("combine_transmit_us".into(), floats(&[30.0, 35.0, 36.0, 37.0]));
+        c.columns.insert("combine_notify_us".into(), floats(&[0.0, 0.0, 0.0, 0.0]));
+        let out = convert("n.parquet", Family::DeepEpNormal, &c, &Filter::default()).unwrap();
+        // Row 2 gives its combine other SMs, row 3 ran on two nodes.
+        assert_eq!((out.rows.len(), out.dropped_rows, out.source_rows), (4, 2, 4));
+        let key = |phase: &str, h: &str, e: &str| {
+            [phase, "20", h, "8", e].iter().map(|s| (*s).to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(out.rows[0], (key("dispatch", "7168", "256"), vec![64], 0.042));
+        assert_eq!(out.rows[1], (key("combine", "7168", "256"), vec![64], 0.030));
+        assert_eq!(out.rows[3], (key("combine", "4096", "128"), vec![64], 0.037));
+        assert_eq!(out.lanes.get("dispatch/20/7168/8/256").map(String::as_str), Some("deepep"));
+        // The MoE filter keeps the catalog's shapes: here only 7,168 / top-8 / 256 experts.
+        let filter = Filter { moe_shapes: [(7168, 2048, 8, 256)].into(), ..Filter::default() };
+        let out = convert("n.parquet", Family::DeepEpNormal, &c, &filter).unwrap();
+        assert_eq!((out.rows.len(), out.dropped_rows), (2, 3));
+        // Low-latency rows: one average per phase, no SM count in the key.
+        let mut l = c.clone();
+        l.columns.insert("dispatch_avg_t_us".into(), floats(&[12.0, 13.0, 14.0, 15.0]));
+        l.columns.insert("combine_avg_t_us".into(), floats(&[16.0, 17.0, 18.0, 19.0]));
+        l.columns.remove("combine_sms");
+        let out = convert("l.parquet", Family::DeepEpLowLatency, &l, &Filter::default()).unwrap();
+        assert_eq!((out.rows.len(), out.dropped_rows), (6, 1));
+        let k: Vec<String> = ["combine", "7168", "8", "256"].iter().map(|s| (*s).to_string()).collect();
+        assert_eq!(out.rows[3], (k, vec![128], 0.017));
+        l.columns.remove("combine_avg_t_us");
+        let e = convert("l.parquet", Family::DeepEpLowLatency, &l, &Filter::default()).unwrap_err();
+        assert!(e.to_string().contains("combine_avg_t_us") && e.to_string().contains("l.parquet"), "{e}");
+        // Written back: not in AIConfigurator's one-latency layout.
+        assert!(write_aic("l.parquet", Family::DeepEpLowLatency, &[], "deepep").is_err());
     }
 }

@@ -683,11 +683,16 @@ pub enum Family {
     DeepEpContextMoe,
     /// The same behind DeepEP's low-latency (decode) dispatch: DeepGEMM's masked kernels.
     DeepEpGenerationMoe,
+    /// DeepEP's normal-mode dispatch and combine (SGLang's extend batches under attention
+    /// data parallelism), by tokens a rank, within one node.
+    DeepEpNormal,
+    /// DeepEP's low-latency dispatch and combine (SGLang's decode batches), by tokens a rank.
+    DeepEpLowLatency,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 12] = [
         Family::Gemm,
         Family::ContextAttention,
         Family::GenerationAttention,
@@ -698,6 +703,8 @@ impl Family {
         Family::GenerationMla,
         Family::DeepEpContextMoe,
         Family::DeepEpGenerationMoe,
+        Family::DeepEpNormal,
+        Family::DeepEpLowLatency,
     ];
 
     /// File stem and report name.
@@ -714,6 +721,8 @@ impl Family {
             Family::GenerationMla => "generation_mla",
             Family::DeepEpContextMoe => "deepep_context_moe",
             Family::DeepEpGenerationMoe => "deepep_generation_moe",
+            Family::DeepEpNormal => "deepep_normal",
+            Family::DeepEpLowLatency => "deepep_low_latency",
         }
     }
 
@@ -737,6 +746,10 @@ impl Family {
                 &["dtype", "distribution", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"]
             }
             Family::ContextMla | Family::GenerationMla => &["kv_dtype", "mla_dtype"],
+            // `phase`: dispatch or combine; `sms`: the streaming multiprocessors the normal
+            // kernels were given.
+            Family::DeepEpNormal => &["phase", "sms", "hidden", "topk", "experts"],
+            Family::DeepEpLowLatency => &["phase", "hidden", "topk", "experts"],
         }
     }
 
@@ -749,7 +762,11 @@ impl Family {
             Family::ContextAttention => &[L, Scale::Square, L, L],
             Family::GenerationAttention => &[L, L, L, L],
             Family::AllReduce | Family::Nccl => &[L, L],
-            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &[L],
+            Family::Moe
+            | Family::DeepEpContextMoe
+            | Family::DeepEpGenerationMoe
+            | Family::DeepEpNormal
+            | Family::DeepEpLowLatency => &[L],
             Family::ContextMla => &[L, Scale::Square, L],
             Family::GenerationMla => &[L, L, L],
         }
@@ -764,7 +781,11 @@ impl Family {
             Family::Gemm => &[true, true, true],
             Family::ContextAttention | Family::GenerationAttention => &[true, true, false, false],
             Family::AllReduce | Family::Nccl => &[false, true],
-            Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &[true],
+            Family::Moe
+            | Family::DeepEpContextMoe
+            | Family::DeepEpGenerationMoe
+            | Family::DeepEpNormal
+            | Family::DeepEpLowLatency => &[true],
             Family::ContextMla | Family::GenerationMla => &[true, true, false],
         }
     }
@@ -779,6 +800,7 @@ impl Family {
             Family::AllReduce => &["gpus", "message_elems"],
             Family::Nccl => &["gpus", "message_bytes"],
             Family::Moe | Family::DeepEpContextMoe | Family::DeepEpGenerationMoe => &["tokens"],
+            Family::DeepEpNormal | Family::DeepEpLowLatency => &["tokens_per_rank"],
             Family::ContextMla => &["batch", "isl", "heads"],
             Family::GenerationMla => &["batch", "kv_len", "heads"],
         }

@@ -505,10 +505,12 @@ impl OpLevelTimer {
                 }
                 _ => elems * 2,
             };
-            let (pre, post) = if self.moe_all_to_all() {
+            let per_rank = tokens / u64::from(p.attention_data);
+            let (pre, post) = if let Some([dispatch, combine]) = self.deepep_transfer(per_rank, extend) {
+                (dispatch, combine)
+            } else if self.moe_all_to_all() {
                 // Dispatch and combine: each rank sends a token's hidden state once to every
                 // rank holding one of its experts, and gets the partial outputs back.
-                let per_rank = tokens / u64::from(p.attention_data);
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let elems = libm::round(
                     per_rank as f64

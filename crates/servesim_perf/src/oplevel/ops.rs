@@ -477,7 +477,49 @@ impl OpLevelTimer {
         }
         .map(|(ms, src)| (ms / 1e3, src))
     }
+
+    /// SGLang's DeepEP dispatch and combine of one MoE layer for `per_rank` tokens a rank,
+    /// from AIConfigurator's DeepEP tables: the normal kernels for a step that extends a
+    /// prompt (`extend`; SGLang's `--deepep-mode auto`), the low-latency ones for a decode step.
+    /// The normal kernels run on DeepEP's default 20 SMs (`Buffer.num_sms`), which SGLang keeps
+    /// unless given `--deepep-config`. The tables were measured within one node, so they time
+    /// only an expert group inside the NVLink domain (one node, or NVL72's racks); `None`
+    /// elsewhere, or where the deployment does not run DeepEP or no table holds its shape (the
+    /// NCCL all-to-all then times the traffic).
+    #[allow(clippy::cast_precision_loss)]
+    #[must_use]
+    pub fn deepep_transfer(&self, per_rank: u64, extend: bool) -> Option<[(f64, Source); 2]> {
+        let moe = self.s.model.moe.as_ref()?;
+        let p = self.s.parallelism;
+        let hw = &self.s.hardware;
+        let gpus = p.attention_data * p.tensor.max(1);
+        let nvlink = gpus <= hw.gpus_per_node || hw.scale_out_bytes_per_s >= hw.scale_up_bytes_per_s;
+        if per_rank == 0 || !self.runs_deepep() || !nvlink {
+            return None;
+        }
+        let family = if extend { Family::DeepEpNormal } else { Family::DeepEpLowLatency };
+        let table = self.db.table(family)?;
+        let (hidden, topk, experts) = (
+            self.s.model.hidden_size.to_string(),
+            moe.experts_per_token.to_string(),
+            moe.num_experts.to_string(),
+        );
+        // Each token's hidden state travels once per chosen expert, in bf16 at most.
+        let (h, k) = (self.s.model.hidden_size as f64, f64::from(moe.experts_per_token));
+        let (link, lat) = (hw.scale_up_bytes_per_s, self.s.constants.link_latency_s * 1e3);
+        let sol = move |c: &[f64]| c[0] * k * h * 2.0 / link * 1e3 + lat;
+        let one = |phase: &str| {
+            let normal = [phase, DEEPEP_NORMAL_SMS, &hidden, &topk, &experts];
+            let key = if extend { &normal[..] } else { &[phase, &hidden, &topk, &experts][..] };
+            let (ms, src) = table.slice(key)?.lookup(&[per_rank as f64], family.scales(), sol)?;
+            Some((ms / 1e3, src))
+        };
+        Some([one("dispatch")?, one("combine")?])
+    }
 }
+
+/// SMs DeepEP's normal kernels run on unless configured: `deep_ep.Buffer.num_sms`'s default.
+const DEEPEP_NORMAL_SMS: &str = "20";
 
 /// A time taken from another table's measurement is at best an interpolation.
 fn derived(src: Source) -> Source {

@@ -826,3 +826,81 @@ fn sglang_attention_dp_experts_read_the_deepep_tables() {
         assert!(close(t.moe_experts(8192).0 * 1e3, 50.0));
     }
 }
+
+/// SGLang's DeepEP traffic is timed from the DeepEP tables by tokens a rank: the normal
+/// kernels (on DeepEP's default 20 SMs) for a step that extends a prompt, the low-latency ones
+/// for a decode step, a measured row verbatim. An expert group beyond the NVLink domain (H200:
+/// more than 8 GPUs), another engine, or a shape the tables lack keep the NCCL all-to-all.
+#[test]
+fn sglang_deepep_traffic_reads_the_dispatch_and_combine_tables() {
+    let moe = Moe {
+        num_experts: 256,
+        experts_per_token: 8,
+        expert_intermediate_size: 2048,
+        shared_intermediate_size: 2048,
+        dense_layers: 3,
+    };
+    let shape = ["4096", "8", "256"].map(str::to_string);
+    // Normal: dispatch 10 µs + 1 µs per token a rank on 20 SMs (other SM counts slower);
+    // combine twice that. Low-latency: a tenth of the normal times.
+    let us = |phase: &str, t: u64, sms: u64| {
+        #[allow(clippy::cast_precision_loss)]
+        let d = (10.0 + t as f64) * 20.0 / sms as f64;
+        if phase == "combine" {
+            2.0 * d
+        } else {
+            d
+        }
+    };
+    let mut normal: Vec<Row> = Vec::new();
+    let mut ll: Vec<Row> = Vec::new();
+    for phase in ["dispatch", "combine"] {
+        for t in [1u64, 64, 512, 2048, 8192] {
+            for sms in [8u64, 20, 24] {
+                let mut k = vec![phase.to_string(), sms.to_string()];
+                k.extend(shape.iter().cloned());
+                normal.push((k, vec![t], us(phase, t, sms) / 1e3));
+            }
+            let mut k = vec![phase.to_string()];
+            k.extend(shape.iter().cloned());
+            ll.push((k, vec![t], us(phase, t, 20) / 1e4));
+        }
+    }
+    let timer = |backend: &str, attention_data: u32, tables: bool| {
+        let mut db = PerfDb::new("h200_sxm", backend, "test", "unit test");
+        if tables {
+            db.insert(Rc::new(Table::from_rows(Family::DeepEpNormal, normal.clone()).unwrap()));
+            db.insert(Rc::new(Table::from_rows(Family::DeepEpLowLatency, ll.clone()).unwrap()));
+        }
+        let mut s = setup(1);
+        s.model.moe = Some(moe.clone());
+        s.parallelism =
+            Parallelism { tensor: 1, attention_data, moe_expert: attention_data, ..Parallelism::SINGLE };
+        OpLevelTimer::new(s, Rc::new(db))
+    };
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-9;
+    // DEP8, 16,384 tokens: 2,048 a rank, a measured row for both phases.
+    let t = timer("sglang", 8, true);
+    let [d, c] = t.deepep_transfer(2048, true).unwrap();
+    assert!(close(d.0 * 1e6, 2058.0) && close(c.0 * 1e6, 4116.0), "{d:?} {c:?}");
+    assert_eq!((d.1, c.1), (Source::Measured, Source::Measured));
+    let [d, c] = t.deepep_transfer(2048, false).unwrap();
+    assert!(close(d.0 * 1e6, 205.8) && close(c.0 * 1e6, 411.6), "{d:?} {c:?}");
+    // Between measured token counts: interpolated.
+    let [d, _] = t.deepep_transfer(1000, true).unwrap();
+    assert!(d.0 * 1e6 > 522.0 && d.0 * 1e6 < 2058.0 && d.1 == Source::Interpolated, "{d:?}");
+    // A step's traffic through `moe_part`: both phases on every MoE layer.
+    let mut t = timer("sglang", 8, true);
+    let layers = f64::from(t.s.model.moe_layers());
+    let traffic = t.moe_part(16384, true).2[OpLevelTimer::kind("nccl")] / layers;
+    assert!(close(traffic * 1e6, 2058.0 + 4116.0), "{traffic}");
+    let traffic = t.moe_part(16384, false).2[OpLevelTimer::kind("nccl")] / layers;
+    assert!(close(traffic * 1e6, 205.8 + 411.6), "{traffic}");
+    // Beyond one H200 node, another engine, or no tables: NCCL's all-to-all.
+    assert_eq!(timer("sglang", 16, true).deepep_transfer(2048, true), None);
+    assert_eq!(timer("vllm", 8, true).deepep_transfer(2048, true), None);
+    let mut nccl = timer("sglang", 8, false);
+    assert_eq!(nccl.deepep_transfer(2048, true), None);
+    let fallback = nccl.moe_part(16384, true).2[OpLevelTimer::kind("nccl")] / layers;
+    assert!(fallback > 0.0 && !close(fallback * 1e6, 2058.0 + 4116.0), "{fallback}");
+}
