@@ -85,6 +85,10 @@ pub struct SglangKnobs {
     /// running request (`ForwardMode.MIXED`); SGLang turns it off without chunked prefill or
     /// with speculative decoding.
     pub mixed_chunk: bool,
+    /// `SGLANG_NUM_RESERVED_DECODE_TOKENS` (512): a disaggregated decode rank admits a
+    /// handed-off prompt only while its KV leaves this many tokens of headroom for every
+    /// request it holds and for the new one (`DecodePreallocQueue`).
+    pub decode_reserved_tokens: u32,
 }
 
 impl Default for SglangKnobs {
@@ -101,6 +105,7 @@ impl Default for SglangKnobs {
             prefill_decode_interval: 0,
             recv_interval: 1,
             mixed_chunk: false,
+            decode_reserved_tokens: 512,
         }
     }
 }
@@ -478,7 +483,8 @@ pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned) {
 /// Reserves KV on a decode rank for a handed-off request's prompt, reusing what this rank
 /// already caches. Returns the cached prompt tokens (not transferred), or `None` when the
 /// rank cannot hold it now (nothing changes then). TensorRT-LLM keeps its no-evict rule:
-/// the request's KV to completion must fit after every admitted request's.
+/// the request's KV to completion must fit after every admitted request's; SGLang keeps
+/// [`SglangKnobs::decode_reserved_tokens`] free for each request the rank holds.
 pub fn reserve_destination(
     cfg: &SchedulerConfig,
     rank: &mut Rank,
@@ -522,7 +528,12 @@ pub fn reserve_destination(
             let key = r.pieces(input);
             let (matched, node) = cache.match_prefix(&key, input.saturating_sub(1));
             cache.lock(node);
-            if !cache.alloc(u64::from(input - matched)) {
+            // SGLang's decode rank keeps headroom for the decode tokens of every request it
+            // holds and of this one.
+            let held = active + rank.waiting.len() as u64 + 1;
+            let headroom = u64::from(cfg.sglang.decode_reserved_tokens) * held;
+            let n = u64::from(input - matched);
+            if cache.available_tokens() < n + headroom || !cache.alloc(n) {
                 cache.unlock(node);
                 return None;
             }

@@ -405,4 +405,36 @@ mod tests {
         assert_eq!(plan.items[0].context_tokens, 500);
         assert_eq!(plan.items[0].new_tokens, 100);
     }
+
+    /// A disaggregated decode rank admits a handed-off prompt only while its KV keeps
+    /// `decode_reserved_tokens` free for each request it holds and for the new one
+    /// (SGLang's `DecodePreallocQueue`); nothing changes when it refuses.
+    #[test]
+    fn decode_ranks_keep_headroom_for_the_decode_tokens_of_every_request() {
+        let cfg = sglang_cfg();
+        let reserve = u64::from(cfg.sglang.decode_reserved_tokens);
+        // Three running requests hold 330 tokens; the new prompt is 2,000 tokens and the
+        // rank then holds four requests: 330 + 2,000 + 4 × 512 tokens are needed.
+        let need = 330 + 2000 + 4 * reserve;
+        for (capacity, admitted) in [(need - 1, false), (need, true)] {
+            let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+            rank.waiting.clear();
+            let KvStore::Radix(cache) = &mut rank.kv else { unreachable!() };
+            *cache = RadixCache::new(capacity, false);
+            assert!(cache.alloc(330));
+            let got = crate::engine::reserve_destination(&cfg, &mut rank, &mut reqs, 3);
+            assert_eq!(got.is_some(), admitted, "capacity {capacity}");
+            let KvStore::Radix(cache) = &rank.kv else { unreachable!() };
+            assert_eq!(cache.used_tokens(), if admitted { 2330 } else { 330 });
+        }
+        // Without the reserve the prompt alone decides.
+        let mut cfg = sglang_cfg();
+        cfg.sglang.decode_reserved_tokens = 0;
+        let (mut rank, mut reqs) = decoding_three_and_one_waiting();
+        rank.waiting.clear();
+        let KvStore::Radix(cache) = &mut rank.kv else { unreachable!() };
+        *cache = RadixCache::new(2330, false);
+        assert!(cache.alloc(330));
+        assert!(crate::engine::reserve_destination(&cfg, &mut rank, &mut reqs, 3).is_some());
+    }
 }

@@ -71,7 +71,9 @@ pub struct Recipe {
 /// - DeepSeek-R1 with SGLang on H200 (`dsr1_fp8_h200.sh`): no `--kv-cache-dtype`, so the
 ///   KV cache stays in the model's bf16 (the B200 scripts pass `fp8_e4m3`);
 ///   `--chunked-prefill-size` and `--max-prefill-tokens` 32,768, `--mem-fraction-static`
-///   0.82, `--max-running-requests` 512 at 1k/1k and 256 otherwise.
+///   0.82, `--max-running-requests` 512 at 1k/1k and 256 otherwise. The disaggregated
+///   Dynamo SGLang recipes on H100 and H200 keep the bf16 KV cache too
+///   ([`disaggregated_recipe`]).
 /// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
 ///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
@@ -102,7 +104,7 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
     let inferencex = from_inferencex(row);
     let (tp, dp) = match row.mode {
         Mode::Agg { layout } => (layout.tp, layout.dp),
-        Mode::Disagg { .. } => return Recipe::default(),
+        Mode::Disagg { .. } => return disaggregated_recipe(row, inferencex),
     };
     let attention_dp = dp > 1;
     if first.contains("/aic-auto-gap-analysis/") {
@@ -202,6 +204,18 @@ pub fn from_inferencex(row: &SiliconRow) -> bool {
         .and_then(|f| f.strip_suffix(".csv"))
         .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
     dated || first.starts_with("db-dump/")
+}
+
+/// What InferenceX's disaggregated recipes (srt-slurm's, as its configuration names them)
+/// set that the replay policy would otherwise get wrong: the Dynamo SGLang DeepSeek-R1
+/// recipes for H100 and H200 (`recipes/h100/…/h100-fp8-1p1d-max-tp.yaml`,
+/// `recipes/h200/8k1k/bs128-1p1d-dep.yaml` and the others of those directories) pass no
+/// `--kv-cache-dtype`, so SGLang keeps the model's bf16 KV, as its aggregated H200 script
+/// does; the Blackwell recipes pass `fp8_e4m3`.
+fn disaggregated_recipe(row: &SiliconRow, inferencex: bool) -> Recipe {
+    let deepseek = matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
+    let hopper = matches!(row.system.as_str(), "h100_sxm" | "h200_sxm");
+    Recipe { kv_cache_bf16: inferencex && deepseek && hopper && row.backend == "sglang", ..Recipe::default() }
 }
 
 /// The running-request cap AIConfigurator's generator writes for aggregated TensorRT-LLM

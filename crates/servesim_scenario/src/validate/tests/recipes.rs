@@ -354,3 +354,34 @@ fn inferencex_trtllm_gpt_oss_rows_on_b200_replay_with_their_recipe() {
     r.system = "h200_sxm".into();
     assert_eq!(recipe(&r), Recipe::default());
 }
+
+/// InferenceX's disaggregated Dynamo SGLang DeepSeek recipes on H100 and H200 pass no
+/// `--kv-cache-dtype`: the replay keeps the model's bf16 KV there, and the fp8 KV the replay
+/// policy gives fp8 rows elsewhere (Blackwell's recipes pass `fp8_e4m3`) and for other engines.
+#[test]
+fn inferencex_hopper_sglang_disaggregated_rows_keep_a_bf16_kv_cache() {
+    let l = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 8, moe_ep: 1, batch: 1 };
+    let mut r =
+        row(Mode::Disagg { prefill: l, prefill_workers: Some(1), decode: l, decode_workers: Some(1) });
+    (r.backend, r.model, r.system, r.precision) =
+        ("sglang".into(), "deepseek-ai/DeepSeek-R1".into(), "h200_sxm".into(), "fp8".into());
+    r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=64".into();
+    assert_eq!(recipe(&r), Recipe { kv_cache_bf16: true, ..Recipe::default() });
+    let y = scenario_yaml(&r, &Knobs::default(), false, None);
+    assert!(y.contains("kv_cache: bf16}"), "{y}");
+    let plain = scenario_yaml(&r, &Knobs { no_recipes: true, ..Knobs::default() }, false, None);
+    assert!(plain.contains("kv_cache: fp8}"), "{plain}");
+    r.system = "h100_sxm".into();
+    assert!(recipe(&r).kv_cache_bf16);
+    for change in [
+        |r: &mut SiliconRow| r.system = "b200_sxm".into(),
+        |r: &mut SiliconRow| r.backend = "trtllm".into(),
+        |r: &mut SiliconRow| r.model = "Qwen/Qwen3-235B-A22B-FP8".into(),
+        |r: &mut SiliconRow| r.source = "source_file=/x/aic-auto-gap-analysis/y.csv".into(),
+    ] {
+        let mut other = r.clone();
+        change(&mut other);
+        assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
+        assert!(scenario_yaml(&other, &Knobs::default(), false, None).contains("kv_cache: fp8}"));
+    }
+}
