@@ -202,6 +202,9 @@ pub struct OpLevelTimer {
     /// hundred thousand).
     run_ranks: Vec<RunRank>,
     run_tallies: Vec<u16>,
+    /// Whether the routed experts run SGLang's DeepEP path ([`OpLevelTimer::runs_deepep`]),
+    /// decided once: every step asks.
+    deepep: bool,
 }
 
 /// A busy rank during a decode run: the seconds that stay the same every step, its load
@@ -234,8 +237,10 @@ impl OpLevelTimer {
             gen_caches: [LookupCache::default(); 2],
             run_ranks: Vec::new(),
             run_tallies: Vec::new(),
+            deepep: false,
         };
         t.gen_grid = t.generation_grid();
+        t.deepep = t.deepep_layout();
         t
     }
 

@@ -404,6 +404,11 @@ impl OpLevelTimer {
     /// parallelism with experts split by expert parallelism only (`--moe-a2a-backend deepep`,
     /// which its attention-DP deployments run, `moe_all_to_all`).
     pub(super) fn runs_deepep(&self) -> bool {
+        self.deepep
+    }
+
+    /// [`OpLevelTimer::runs_deepep`] from the engine and the layout.
+    pub(super) fn deepep_layout(&self) -> bool {
         let p = self.s.parallelism;
         self.db.backend == "sglang" && p.attention_data > 1 && p.moe_tensor <= 1 && p.moe_expert > 1
     }

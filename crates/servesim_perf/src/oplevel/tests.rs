@@ -756,6 +756,17 @@ fn distinct_ranks_match_enumeration() {
     }
 }
 
+/// DeepSeek's routed experts (256, top-8) on the test model's 4,096-wide hidden state.
+fn wide_ep_moe() -> Moe {
+    Moe {
+        num_experts: 256,
+        experts_per_token: 8,
+        expert_intermediate_size: 2048,
+        shared_intermediate_size: 2048,
+        dense_layers: 3,
+    }
+}
+
 /// SGLang under attention DP runs DeepEP's experts: the wide-EP context table for a step
 /// that extends a prompt, the generation one for a decode step; a measured row is returned
 /// as measured, and an expert degree the tables lack (EP8 on Blackwell) blends the degrees
@@ -763,13 +774,7 @@ fn distinct_ranks_match_enumeration() {
 /// layouts keep the fused-experts table.
 #[test]
 fn sglang_attention_dp_experts_read_the_deepep_tables() {
-    let moe = Moe {
-        num_experts: 256,
-        experts_per_token: 8,
-        expert_intermediate_size: 2048,
-        shared_intermediate_size: 2048,
-        dense_layers: 3,
-    };
+    let moe = wide_ep_moe();
     let key = |ep: u64| {
         ["fp8_block", "power_law_1.01", "4096", "2048", "8", "256", "1"]
             .iter()
@@ -833,13 +838,7 @@ fn sglang_attention_dp_experts_read_the_deepep_tables() {
 /// more than 8 GPUs), another engine, or a shape the tables lack keep the NCCL all-to-all.
 #[test]
 fn sglang_deepep_traffic_reads_the_dispatch_and_combine_tables() {
-    let moe = Moe {
-        num_experts: 256,
-        experts_per_token: 8,
-        expert_intermediate_size: 2048,
-        shared_intermediate_size: 2048,
-        dense_layers: 3,
-    };
+    let moe = wide_ep_moe();
     let shape = ["4096", "8", "256"].map(str::to_string);
     // Normal: dispatch 10 µs + 1 µs per token a rank on 20 SMs (other SM counts slower);
     // combine twice that. Low-latency: a tenth of the normal times.
