@@ -73,7 +73,7 @@ pub struct Recipe {
 ///   `--chunked-prefill-size` and `--max-prefill-tokens` 32,768, `--mem-fraction-static`
 ///   0.82, `--max-running-requests` 512 at 1k/1k and 256 otherwise. The disaggregated
 ///   Dynamo SGLang recipes on H100 and H200 keep the bf16 KV cache too
-///   ([`disaggregated_recipe`]).
+///   (`disaggregated_recipe`).
 /// - DeepSeek-R1 with TensorRT-LLM on B200 and H200 (`dsr1_fp8_b200_trt.sh`,
 ///   `dsr1_fp4_b200_trt.sh`, `dsr1_fp8_h200_trt.sh`): `--max_num_tokens` = the clients plus
 ///   the prompt plus 64, rounded up to 64, at least 8,192; `free_gpu_memory_fraction` 0.8
