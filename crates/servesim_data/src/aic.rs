@@ -335,13 +335,10 @@ fn convert_deepep(
     let (key_cols, axis_cols) = columns(family);
     let keys: Vec<&Column> = key_cols[1..].iter().map(|k| cols.get(file, k)).collect::<Result<_, _>>()?;
     let tokens = cols.get(file, axis_cols[0])?;
+    // The µs columns that add up to one phase's time.
+    let parts: &[&str] = if normal { &["transmit_us", "notify_us"] } else { &["avg_t_us"] };
     let latency = |phase: &str| -> Result<Vec<&Column>, PerfFileError> {
-        let names: &[String] = &if normal {
-            vec![format!("{phase}_transmit_us"), format!("{phase}_notify_us")]
-        } else {
-            vec![format!("{phase}_avg_t_us")]
-        };
-        names.iter().map(|n| cols.get(file, n)).collect()
+        parts.iter().map(|p| cols.get(file, &format!("{phase}_{p}"))).collect()
     };
     let phases = [("dispatch", latency("dispatch")?), ("combine", latency("combine")?)];
     let nodes = cols.columns.get("node_num");
