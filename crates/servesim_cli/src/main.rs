@@ -751,6 +751,26 @@ fn validate(
             );
         }
     }
+    if !s.beyond_kernels.is_empty() {
+        let counts: Vec<String> = s.beyond_kernels.iter().map(|(c, g)| format!("{c} {}", g.rows)).collect();
+        say!(
+            "\nrows whose measurement served more prompts than their prefilling workers' kernels can compute \
+             (prompt load > {:.0}: kernel seconds a second at the measured request rate, --rows-csv column \
+             prompt_load): {}",
+            servesim_scenario::validate::PROMPT_LOAD_LIMIT,
+            counts.join(", ")
+        );
+        for (c, g) in s.within_kernels.iter().filter(|(c, _)| s.beyond_kernels.contains_key(*c)) {
+            say!(
+                "  {c} without them ({} rows): TTFT / TPOT MAPE {:.1}% / {:.1}%, bias {:+.1}% / {:+.1}%",
+                g.rows,
+                g.ttft_mape(),
+                g.tpot_mape(),
+                g.ttft_bias(),
+                g.tpot_bias()
+            );
+        }
+    }
     let mut errors: Vec<String> = rows
         .iter()
         .zip(&outcomes)
@@ -764,7 +784,7 @@ fn validate(
         }
     }
     if let Some(path) = rows_csv {
-        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,mtp_drafts,error\n");
+        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,mtp_drafts,prompt_load,error\n");
         for (r, o) in rows.iter().zip(&outcomes) {
             let (pt, pp) = o
                 .predicted
@@ -772,7 +792,7 @@ fn validate(
             let _ = std::fmt::Write::write_fmt(
                 &mut w,
                 format_args!(
-                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},{},\"{}\"\n",
+                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},{},{},\"{}\"\n",
                     r.id,
                     r.line,
                     r.model,
@@ -787,6 +807,7 @@ fn validate(
                     o.sized.map_or(String::new(), |(p, d)| format!("{p}P+{d}D")),
                     servesim_scenario::validate::workers_source(r, o).unwrap_or(""),
                     o.drafts.map_or(String::new(), |n| n.to_string()),
+                    o.prompt_load.map_or(String::new(), |l| format!("{l:.3}")),
                     o.error.as_deref().unwrap_or("").replace('"', "'")
                 ),
             );

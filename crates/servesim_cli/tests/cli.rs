@@ -385,6 +385,11 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     let mtp = rows.lines().find(|l| l.starts_with("mtp4,")).unwrap();
     assert_eq!(mtp.split(',').nth(drafts).unwrap(), "3", "{mtp}");
     assert_eq!(agg.split(',').nth(drafts).unwrap(), "", "{agg}");
+    // Each row's prompt load: a share of its prefilling workers' kernel time, here below 1.
+    let load = header.iter().position(|h| *h == "prompt_load").unwrap();
+    let agg_load: f64 = agg.split(',').nth(load).unwrap().parse().unwrap();
+    assert!(agg_load > 0.0 && agg_load < 1.0, "{agg}");
+    assert!(!table.contains("prompt load >"), "{table}");
     // Rows replay in parallel; one thread gives the same rows, in the same order.
     let serial = dir.join("serial.csv");
     let out = servesim(&[

@@ -385,6 +385,17 @@ impl RoleSteps {
         }
     }
 
+    /// Kernel seconds of one step with the same prompts on every rank and no decodes: the
+    /// timing model's parts without [`CALIBRATED_PARTS`].
+    fn kernel_s(&mut self, chunks: &[PrefillChunk]) -> Result<f64, ScenarioError> {
+        self.fill(chunks, 0, 0.0);
+        let parts = self
+            .timer
+            .breakdown(&self.loads)
+            .ok_or_else(|| run_error("the timing model does not break a step into kernels"))?;
+        Ok(parts.iter().filter(|(k, _)| !CALIBRATED_PARTS.contains(k)).map(|(_, s)| s).sum())
+    }
+
     /// The step `step_ms` times, by part, when the timing model has parts.
     fn parts(
         &mut self,
@@ -522,6 +533,42 @@ pub fn estimate_at(p: &Prepared, w: Workload, op: Operating) -> Result<Estimate,
         }
         _ => Err(run_error("a deployment has one role (aggregated) or two (prefill, decode)")),
     }
+}
+
+/// Parts of a step's breakdown that are calibrated constants rather than kernel time: the
+/// prefill scale's share, the per-step overhead and the synchronous host time
+/// (`servesim_perf::oplevel::OpLevelTimer::breakdown`).
+const CALIBRATED_PARTS: [&str; 3] = ["prefill_scale", "step_overhead", "host"];
+
+/// Kernel seconds the prompts of a deployment's prefilling workers need per second at
+/// `rate` requests a second: each mean prompt (no cached prefix) is timed in the step that
+/// packs the most whole prompts into one rank's token budget (a longer prompt: its chunks,
+/// one step each), on every attention-DP rank, counting only the timing model's kernel parts
+/// (its tables, or roofline where none); the calibrated overheads, host time and prefill
+/// scale are left out, so the figure is a floor. Above 1 no replay on these kernels can
+/// serve `rate`: the prompts alone need more than all of the workers' time. The first role
+/// prefills (aggregated, or disaggregated prefill), over all its replicas.
+///
+/// # Errors
+/// Traffic the estimate cannot describe, a timing model without a breakdown (FPM tables), or
+/// a step it cannot time.
+pub fn prompt_kernel_load(p: &Prepared, rate: f64) -> Result<f64, ScenarioError> {
+    let w = workload(p)?;
+    let role = p.roles.first().ok_or_else(|| run_error("a deployment has no workers"))?;
+    let mut steps = RoleSteps::new(p, role);
+    let (chunks, fit) = steps.plan(w.isl, 0.0, 0.0);
+    let per_prompt_s = match chunks.as_slice() {
+        [one] => steps.kernel_s(&vec![*one; fit.max(1) as usize])? / f64::from(fit.max(1)),
+        several => {
+            let mut total = 0.0;
+            for c in several {
+                total += steps.kernel_s(core::slice::from_ref(c))?;
+            }
+            total
+        }
+    };
+    let workers = f64::from(role.config.parallelism.replicas.max(1)) * steps.dp as f64;
+    Ok(rate * per_prompt_s / workers)
 }
 
 /// Mean time until a prompt of a wave of `b` (arriving together on an idle rank) is prefilled:

@@ -24,7 +24,7 @@ use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration, M
 use servesim_perf::spec::MoeQuant;
 
 use crate::catalog::Catalog;
-use crate::scenario::{predict_with_catalog, Files};
+use crate::scenario::{parse_with_overrides, prepare, Files, Prepared};
 
 mod deployments;
 mod recipe;
@@ -153,6 +153,28 @@ pub struct Outcome {
     pub published: bool,
     /// MTP drafts a round the row replayed ([`speculation`]), when it speculated.
     pub drafts: Option<u32>,
+    /// Kernel seconds a second the measured request rate's prompts need on the replayed
+    /// deployment's prefilling workers ([`measured_prompt_load`]); above 1 the measurement
+    /// served more prompts than those kernels can compute.
+    pub prompt_load: Option<f64>,
+}
+
+/// The prompt load beyond which a row's measurement contradicts the kernel data: its
+/// prompts alone would need more than all of the prefilling workers' time.
+pub const PROMPT_LOAD_LIMIT: f64 = 1.0;
+
+/// [`crate::estimate::prompt_kernel_load`] at the row's measured request rate: a closed loop
+/// of `concurrency` clients, each request lasting its measured TTFT plus its mean output
+/// (the replay's lengths) less one times its measured TPOT (Little's law). `None` when the
+/// row records no positive latency or the timing model has no kernel breakdown.
+#[must_use]
+pub fn measured_prompt_load(row: &SiliconRow, p: &Prepared) -> Option<f64> {
+    let osl = crate::estimate::workload(p).ok()?.osl;
+    let request_s = (row.ttft_ms + (osl - 1.0).max(0.0) * row.tpot_ms) / 1000.0;
+    if !(request_s > 0.0 && request_s.is_finite()) {
+        return None;
+    }
+    crate::estimate::prompt_kernel_load(p, f64::from(row.concurrency) / request_s).ok()
 }
 
 /// Most busy a sized prefill pool is at the replay's request rate: the headroom capacity
@@ -687,15 +709,26 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
     let published = replays_published(row, knobs);
     let drafts = speculation(&r, knobs).map(|(n, _)| n);
     let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
-    match predict_with_catalog(&yaml, &row.id, catalog, files) {
+    let prepared = parse_with_overrides(&yaml, &row.id, &[])
+        .and_then(|root| prepare(&root, &row.id, catalog, None, files));
+    let prompt_load = prepared.as_ref().ok().and_then(|p| measured_prompt_load(row, p));
+    match prepared.and_then(|p| p.run()) {
         Ok(p) => Outcome {
             predicted: Some((p.summary.ttft.mean, p.summary.tpot.mean)),
             error: None,
             sized,
             published,
             drafts,
+            prompt_load,
         },
-        Err(e) => Outcome { predicted: None, error: Some(flat(&e.to_string())), sized, published, drafts },
+        Err(e) => Outcome {
+            predicted: None,
+            error: Some(flat(&e.to_string())),
+            sized,
+            published,
+            drafts,
+            prompt_load,
+        },
     }
 }
 

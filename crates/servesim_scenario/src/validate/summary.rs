@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use servesim_data::silicon::{Mode, SiliconRow};
 
-use super::Outcome;
+use super::{Outcome, PROMPT_LOAD_LIMIT};
 use crate::catalog::Catalog;
 
 /// Mean absolute percentage error over a group, with coverage.
@@ -148,6 +148,12 @@ pub struct Summary {
     /// Disaggregated rows by where their worker counts came from ([`workers_source`]): how
     /// much of the error the pool sizing owns.
     pub disagg_by_workers: BTreeMap<&'static str, Group>,
+    /// By class, the rows whose measurement served more prompts than the kernels of their
+    /// prefilling workers can compute (`Outcome::prompt_load` above [`PROMPT_LOAD_LIMIT`]).
+    pub beyond_kernels: BTreeMap<&'static str, Group>,
+    /// By class, every other row: the error on measurements the kernel data allows (scatter
+    /// not computed).
+    pub within_kernels: BTreeMap<&'static str, Group>,
 }
 
 /// Where a disaggregated row's replayed worker counts came from: `"recorded"` by the row,
@@ -179,6 +185,12 @@ pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -
         if let Some(source) = workers_source(r, o) {
             s.disagg_by_workers.entry(source).or_default().add(r, o);
         }
+        let side = if o.prompt_load.is_some_and(|l| l > PROMPT_LOAD_LIMIT) {
+            &mut s.beyond_kernels
+        } else {
+            &mut s.within_kernels
+        };
+        side.entry(c).or_default().add(r, o);
     }
     // Scatter is measured within each family, then pooled into its class and the total.
     for (key, g) in &mut s.by_config {

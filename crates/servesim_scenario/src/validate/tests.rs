@@ -242,6 +242,48 @@ fn groups_compute_mape_bias_and_coverage() {
 }
 
 #[test]
+fn prompt_load_is_the_measured_rate_times_a_prompts_kernel_floor() {
+    let catalog = Catalog::builtin().unwrap();
+    let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 64 };
+    let mut r = row(Mode::Agg { layout: l });
+    (r.isl, r.osl, r.concurrency) = (4096, 128, 64);
+    let yaml = scenario_yaml(&interpret(&r, &catalog, &Knobs::default()), &Knobs::default(), true, None);
+    let p = prepare(&parse_with_overrides(&yaml, "t", &[]).unwrap(), "t", &catalog, None, &crate::NoFiles)
+        .unwrap();
+    // One mean prompt's kernels: no faster than the GPU's dense fp8 peak on the linear layers,
+    // and a few times it at most.
+    let per_prompt_s = crate::estimate::prompt_kernel_load(&p, 1.0).unwrap();
+    let m = catalog.model(&r.model).unwrap();
+    let isl = crate::estimate::workload(&p).unwrap().isl;
+    #[allow(clippy::cast_precision_loss)]
+    let peak_s =
+        2.0 * m.active_linear_params() as f64 * isl / catalog.gpu("h100_sxm").unwrap().fp8_flops.unwrap();
+    assert!(
+        per_prompt_s > peak_s && per_prompt_s < 4.0 * peak_s,
+        "{per_prompt_s} s against {peak_s} s at peak"
+    );
+    // The measured rate is Little's law over the replay's mean lengths.
+    let osl = crate::estimate::workload(&p).unwrap().osl;
+    (r.ttft_ms, r.tpot_ms) = (1000.0, 100.0);
+    let slow = measured_prompt_load(&r, &p).unwrap();
+    let rate = 64.0 / ((1000.0 + (osl - 1.0) * 100.0) / 1000.0);
+    assert!((slow - rate * per_prompt_s).abs() < 1e-9, "{slow}");
+    // A client a prompt every 125 ms is 512 prompts of 3.7 k tokens a second on one H100.
+    (r.ttft_ms, r.tpot_ms) = (10.0, 1.0);
+    let fast = measured_prompt_load(&r, &p).unwrap();
+    assert!(slow < PROMPT_LOAD_LIMIT && fast > PROMPT_LOAD_LIMIT, "{slow} {fast}");
+    // The summary keeps such rows apart.
+    let rows = vec![r.clone(), r];
+    let outs = vec![
+        Outcome { predicted: Some((10.0, 1.0)), prompt_load: Some(fast), ..Outcome::default() },
+        Outcome { predicted: Some((20.0, 1.0)), prompt_load: Some(slow), ..Outcome::default() },
+    ];
+    let s = summarize(&rows, &outs, &catalog);
+    assert_eq!(s.beyond_kernels.get("dense aggregated").map(|g| g.rows), Some(1));
+    assert!((s.within_kernels["dense aggregated"].ttft_mape() - 100.0).abs() < 1e-9);
+}
+
+#[test]
 fn scatter_is_the_error_left_after_each_family_best_scale() {
     let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 8 };
     let mut rows = vec![row(Mode::Agg { layout: l }); 5];
