@@ -303,7 +303,7 @@ pub fn tables_version(row: &SiliconRow, files: &dyn Files) -> Option<String> {
 }
 
 /// One worker role of a replayed row; `published` is the deployment the row replays
-/// ([`published_deployment`]), for the decode role.
+/// ([`published_deployment`]).
 #[allow(clippy::too_many_arguments)]
 fn role_yaml(
     out: &mut String,
@@ -335,10 +335,25 @@ fn role_yaml(
     } else {
         published.and_then(|d| d.decode_batch).or(recipe.max_sequences).unwrap_or(policy_seqs)
     };
+    //
+    // Their prefill workers (srt-slurm's `recipes/trtllm/{b200,b300,gb200}-fp4/…` and
+    // `b200-fp8/…` for DeepSeek-R1, e.g. `b200-fp4/1k1k/stp/ctx1_gen1_dep8_batch512_eplb0_mtp0.yaml`)
+    // run without the overlap scheduler (`disable_overlap_scheduler: true`) and, in fp4, on
+    // TRTLLM-gen experts (`moe_config: {backend: TRTLLM}`; DeepGEMM in fp8).
+    // (InferenceMAX's deployments of 2025, replayed with their counts recorded, predate those
+    // recipes.)
+    let from_recipes = matches!(row.mode, Mode::Disagg { prefill_workers: None, decode_workers: None, .. });
+    let deepseek_prefill = prefill
+        && published.is_some()
+        && from_recipes
+        && row.backend == "trtllm"
+        && matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
     let moe_kernel = recipe.moe_kernel.or_else(|| {
-        published.filter(|_| row.backend == "trtllm" && l.dp <= 1).map(|_| MoeKernel::MinLatency)
+        let decode_tep = !prefill && published.is_some() && row.backend == "trtllm" && l.dp <= 1;
+        let fp4_prefill = deepseek_prefill && quant_moe(&row.moe_quant) == Some("nvfp4");
+        (decode_tep || fp4_prefill).then_some(MoeKernel::MinLatency)
     });
-    let mut scheduling = if schedules_synchronously(&row.backend, &engine_release(row)) {
+    let mut scheduling = if deepseek_prefill || schedules_synchronously(&row.backend, &engine_release(row)) {
         ", async_scheduling: false".to_owned()
     } else {
         String::new()
@@ -468,7 +483,7 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
                 true,
                 row,
                 knobs,
-                None,
+                published,
             );
             let decode_workers = decode_workers.or(published.map(|d| d.decode.workers)).unwrap_or(1);
             role_yaml(&mut y, "decode", &strip(decode, dense), decode_workers, false, row, knobs, published);

@@ -462,7 +462,23 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     assert!(y.contains("replicas: 2, tensor: 1, pipeline: 1, attention_data: 8"), "{y}");
     assert!(y.contains("max_sequences: 16"), "{y}");
     assert!(y.contains("max_sequences: 128"), "{y}");
-    assert!(!y.contains("min_latency"), "{y}");
+    // The DEP8 decode workers run the default experts with the overlap scheduler; the fp4
+    // prefill workers TRTLLM-gen experts without it, as srt-slurm's recipes set them.
+    let (pre, dec) = y.split_once("    decode:").unwrap();
+    assert!(pre.contains("async_scheduling: false") && pre.contains("moe_kernel: min_latency"), "{y}");
+    assert!(!dec.contains("async_scheduling") && !dec.contains("min_latency"), "{y}");
+    // In fp8 (896 clients: one DEP8 prefill worker, seven DEP8 decode workers) the prefill
+    // experts are DeepGEMM's, the default lane.
+    let mut r8 = r.clone();
+    (r8.precision, r8.gemm_quant, r8.moe_quant) = ("fp8".into(), "fp8".into(), "fp8".into());
+    r8.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=896".into();
+    r8.concurrency = 896;
+    let l8 = Layout { tp: 8, pp: 1, dp: 1, moe_tp: 1, moe_ep: 8, batch: 1 };
+    r8.mode = Mode::Disagg { prefill: l8, prefill_workers: None, decode: l8, decode_workers: None };
+    assert_eq!(published_workers(&r8, &knobs), Some((1, 7)));
+    let y8 = scenario_yaml(&replayed_row(&r8, &catalog, &files, &knobs).unwrap().0, &knobs, false, None);
+    let (pre8, _) = y8.split_once("    decode:").unwrap();
+    assert!(pre8.contains("async_scheduling: false") && !pre8.contains("min_latency"), "{y8}");
     // Ten clients: five TEP8 decode workers, which run TRTLLM-gen experts.
     r.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=10".into();
     r.concurrency = 10;
