@@ -335,13 +335,12 @@ fn role_yaml(
     } else {
         published.and_then(|d| d.decode_batch).or(recipe.max_sequences).unwrap_or(policy_seqs)
     };
-    //
-    // Their prefill workers (srt-slurm's `recipes/trtllm/{b200,b300,gb200}-fp4/…` and
-    // `b200-fp8/…` for DeepSeek-R1, e.g. `b200-fp4/1k1k/stp/ctx1_gen1_dep8_batch512_eplb0_mtp0.yaml`)
-    // run without the overlap scheduler (`disable_overlap_scheduler: true`) and, in fp4, on
-    // TRTLLM-gen experts (`moe_config: {backend: TRTLLM}`; DeepGEMM in fp8).
-    // (InferenceMAX's deployments of 2025, replayed with their counts recorded, predate those
-    // recipes.)
+    // Their DeepSeek-R1 TensorRT-LLM prefill workers (srt-slurm's
+    // `recipes/trtllm/{b200,b300,gb200,gb300}-fp4/…` and `b200-fp8/…`, e.g.
+    // `b200-fp4/1k1k/stp/ctx1_gen1_dep8_batch512_eplb0_mtp0.yaml`) run without the overlap
+    // scheduler (`disable_overlap_scheduler: true`) and, in fp4, on TRTLLM-gen experts
+    // (`moe_config: {backend: TRTLLM}`; DeepGEMM in fp8). InferenceMAX's deployments of 2025,
+    // replayed with their counts recorded, predate those recipes.
     let from_recipes = matches!(row.mode, Mode::Disagg { prefill_workers: None, decode_workers: None, .. });
     let deepseek_prefill = prefill
         && published.is_some()
