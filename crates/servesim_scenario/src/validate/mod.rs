@@ -341,14 +341,14 @@ fn role_yaml(
     // scheduler (`disable_overlap_scheduler: true`) and, in fp4, on TRTLLM-gen experts
     // (`moe_config: {backend: TRTLLM}`; DeepGEMM in fp8). InferenceMAX's deployments of 2025,
     // replayed with their counts recorded, predate those recipes.
+    let trtllm_published = published.is_some() && row.backend == "trtllm";
     let from_recipes = matches!(row.mode, Mode::Disagg { prefill_workers: None, decode_workers: None, .. });
     let deepseek_prefill = prefill
-        && published.is_some()
+        && trtllm_published
         && from_recipes
-        && row.backend == "trtllm"
         && matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
     let moe_kernel = recipe.moe_kernel.or_else(|| {
-        let decode_tep = !prefill && published.is_some() && row.backend == "trtllm" && l.dp <= 1;
+        let decode_tep = !prefill && trtllm_published && l.dp <= 1;
         let fp4_prefill = deepseek_prefill && quant_moe(&row.moe_quant) == Some("nvfp4");
         (decode_tep || fp4_prefill).then_some(MoeKernel::MinLatency)
     });
