@@ -989,3 +989,47 @@ fn config_refusal(path: &str, sets: &[&str]) -> String {
     assert_eq!(err.exit_code(), 2, "{sets:?}: {err}");
     err.to_string()
 }
+
+#[test]
+fn refused_requests_are_counted_by_reason_and_named_in_the_summary() {
+    // Prompts of 40,000 tokens with outputs of 100,000 exceed Qwen3-32B's 40,960-token context.
+    let long = predict_file_with(
+        "data/scenarios/default.yaml",
+        &[
+            "traffic.source.input_tokens=40000",
+            "traffic.source.output_tokens=100000",
+            "traffic.stop.requests=5",
+        ],
+    )
+    .unwrap();
+    let why = &long.json["servesim"]["rejections"];
+    assert_eq!(long.json["servesim"]["rejected_requests"], 5);
+    assert_eq!((why["beyond_context"].as_u64(), why["beyond_kv_pool"].as_u64()), (Some(5), Some(0)));
+    assert_eq!(long.summary.completed_requests, 0);
+    let text = servesim_scenario::report::summary_table(&long);
+    let context = why["context_tokens"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("5 requests were rejected and never ran: 5 longer (prompt + output) than the model's context of {context} tokens")),
+        "{text}"
+    );
+    // Within the context but beyond a rank's KV pool (the pool cut to 64 blocks of 64 tokens).
+    let pool = predict_file_with(
+        "data/scenarios/default.yaml",
+        &[
+            "traffic.source.input_tokens=8000",
+            "traffic.stop.requests=5",
+            "engine.workers.aggregated.kv_cache.capacity.type=fixed",
+            "engine.workers.aggregated.kv_cache.capacity.blocks=64",
+        ],
+    )
+    .unwrap();
+    let why = &pool.json["servesim"]["rejections"];
+    assert_eq!((why["beyond_context"].as_u64(), why["beyond_kv_pool"].as_u64()), (Some(0), Some(5)));
+    assert_eq!(why["kv_pool_tokens"], 4096);
+    assert!(servesim_scenario::report::summary_table(&pool)
+        .contains("5 longer than a rank's KV pool of 4096 tokens"));
+    // A run that refuses nothing says nothing.
+    let fine = predict_file_with("data/scenarios/default.yaml", &["traffic.stop.requests=5"]).unwrap();
+    assert!(fine.json["servesim"].get("rejections").is_none());
+    assert!(!servesim_scenario::report::summary_table(&fine).contains("rejected"));
+}

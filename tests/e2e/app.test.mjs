@@ -147,6 +147,13 @@ test('editing the scenario and running again changes the numbers', async () => {
   assert.ok(after < Number(before), `concurrency 1 should queue less: ${after} vs ${before}`);
   const cli = JSON.parse(cliPrediction(['--set', 'traffic.load.concurrency=1']));
   assert.ok(Math.abs(after - cli.mean_ttft_ms) <= 0.005, `page ${after} vs CLI ${cli.mean_ttft_ms}`);
+  assert.equal(await page.$('#rejected'), null, 'a run that refuses nothing shows no warning');
+  // Requests longer than Qwen3-32B's context never run, and the page says why.
+  const long = (await page.inputValue('#scenario-yaml'))
+    .replace('input_tokens: 1024', 'input_tokens: 40000').replace('output_tokens: 128', 'output_tokens: 100000');
+  await runAfter(page, async () => { await page.fill('#scenario-yaml', long); await page.click('#run'); });
+  assert.match(await page.textContent('#rejected'),
+    /^warning: 100 requests were rejected and never ran: 100 longer \(prompt \+ output\) than the model's context of 40960 tokens$/);
   await page.close();
 });
 

@@ -388,6 +388,14 @@ pub fn App() -> impl IntoView {
             RunState::Cancelled => "Cancelled.".to_string(),
         })
     };
+    // Requests the engine refused (too long for the context or any KV pool) never ran; a
+    // result built on the rest must say so where the user looks.
+    let rejected = move || {
+        state.with(|s| match s {
+            RunState::Done(o) => servesim_scenario::report::rejection_line(&o.prediction["servesim"]),
+            _ => None,
+        })
+    };
     let progress = move || {
         state.with(|s| match s {
             RunState::Running { finished, total } if *total > 0 => {
@@ -512,6 +520,9 @@ pub fn App() -> impl IntoView {
                 </Show>
                 <ProgressBar percent=Signal::derive(progress) />
                 <p id="status" class="status" aria-live="polite">{status}</p>
+                <Show when=move || rejected().is_some()>
+                    <p id="rejected" class="error" role="alert">{move || rejected().unwrap_or_default()}</p>
+                </Show>
                 <Show when=move || error().is_some()>
                     <pre id="run-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
                 </Show>

@@ -252,6 +252,33 @@ fn uuid_index(u: &str) -> u64 {
 }
 
 #[allow(clippy::cast_precision_loss)]
+/// Why requests were refused, so a run whose requests never ran says so: those longer (prompt
+/// plus output) than the model's context, and the rest, which no rank's KV pool could hold
+/// (the smallest pool of any role, in tokens).
+fn rejections(p: &Prepared, r: &RunResult) -> Value {
+    let pool_tokens = p
+        .roles
+        .iter()
+        .map(|role| u64::from(role.blocks_per_rank) * u64::from(role.config.kv_cache.block_size))
+        .min()
+        .unwrap_or(0);
+    let (mut beyond_context, mut beyond_pool) = (0u64, 0u64);
+    for q in r.requests.iter().filter(|q| q.status == Status::Rejected) {
+        let total = q.input_tokens.saturating_add(q.spec.output_tokens);
+        if p.context_limit.is_some_and(|l| total > l) {
+            beyond_context += 1;
+        } else {
+            beyond_pool += 1;
+        }
+    }
+    json!({
+        "beyond_context": beyond_context,
+        "context_tokens": p.context_limit,
+        "beyond_kv_pool": beyond_pool,
+        "kv_pool_tokens": pool_tokens,
+    })
+}
+
 fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     let e = &p.config.engine;
     let series = &r.series;
@@ -300,6 +327,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
         })
         .collect();
     let rejected = r.requests.iter().filter(|q| q.status == Status::Rejected).count();
+    let rejections = (rejected > 0).then(|| rejections(p, r));
     let roles: Vec<Value> = p
         .roles
         .iter()
@@ -423,6 +451,9 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     }
     if let Some(s) = speculation_section(p, r) {
         section["speculation"] = s;
+    }
+    if let Some(why) = rejections {
+        section["rejections"] = why;
     }
     section
 }
@@ -557,6 +588,10 @@ pub fn summary_table(p: &Prediction) -> String {
         s.output_throughput_tok_s,
         s.gpu_hours
     ));
+    if let Some(line) = rejection_line(&p.json["servesim"]) {
+        out.push_str(&line);
+        out.push_str("\n\n");
+    }
     out.push_str(&format!(
         "{:<22}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
         "metric", "mean", "p50", "p90", "p99", "max"
@@ -614,6 +649,35 @@ pub fn summary_table(p: &Prediction) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The refused requests and why, as one sentence (`None` when every request was accepted).
+#[must_use]
+pub fn rejection_line(servesim: &Value) -> Option<String> {
+    let n = servesim["rejected_requests"].as_u64().filter(|&n| n > 0)?;
+    let why = &servesim["rejections"];
+    let count = |k: &str| why[k].as_u64().unwrap_or(0);
+    let mut reasons = Vec::new();
+    if count("beyond_context") > 0 {
+        reasons.push(format!(
+            "{} longer (prompt + output) than the model's context of {} tokens",
+            count("beyond_context"),
+            why["context_tokens"].as_u64().unwrap_or(0)
+        ));
+    }
+    if count("beyond_kv_pool") > 0 {
+        reasons.push(format!(
+            "{} longer than a rank's KV pool of {} tokens",
+            count("beyond_kv_pool"),
+            why["kv_pool_tokens"].as_u64().unwrap_or(0)
+        ));
+    }
+    let what = if n == 1 { "request was" } else { "requests were" };
+    Some(if reasons.is_empty() {
+        format!("warning: {n} {what} rejected and never ran")
+    } else {
+        format!("warning: {n} {what} rejected and never ran: {}", reasons.join("; "))
+    })
 }
 
 /// One role's timing provenance for the table: which model and data timed its steps, and how
