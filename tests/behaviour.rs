@@ -1033,3 +1033,68 @@ fn refused_requests_are_counted_by_reason_and_named_in_the_summary() {
     assert!(fine.json["servesim"].get("rejections").is_none());
     assert!(!servesim_scenario::report::summary_table(&fine).contains("rejected"));
 }
+
+#[test]
+fn a_prompt_pool_recurs_like_a_benchmark_dataset_and_its_prompts_are_reused() {
+    let pooled = predict_file_with("tests/scenarios/prompt_pool_aiperf.yaml", &[]).unwrap();
+    let fresh =
+        predict_file_with("tests/scenarios/prompt_pool_aiperf.yaml", &["traffic.source.prompt_pool=0"])
+            .unwrap();
+    // The first use of each of the 100 prompts computes it; the other 500 requests repeat one
+    // and reuse all its full 64-token blocks but the one holding its last token.
+    let recs = records(&pooled);
+    let (mut first, mut repeats) = (0, 0);
+    for r in &recs {
+        let n = r["input_length"].as_u64().unwrap();
+        match r["reused_input_tokens"].as_u64().unwrap() {
+            0 => first += 1,
+            k => {
+                assert_eq!(k, (n - 1) / 64 * 64, "{r}");
+                repeats += 1;
+            }
+        }
+    }
+    assert_eq!((first, repeats), (100, 500));
+    let lens: BTreeSet<u64> = recs.iter().map(|r| r["input_length"].as_u64().unwrap()).collect();
+    assert!(lens.len() <= 100, "at most 100 distinct prompt lengths: {}", lens.len());
+    assert_eq!(fresh.summary.prefix_cache_reused_ratio, 0.0);
+    assert!(pooled.summary.ttft.mean < 0.7 * fresh.summary.ttft.mean);
+    // Without prefix caching a recurring prompt is computed again.
+    let off = predict_file_with(
+        "tests/scenarios/prompt_pool_aiperf.yaml",
+        &["engine.workers.aggregated.kv_cache.prefix_caching=false"],
+    )
+    .unwrap();
+    assert_eq!(off.summary.prefix_cache_reused_ratio, 0.0);
+    // The static estimate counts the same reuse: 5/6 of requests, all full blocks but the
+    // last token's (1,984 of a mean 2,000).
+    let est = estimate_file_with("tests/scenarios/prompt_pool_aiperf.yaml", &[]).unwrap();
+    let j = est.to_json();
+    assert!((j["prompt_pool_reused_tokens"].as_f64().unwrap() - 1984.0 * 5.0 / 6.0).abs() < 1e-6, "{j}");
+    // A pool larger than a rank's KV pool is evicted before it recurs: the estimate counts
+    // nothing (the 4,096-token KV pool holds two prompts, the pool has 100).
+    let small = estimate_file_with(
+        "tests/scenarios/prompt_pool_aiperf.yaml",
+        &[
+            "engine.workers.aggregated.kv_cache.capacity.type=fixed",
+            "engine.workers.aggregated.kv_cache.capacity.blocks=64",
+            "traffic.load.concurrency=1",
+        ],
+    )
+    .unwrap();
+    assert_eq!(small.to_json()["prompt_pool_reused_tokens"], 0.0);
+}
+
+/// The static estimate of a scenario file with `--set` overrides.
+fn estimate_file_with(
+    rel: &str,
+    sets: &[&str],
+) -> Result<servesim_scenario::estimate::Estimate, servesim_scenario::ScenarioError> {
+    let overrides: Vec<servesim_scenario::Override> =
+        sets.iter().map(|s| servesim_scenario::Override::parse(s).unwrap()).collect();
+    let text = std::fs::read_to_string(servesim_tests::repo_root().join(rel)).unwrap();
+    let root = servesim_scenario::scenario::parse_with_overrides(&text, rel, &overrides)?;
+    let catalog = servesim_scenario::catalog::Catalog::builtin().unwrap();
+    let p = servesim_scenario::scenario::prepare(&root, rel, &catalog, None, &servesim_tests::DataOnly)?;
+    servesim_scenario::estimate::estimate(&p)
+}

@@ -293,6 +293,11 @@ enum Command {
         /// rows).
         #[arg(long)]
         no_recipes: bool,
+        /// Replay every row's prompts drawn from this many distinct entries with prefix caching
+        /// on, as aiperf and genai-perf send them (`--num-dataset-entries`, 100 unless set; a
+        /// what-if for a filtered set of rows: the file records neither dataset nor cache).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+        prompt_pool: Option<u32>,
         /// Replay every row with MTP/EAGLE speculative decoding, this many drafts a round (a
         /// what-if for a filtered set of rows: the file does not record which runs speculated).
         #[arg(long, requires = "nextn_accepted", value_parser = clap::value_parser!(u32).range(1..=5))]
@@ -484,6 +489,7 @@ fn main() -> ExitCode {
             requests_per_slot,
             mla_attention_dp,
             no_recipes,
+            prompt_pool,
             nextn,
             nextn_accepted,
             mtp_acceptance,
@@ -506,6 +512,7 @@ fn main() -> ExitCode {
                 no_recipes,
                 speculation: nextn.zip(nextn_accepted),
                 mtp_acceptance,
+                prompt_pool,
             };
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate::requests(log, config, data_dir)

@@ -28,6 +28,9 @@ pub enum Stream {
     Content = 6,
     /// Each request's serving-frontend delay.
     Frontend = 7,
+    /// The prompt pool of synthetic traffic: its entries' lengths and the order requests
+    /// take them in.
+    PromptPool = 8,
 }
 
 /// SplitMix64 step (Steele, Lea & Flood, 2014): used to expand seeds and to mix hashes.

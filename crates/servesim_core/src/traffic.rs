@@ -206,6 +206,11 @@ pub enum Source {
         /// Leading prompt tokens every request shares (a common system prompt), capped at
         /// one less than the prompt so each request computes at least one token of its own.
         shared_prefix_tokens: u32,
+        /// Distinct prompts the requests draw from, as a benchmark client's dataset (0: every
+        /// request its own prompt). Each entry's prompt and output lengths are drawn once;
+        /// requests take the entries in a seeded random order, reshuffled after every pass,
+        /// so a prompt repeats once the pool is used up and a prefix cache can reuse it.
+        prompt_pool: u32,
     },
     /// Synthetic multi-turn sessions.
     Sessions(SessionSpec),
@@ -279,6 +284,57 @@ impl TrafficSpec {
 const TRACE_NAMESPACE: u64 = 0x7AACE;
 /// Content-id namespace of shared synthetic prefixes.
 const PREFIX_NAMESPACE: u64 = 0x9F1E;
+/// Content-id namespace of prompt-pool entries.
+const POOL_NAMESPACE: u64 = 0x9001;
+
+/// One prompt of a synthetic prompt pool.
+#[derive(Clone, Copy, Debug)]
+struct PoolEntry {
+    input: u32,
+    output: u32,
+    stream: u64,
+}
+
+/// The prompts synthetic requests draw from ([`Source::Synthetic`]'s `prompt_pool`), and the
+/// order of the pass under way.
+#[derive(Clone, Debug)]
+struct PromptPool {
+    entries: Vec<PoolEntry>,
+    /// Entry indices of this pass, taken from the back.
+    order: Vec<u32>,
+    rng: Rng,
+}
+
+impl PromptPool {
+    fn new(size: u32, input: &LengthDist, output: &LengthDist, content_seed: u64, root_seed: u64) -> Self {
+        let mut rng = Rng::stream(root_seed, Stream::PromptPool);
+        let entries = (0..size)
+            .map(|k| PoolEntry {
+                input: input.sample(&mut rng),
+                output: output.sample(&mut rng),
+                stream: mix2(POOL_NAMESPACE ^ content_seed, u64::from(k)),
+            })
+            .collect();
+        PromptPool { entries, order: Vec::new(), rng }
+    }
+
+    /// The next entry: each pass takes every entry once, in a fresh random order
+    /// (Fisher–Yates).
+    fn next(&mut self) -> PoolEntry {
+        if self.order.is_empty() {
+            #[allow(clippy::cast_possible_truncation)] // The pool's size is a u32.
+            let n = self.entries.len() as u32;
+            self.order.extend(0..n);
+            for i in (1..self.order.len()).rev() {
+                #[allow(clippy::cast_possible_truncation)] // below(i + 1) <= i, an index.
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.order.swap(i, j);
+            }
+        }
+        let k = self.order.pop().map_or(0, |k| k as usize);
+        self.entries[k]
+    }
+}
 
 /// A session in flight.
 #[derive(Clone, Debug)]
@@ -316,6 +372,8 @@ pub struct Traffic {
     dispatch_delay: SimDur,
     /// Draws each request's frontend delay.
     frontend: Rng,
+    /// The prompts synthetic requests draw from, when the source has a pool.
+    pool: Option<PromptPool>,
 }
 
 impl Traffic {
@@ -338,10 +396,17 @@ impl Traffic {
             Source::Synthetic { .. } | Source::Sessions(_) => Vec::new(),
         };
         let max_requests = spec.max_requests();
+        let content_seed = Rng::stream(root_seed, Stream::Content).next_u64();
+        let pool = match &spec.source {
+            Source::Synthetic { input_tokens, output_tokens, prompt_pool, .. } if *prompt_pool > 0 => {
+                Some(PromptPool::new(*prompt_pool, input_tokens, output_tokens, content_seed, root_seed))
+            }
+            _ => None,
+        };
         let mut t = Traffic {
             lengths: Rng::stream(root_seed, Stream::Lengths),
             arrivals: Rng::stream(root_seed, Stream::Arrivals),
-            content_seed: Rng::stream(root_seed, Stream::Content).next_u64(),
+            content_seed,
             spec,
             requests_sent: 0,
             jobs_started: 0,
@@ -353,6 +418,7 @@ impl Traffic {
             max_requests,
             dispatch_delay: frontend_delay,
             frontend: Rng::stream(root_seed, Stream::Frontend),
+            pool,
         };
         match t.spec.load {
             Load::Concurrency(c) => {
@@ -493,20 +559,31 @@ impl Traffic {
         }
         let job = self.jobs_started;
         let spec = match self.spec.source.clone() {
-            Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => {
-                let input = input_tokens.sample(&mut self.lengths);
-                let output = output_tokens.sample(&mut self.lengths);
+            Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens, .. } => {
+                // A pooled prompt is its entry's stream, the same for every request that draws it.
+                let (input, output, stream) = match &mut self.pool {
+                    Some(pool) => {
+                        let e = pool.next();
+                        (e.input, e.output, e.stream)
+                    }
+                    None => (
+                        input_tokens.sample(&mut self.lengths),
+                        output_tokens.sample(&mut self.lengths),
+                        self.stream_id(2 * u64::from(self.requests_sent)),
+                    ),
+                };
                 let shared = shared_prefix_tokens.min(input.saturating_sub(1));
-                let own =
-                    Segment { id: self.stream_id(2 * u64::from(self.requests_sent)), len: input - shared };
+                let own = Segment { id: stream, len: input - shared };
                 let prompt = if shared > 0 {
                     // One stream for everyone's prefix, distinct from every request stream.
                     vec![Segment { id: self.stream_id(u64::MAX), len: shared }, own]
                 } else {
                     vec![own]
                 };
-                // Only the common prefix is anyone else's; the rest and the output are its own.
-                self.request(at, prompt, output, None, shared)
+                // Only the common prefix is anyone else's (the whole prompt, when pooled); the
+                // output is its own.
+                let public = if self.pool.is_some() { input } else { shared };
+                self.request(at, prompt, output, None, public)
             }
             Source::Sessions(s) => {
                 let input = s.new_input_tokens.sample(&mut self.lengths);
@@ -689,6 +766,7 @@ pub fn arrival_times(spec: &TrafficSpec, root_seed: u64) -> Vec<SimTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::collections::BTreeSet;
 
     fn spec(load: Load, n: u32) -> TrafficSpec {
         TrafficSpec {
@@ -696,6 +774,7 @@ mod tests {
                 input_tokens: LengthDist::Fixed(100),
                 output_tokens: LengthDist::Fixed(10),
                 shared_prefix_tokens: 0,
+                prompt_pool: 0,
             },
             load,
             stop: Stop { max_requests: n, max_sessions: u32::MAX },
@@ -922,5 +1001,53 @@ mod tests {
         assert!(xs.iter().all(|x| (10..=4000).contains(x)));
         let u = LengthDist::Uniform { min: 3, max: 5 };
         assert!((0..1000).map(|_| u.sample(&mut r)).all(|x| (3..=5).contains(&x)));
+    }
+
+    #[test]
+    fn a_prompt_pool_repeats_each_prompt_once_a_pass_in_a_fresh_order() {
+        let mut s = spec(Load::ConstantRate(1.0), 12);
+        if let Source::Synthetic { input_tokens, prompt_pool, .. } = &mut s.source {
+            *input_tokens = LengthDist::Uniform { min: 50, max: 500 };
+            *prompt_pool = 4;
+        }
+        let mut t = Traffic::new(s.clone(), 7);
+        let mut got = Vec::new();
+        while let Some(at) = t.next_arrival() {
+            if let Some(r) = t.pop_due(at) {
+                got.push(r);
+            }
+        }
+        assert_eq!(got.len(), 12);
+        // Every pass of 4 requests takes each of the 4 prompts once; a prompt keeps its length.
+        let mut lengths = BTreeMap::new();
+        let passes: Vec<Vec<u64>> = got
+            .chunks(4)
+            .map(|pass| {
+                let mut ids: Vec<u64> = pass.iter().map(|r| r.prompt[0].id).collect();
+                for r in pass {
+                    assert_eq!(*lengths.entry(r.prompt[0].id).or_insert(r.prompt[0].len), r.prompt[0].len);
+                    // The whole prompt may be another request's; the output is its own.
+                    assert_eq!(r.public_tokens, r.prompt[0].len);
+                }
+                let order = ids.clone();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), 4, "a pass repeats a prompt");
+                order
+            })
+            .collect();
+        assert_eq!(lengths.len(), 4);
+        assert!(passes[0] != passes[1] || passes[1] != passes[2], "the order is reshuffled each pass");
+        // Outputs are never shared, and one seed gives one sequence.
+        let outputs: BTreeSet<u64> = got.iter().map(|r| r.output_stream).collect();
+        assert_eq!(outputs.len(), 12);
+        let again: Vec<u64> = {
+            let mut t = Traffic::new(s, 7);
+            core::iter::from_fn(|| t.next_arrival().map(|at| t.pop_due(at)))
+                .flatten()
+                .map(|r| r.prompt[0].id)
+                .collect()
+        };
+        assert_eq!(again, got.iter().map(|r| r.prompt[0].id).collect::<Vec<_>>());
     }
 }

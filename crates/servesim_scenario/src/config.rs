@@ -43,6 +43,11 @@ pub enum SourceConfig {
         /// `shared_prefix_tokens` (servesim extension, 0): leading tokens every prompt shares,
         /// like AIConfigurator's `--prefix`.
         shared_prefix_tokens: u32,
+        /// `prompt_pool` (servesim extension, 0: off): distinct prompts the requests draw
+        /// from, as a benchmark client's dataset does (aiperf's and genai-perf's
+        /// `--num-dataset-entries`, 100 unless set); with prefix caching a repeated prompt
+        /// is reused.
+        prompt_pool: u32,
     },
     /// `type: synthetic-session` — multi-turn sessions.
     Session {

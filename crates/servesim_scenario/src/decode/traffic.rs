@@ -15,6 +15,7 @@ pub(super) fn default_traffic() -> TrafficConfig {
             input_tokens: LengthDist::Fixed(1024),
             output_tokens: LengthDist::Fixed(128),
             shared_prefix_tokens: 0,
+            prompt_pool: 0,
         },
         load: LoadConfig { kind: LoadKind::Concurrency(10), seed: 42 },
         stop: StopConfig::default(),
@@ -58,6 +59,7 @@ const SOURCE_KEYS: &[&str] = &[
     "input_tokens",
     "output_tokens",
     "shared_prefix_tokens",
+    "prompt_pool",
     "images",
     "new_input_tokens_per_turn",
     "output_tokens_per_turn",
@@ -88,10 +90,15 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
                 Some((n, p)) => u32_in(n, &p, cx, 0, 10_000_000),
                 None => Some(0),
             };
+            let pool = match f.take("prompt_pool") {
+                Some((n, p)) => u32_in(n, &p, cx, 0, MAX_REQUESTS),
+                None => Some(0),
+            };
             Some(SourceConfig::Synthetic {
                 input_tokens: input?,
                 output_tokens: output?,
                 shared_prefix_tokens: shared?,
+                prompt_pool: pool?,
             })
         }
         "synthetic-session" => {

@@ -92,10 +92,11 @@ impl ServingProcesses {
 impl Aggregated {
     pub(crate) fn new(p: &Prepared, role: &PreparedRole, w: Workload) -> Result<Self, ScenarioError> {
         let steps = RoleSteps::new(p, role);
-        let cached = if role.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
-        // Shared prefix blocks are held once per rank.
-        let kv_room = (steps.kv_tokens - cached).max(0.0);
-        let by_kv = (kv_room / kv_need(p.config.engine.backend, &w, cached)).floor();
+        let shared = if role.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
+        // Shared prefix blocks are held once per rank; a pooled prompt's by each request.
+        let kv_room = (steps.kv_tokens - shared).max(0.0);
+        let by_kv = (kv_room / kv_need(p.config.engine.backend, &w, shared)).floor();
+        let cached = shared + w.pool_reuse;
         if by_kv < 1.0 {
             return Err(run_error(format!(
                 "one request ({:.0} + {:.0} tokens) does not fit in a rank's KV cache ({:.0} tokens)",

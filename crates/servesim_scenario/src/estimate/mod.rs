@@ -101,6 +101,10 @@ pub struct Workload {
     pub osl: f64,
     /// Leading prompt tokens shared by every request.
     pub shared_prefix: f64,
+    /// Mean prompt tokens beyond the shared prefix that a request finds cached from an earlier
+    /// request of the same prompt (a prompt pool, [`workload`]); unlike the shared prefix each
+    /// running request holds its own copy.
+    pub pool_reuse: f64,
     /// Every request has the same prompt and output length: a closed loop's clients, started
     /// together, would finish together and stay in lock step, every wave like the first (an
     /// upper bound: a frontend delay that varies per request loosens the step).
@@ -257,6 +261,7 @@ impl Estimate {
             "input_tokens": self.workload.isl,
             "output_tokens": self.workload.osl,
             "shared_prefix_tokens": self.workload.shared_prefix,
+            "prompt_pool_reused_tokens": self.workload.pool_reuse,
             "load": {"type": kind, "value": value},
             "concurrency": self.concurrency,
             "request_throughput_rps": self.request_rate_rps,
@@ -285,8 +290,17 @@ impl Estimate {
         };
         let _ = writeln!(
             s,
-            "static estimate ({}, {} GPUs, {load}, ISL {:.0}, OSL {:.0}, shared prefix {:.0})",
-            self.mode, self.gpus, self.workload.isl, self.workload.osl, self.workload.shared_prefix
+            "static estimate ({}, {} GPUs, {load}, ISL {:.0}, OSL {:.0}, shared prefix {:.0}{})",
+            self.mode,
+            self.gpus,
+            self.workload.isl,
+            self.workload.osl,
+            self.workload.shared_prefix,
+            if self.workload.pool_reuse > 0.0 {
+                format!(", {:.0} more reused from the prompt pool", self.workload.pool_reuse)
+            } else {
+                String::new()
+            }
         );
         if self.overloaded {
             let _ = writeln!(
@@ -468,12 +482,14 @@ fn to_u32(x: f64) -> u32 {
 /// Sessions and trace replays: their prefix reuse and pacing need the replay.
 pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
     match &p.traffic.source {
-        Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => {
+        Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens, prompt_pool } => {
             let isl = input_tokens.nominal_mean().max(1.0);
+            let shared_prefix = f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0);
             Ok(Workload {
                 isl,
                 osl: output_tokens.nominal_mean().max(1.0),
-                shared_prefix: f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0),
+                shared_prefix,
+                pool_reuse: pool_reuse(p, *prompt_pool, isl, shared_prefix),
                 fixed_lengths: matches!(
                     (input_tokens, output_tokens),
                     (LengthDist::Fixed(_), LengthDist::Fixed(_))
@@ -485,6 +501,30 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
         )),
         Source::Trace(_) => Err(run_error("estimate needs synthetic traffic; trace replays need servesim predict")),
     }
+}
+
+/// Mean prompt tokens beyond a `shared` prefix that a request of a prompt pool of `size`
+/// entries finds cached, its prompts `isl` tokens on average (0 without a pool). Each entry's
+/// first request computes its prompt;
+/// every later one reuses all of it but the last token, in whole blocks, as vLLM does (SGLang's
+/// one-token pages reuse a block more). The first role's ranks cache the prompts (the prefill
+/// role's in P/D): when all the pool's prompts fit in one rank's KV pool the estimate counts
+/// them reused, since cached blocks give way to running requests rather than limit them, and
+/// when they do not it counts nothing, since passes in a fresh random order evict each prompt
+/// before it comes round again.
+fn pool_reuse(p: &Prepared, size: u32, isl: f64, shared: f64) -> f64 {
+    let Some(role) = p.roles.first() else { return 0.0 };
+    if size == 0 || !role.config.kv_cache.prefix_caching {
+        return 0.0;
+    }
+    let block = f64::from(role.config.kv_cache.block_size.max(1));
+    let rank_tokens = f64::from(role.blocks_per_rank) * block;
+    if f64::from(size) * isl > rank_tokens {
+        return 0.0;
+    }
+    let requests = f64::from(p.traffic.max_requests().max(1));
+    let repeats = (1.0 - f64::from(size) / requests).max(0.0);
+    repeats * (((isl - 1.0) / block).floor() * block - shared).max(0.0)
 }
 
 /// The operating point of a prepared scenario's load.

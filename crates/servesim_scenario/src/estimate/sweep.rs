@@ -224,6 +224,7 @@ fn workload(spec: &SweepSpec) -> Workload {
         isl: f64::from(spec.isl),
         osl: f64::from(spec.osl),
         shared_prefix: f64::from(spec.prefix),
+        pool_reuse: 0.0,
         fixed_lengths: false,
     }
 }

@@ -121,11 +121,12 @@ pub(super) fn build_traffic(
 ) -> Result<TrafficSpec, ScenarioError> {
     let t = &config.traffic;
     let (src, per_job_tokens) = match &t.source {
-        SourceConfig::Synthetic { input_tokens, output_tokens, shared_prefix_tokens } => (
+        SourceConfig::Synthetic { input_tokens, output_tokens, shared_prefix_tokens, prompt_pool } => (
             Source::Synthetic {
                 input_tokens: input_tokens.clone(),
                 output_tokens: output_tokens.clone(),
                 shared_prefix_tokens: *shared_prefix_tokens,
+                prompt_pool: *prompt_pool,
             },
             input_tokens.nominal_mean() + output_tokens.nominal_mean(),
         ),

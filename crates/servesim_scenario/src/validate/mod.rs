@@ -85,6 +85,11 @@ pub struct Knobs {
     /// Probability that each MTP draft is accepted, for rows whose published deployment
     /// speculated (`deployments::Deployment::drafts`); `None`: [`MTP_DRAFT_ACCEPTANCE`].
     pub mtp_acceptance: Option<f64>,
+    /// Replay every row's prompts drawn from this many distinct entries with prefix caching
+    /// on, as a benchmark client with a finite dataset and an engine that caches would run
+    /// (aiperf's and genai-perf's `--num-dataset-entries`, 100 unless set). The file does
+    /// not record the dataset or the cache, so this is a what-if for a filtered set of rows.
+    pub prompt_pool: Option<u32>,
 }
 
 /// Probability that an MTP draft token is accepted, given the ones before it were: one
@@ -397,7 +402,8 @@ fn role_yaml(
     });
     let capacity =
         fraction.map_or(String::new(), |f| format!(", capacity: {{type: default, memory_fraction: {f}}}"));
-    let _ = writeln!(out, "      kv_cache: {{prefix_caching: false{capacity}}}");
+    let caching = knobs.prompt_pool.is_some();
+    let _ = writeln!(out, "      kv_cache: {{prefix_caching: {caching}{capacity}}}");
     let mut k = knobs.yaml();
     if let Some(m) = moe_kernel.filter(|_| knobs.moe_kernel.is_none()) {
         let sep = if k.is_empty() { "" } else { ", " };
@@ -499,9 +505,10 @@ pub fn scenario_yaml(row: &SiliconRow, knobs: &Knobs, dense: bool, tables: Optio
         }
     };
     let _ = writeln!(y, "traffic:");
+    let pool = knobs.prompt_pool.map_or(String::new(), |n| format!(", prompt_pool: {n}"));
     let _ = writeln!(
         y,
-        "  source: {{type: synthetic, input_tokens: {}, output_tokens: {}}}",
+        "  source: {{type: synthetic, input_tokens: {}, output_tokens: {}{pool}}}",
         len(row.isl),
         len(row.osl.max(2))
     );

@@ -110,6 +110,16 @@ fn rows_become_closed_loop_scenarios() {
         None,
     );
     assert!(sampled.contains("input_tokens: {dist: uniform, min: 820, max: 1024}"), "{sampled}");
+    // Rows replay without prefix caching; a prompt-pool what-if turns it on and draws the
+    // prompts from the pool.
+    assert!(y.contains("prefix_caching: false") && !y.contains("prompt_pool"), "{y}");
+    let pooled = scenario_yaml(
+        &row(Mode::Agg { layout: l }),
+        &Knobs { prompt_pool: Some(100), ..Knobs::default() },
+        true,
+        None,
+    );
+    assert!(pooled.contains("prefix_caching: true") && pooled.contains(", prompt_pool: 100}"), "{pooled}");
     assert!(y.contains("gemm: fp8"), "{y}");
     assert!(y.contains("max_sequences: 256"), "{y}");
     let d = scenario_yaml(
