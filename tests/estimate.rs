@@ -327,6 +327,11 @@ fn traffic_the_estimate_cannot_describe_is_a_clear_error() {
     let p = prepared(AGG);
     let w = servesim_scenario::estimate::workload(&p).unwrap();
     assert!(estimate_at(&p, w, Operating::Rate(0.0)).is_err());
+    // Requests longer than the model's context: the replay rejects them, the estimate says so.
+    let mut long = w;
+    long.osl = 200_000.0;
+    let err = estimate_at(&p, long, Operating::Concurrency(4.0)).unwrap_err().to_string();
+    assert!(err.contains("(4000 + 200000 tokens) is longer than the model's context of"), "{err}");
 }
 
 fn readme_case() -> SweepSpec {

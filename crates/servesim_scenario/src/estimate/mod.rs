@@ -559,6 +559,13 @@ pub fn estimate_at(p: &Prepared, w: Workload, op: Operating) -> Result<Estimate,
         }
         _ => {}
     }
+    // The replay refuses a request longer than the context; so does the estimate, for the mean.
+    if let Some(limit) = p.context_limit.filter(|&l| w.isl + w.osl > f64::from(l)) {
+        return Err(run_error(format!(
+            "the mean request ({:.0} + {:.0} tokens) is longer than the model's context of {limit} tokens; the engine would reject it",
+            w.isl, w.osl
+        )));
+    }
     match &p.roles[..] {
         [a] => Aggregated::new(p, a, w)?.solve(op),
         [pre, dec] => {
