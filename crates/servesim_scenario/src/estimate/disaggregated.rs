@@ -57,7 +57,8 @@ impl Disaggregated {
         let pre_steps = RoleSteps::new(p, pre);
         let dec_steps = RoleSteps::new(p, dec);
         // The prefill workers' caches hold the shared prefix and the pooled prompts.
-        let cached = if pre.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 } + w.pool_reuse;
+        let shared = if pre.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
+        let cached = shared + w.pool_reuse;
         let by_kv = (dec_steps.kv_tokens / kv_need(p.config.engine.backend, &w, 0.0)).floor();
         if by_kv < 1.0 {
             return Err(run_error(format!(

@@ -505,13 +505,12 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
 
 /// Mean prompt tokens beyond a `shared` prefix that a request of a prompt pool of `size`
 /// entries finds cached, its prompts `isl` tokens on average (0 without a pool). Each entry's
-/// first request computes its prompt;
-/// every later one reuses all of it but the last token, in whole blocks, as vLLM does (SGLang's
-/// one-token pages reuse a block more). The first role's ranks cache the prompts (the prefill
-/// role's in P/D): when all the pool's prompts fit in one rank's KV pool the estimate counts
-/// them reused, since cached blocks give way to running requests rather than limit them, and
-/// when they do not it counts nothing, since passes in a fresh random order evict each prompt
-/// before it comes round again.
+/// first request computes its prompt; every later one reuses all of it but the last token, in
+/// whole blocks (SGLang's blocks are one token). The first role's ranks cache the prompts (the
+/// prefill role's in P/D): when all the pool's prompts fit in one rank's KV pool the estimate
+/// counts them reused, since cached blocks give way to running requests rather than limit
+/// them, and when they do not it counts nothing, since passes in a fresh random order evict
+/// each prompt before it comes round again.
 fn pool_reuse(p: &Prepared, size: u32, isl: f64, shared: f64) -> f64 {
     let Some(role) = p.roles.first() else { return 0.0 };
     if size == 0 || !role.config.kv_cache.prefix_caching {
