@@ -167,6 +167,10 @@ test('the form and the YAML stay in step both ways, and problems show at their f
   // YAML → form.
   await page.fill('#scenario-yaml', (await page.inputValue('#scenario-yaml')).replace('concurrency: 10', 'concurrency: 3'));
   await page.waitForFunction(() => document.querySelector('#f-traffic-load-concurrency')?.value === '3');
+  // A benchmark client's dataset of 20 prompts, set in the form, lands in the source.
+  await page.fill('#f-traffic-source-prompt-pool', '20');
+  await page.press('#f-traffic-source-prompt-pool', 'Tab');
+  assert.match(await page.inputValue('#scenario-yaml'), /prompt_pool: 20/);
   // A bad value typed in the form is named at that field (by the worker's validator).
   await page.fill('#f-engine-workers-aggregated-parallelism-tensor', '0');
   await page.press('#f-engine-workers-aggregated-parallelism-tensor', 'Tab');

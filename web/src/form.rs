@@ -84,10 +84,12 @@ pub const FRONTEND: [Field; 4] = [
 ];
 
 /// Traffic, router and SLA fields (full paths).
-pub const TRAFFIC: [Field; 12] = [
+pub const TRAFFIC: [Field; 14] = [
     field("traffic.source.type", "Source", Kind::Choice(&["synthetic", "synthetic-session", "trace"])),
     field("traffic.source.input_tokens", "Input tokens", Kind::Int),
     field("traffic.source.output_tokens", "Output tokens", Kind::Int),
+    field("traffic.source.shared_prefix_tokens", "Shared prefix tokens", Kind::Int),
+    field("traffic.source.prompt_pool", "Prompt pool (0: every prompt new)", Kind::Int),
     field(
         "traffic.load.type",
         "Load",
