@@ -398,8 +398,11 @@ impl Traffic {
         let max_requests = spec.max_requests();
         let content_seed = Rng::stream(root_seed, Stream::Content).next_u64();
         let pool = match &spec.source {
+            // A pool at least as large as the requests never repeats a prompt, whichever
+            // entries are drawn, so it holds no more entries than requests.
             Source::Synthetic { input_tokens, output_tokens, prompt_pool, .. } if *prompt_pool > 0 => {
-                Some(PromptPool::new(*prompt_pool, input_tokens, output_tokens, content_seed, root_seed))
+                let size = (*prompt_pool).min(max_requests.max(1));
+                Some(PromptPool::new(size, input_tokens, output_tokens, content_seed, root_seed))
             }
             _ => None,
         };
@@ -1049,5 +1052,20 @@ mod tests {
                 .collect()
         };
         assert_eq!(again, got.iter().map(|r| r.prompt[0].id).collect::<Vec<_>>());
+        // A pool larger than the run never repeats a prompt (and holds one entry a request).
+        let mut big = spec(Load::ConstantRate(1.0), 12);
+        if let Source::Synthetic { prompt_pool, .. } = &mut big.source {
+            *prompt_pool = 10_000_000;
+        }
+        let t = Traffic::new(big.clone(), 7);
+        assert_eq!(t.pool.as_ref().map(|p| p.entries.len()), Some(12));
+        let ids: BTreeSet<u64> = {
+            let mut t = Traffic::new(big, 7);
+            core::iter::from_fn(|| t.next_arrival().map(|at| t.pop_due(at)))
+                .flatten()
+                .map(|r| r.prompt[0].id)
+                .collect()
+        };
+        assert_eq!(ids.len(), 12);
     }
 }
