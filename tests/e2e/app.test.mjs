@@ -536,6 +536,8 @@ test('Compare runs two scenarios and shows their differences', async () => {
   assert.match(b, /concurrency: 20/);
   await page.click('#compare-run');
   await page.waitForFunction(() => ['#compare-a-status', '#compare-b-status'].every((s) => (document.querySelector(s)?.textContent ?? '').startsWith('done')), null, { timeout: 90000 });
+  // Every request ran, so neither side carries a rejection warning.
+  assert.equal(await page.textContent('#compare-a-status'), 'done: 100 requests');
   const rows = await page.$$eval('#compare-table tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
   const ttft = rows.find((r) => r[0] === 'mean TTFT (ms)');
   const cliA = JSON.parse(cliPrediction());

@@ -142,7 +142,13 @@ pub fn ComparePage(initial: String, files: RwSignal<Vec<crate::data::Dropped>>) 
         move || match sides[k].get() {
             Side::Idle => String::new(),
             Side::Running => "running…".to_string(),
-            Side::Done { prediction, .. } => format!("done: {} requests", prediction["num_requests"]),
+            // A side whose requests were refused says so beside its count.
+            Side::Done { prediction, .. } => {
+                match servesim_scenario::report::rejection_line(&prediction["servesim"]) {
+                    Some(why) => format!("done: {} requests; {why}", prediction["num_requests"]),
+                    None => format!("done: {} requests", prediction["num_requests"]),
+                }
+            }
             Side::Failed(m) => format!("failed: {m}"),
         }
     };
