@@ -513,12 +513,12 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
 /// - First uses miss: each entry once with the KV-aware router, which sends a prompt to the
 ///   rank holding it; once on every rank with the others, which spread requests evenly.
 /// - A later use hits if its prompt is still cached. A rank's cache holds `c·size` prompts
-///   (its KV pool less what a closed loop's running requests hold, over a prompt's blocks plus
-///   one for the recomputed last-token block each use leaves cached). Under passes in a fresh
-///   random order with LRU eviction, the prompts drawn between two uses of one are a fraction
-///   `1 − xy` of the pool, `x` and `y` uniform (the rest of the earlier pass, the start of the
-///   next, less their overlap), so a use hits with probability P(xy > 1 − c) = c + t·ln t,
-///   t = 1 − c, and always once c ≥ 1. Against the replay (one H200, Llama-3.1-8B, 100 prompts
+///   (its KV pool less what an aggregated closed loop's running requests hold, over a
+///   prompt's blocks plus one for the recomputed last-token block each use leaves cached).
+///   Under passes in a fresh random order with LRU eviction, the prompts drawn between two
+///   uses of one are a fraction `1 − xy` of the pool, `x` and `y` uniform (the rest of the
+///   earlier pass, the start of the next, less their overlap), so a use hits with probability
+///   P(xy > 1 − c) = c + t·ln t, t = 1 − c, and always once c ≥ 1. Against the replay (one H200, Llama-3.1-8B, 100 prompts
 ///   of 1,024 tokens, one client, 2,000 requests): reuse 2.9 / 12.0 / 30.4 / 42.8 / 60.8 /
 ///   84.0% at 400 / 800 / 1,200 / 1,400 / 1,600 / 1,800 blocks of 64, estimated 2.5 / 11.4 /
 ///   29.8 / 44.6 / 66.6 / 89.1%; with room for every prompt on 2 and 4 replicas behind the
@@ -531,8 +531,9 @@ fn pool_reuse(p: &Prepared, size: u32, (isl, osl): (f64, f64), shared: f64) -> f
     let size = f64::from(size);
     let block = f64::from(role.config.kv_cache.block_size.max(1));
     let ranks = f64::from(role.config.parallelism.replicas.max(1) * role.parallelism.attention_data.max(1));
+    // An aggregated rank's running requests hold their KV; a prefill rank's pass theirs on.
     let running = match p.traffic.load {
-        Load::Concurrency(c) => f64::from(c) / ranks * (isl + osl),
+        Load::Concurrency(c) if p.roles.len() == 1 => f64::from(c) / ranks * (isl + osl),
         _ => 0.0,
     };
     let room = (f64::from(role.blocks_per_rank) * block - running).max(0.0);
