@@ -57,7 +57,7 @@ pub fn cell(prepared: &Prepared, role: usize) -> Result<Cell, ScenarioError> {
     let dp = r.parallelism.attention_data as usize;
     let max_tokens = u64::from(r.max_batched_tokens.max(1));
     let max_seqs = u64::from(r.max_sequences.max(1));
-    let kv_tokens = u64::from(r.blocks_per_rank) * u64::from(r.config.kv_cache.block_size);
+    let kv_tokens = r.kv_tokens_per_rank();
     let graph = u64::from(setup.graphs.max_tokens);
     let mut time = |load: RankLoad| -> Result<f64, ScenarioError> {
         let ranks = vec![load; dp];

@@ -15,7 +15,7 @@ use servesim_core::timing::StepTally;
 use servesim_core::units::SimTime;
 
 pub use crate::details::{add_details, Details};
-use crate::scenario::Prepared;
+use crate::scenario::{Prepared, PreparedRole};
 
 /// Version of servesim's own `servesim` section in prediction.json.
 pub const SERVESIM_SECTION_VERSION: u32 = 1;
@@ -251,17 +251,11 @@ fn uuid_index(u: &str) -> u64 {
     u.rsplit('_').next().and_then(|x| x.parse().ok()).unwrap_or(0)
 }
 
-#[allow(clippy::cast_precision_loss)]
 /// Why requests were refused, so a run whose requests never ran says so: those longer (prompt
 /// plus output) than the model's context, and the rest, which no rank's KV pool could hold
 /// (the smallest pool of any role, in tokens).
 fn rejections(p: &Prepared, r: &RunResult) -> Value {
-    let pool_tokens = p
-        .roles
-        .iter()
-        .map(|role| u64::from(role.blocks_per_rank) * u64::from(role.config.kv_cache.block_size))
-        .min()
-        .unwrap_or(0);
+    let pool_tokens = p.roles.iter().map(PreparedRole::kv_tokens_per_rank).min().unwrap_or(0);
     let (mut beyond_context, mut beyond_pool) = (0u64, 0u64);
     for q in r.requests.iter().filter(|q| q.status == Status::Rejected) {
         let total = q.input_tokens.saturating_add(q.spec.output_tokens);
@@ -279,6 +273,7 @@ fn rejections(p: &Prepared, r: &RunResult) -> Value {
     })
 }
 
+#[allow(clippy::cast_precision_loss)]
 fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     let e = &p.config.engine;
     let series = &r.series;

@@ -364,7 +364,7 @@ impl RoleSteps {
             budget: role.max_batched_tokens.max(1),
             chunked: p.config.engine.enable_chunked_prefill,
             max_seqs: f64::from(role.max_sequences.max(1)),
-            kv_tokens: f64::from(role.blocks_per_rank) * f64::from(role.config.kv_cache.block_size),
+            kv_tokens: role.kv_tokens_per_rank() as f64,
             loads: vec![RankLoad::default(); dp],
             rows: 1 + spec.draft_tokens,
             tokens_per_step: spec.expected_tokens(),
@@ -518,11 +518,13 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
 ///   Under passes in a fresh random order with LRU eviction, the prompts drawn between two
 ///   uses of one are a fraction `1 − xy` of the pool, `x` and `y` uniform (the rest of the
 ///   earlier pass, the start of the next, less their overlap), so a use hits with probability
-///   P(xy > 1 − c) = c + t·ln t, t = 1 − c, and always once c ≥ 1. Against the replay (one H200, Llama-3.1-8B, 100 prompts
-///   of 1,024 tokens, one client, 2,000 requests): reuse 2.9 / 12.0 / 30.4 / 42.8 / 60.8 /
-///   84.0% at 400 / 800 / 1,200 / 1,400 / 1,600 / 1,800 blocks of 64, estimated 2.5 / 11.4 /
-///   29.8 / 44.6 / 66.6 / 89.1%; with room for every prompt on 2 and 4 replicas behind the
-///   round-robin router 84.4 / 75.1%, estimated 84.4 / 75.0%.
+///   P(xy > 1 − c) = c + t·ln t, t = 1 − c, and always once c ≥ 1.
+///
+/// Against the replay (one H200, Llama-3.1-8B, 100 prompts of 1,024 tokens, one client, 2,000
+/// requests): reuse 2.9 / 12.0 / 30.4 / 42.8 / 60.8 / 84.0% at 400 / 800 / 1,200 / 1,400 /
+/// 1,600 / 1,800 blocks of 64, estimated 2.5 / 11.4 / 29.8 / 44.6 / 66.6 / 89.1%; with room for
+/// every prompt on 2 and 4 replicas behind the round-robin router 84.4 / 75.1%, estimated
+/// 84.4 / 75.0%.
 fn pool_reuse(p: &Prepared, size: u32, (isl, osl): (f64, f64), shared: f64) -> f64 {
     let Some(role) = p.roles.first() else { return 0.0 };
     if size == 0 || !role.config.kv_cache.prefix_caching {
@@ -530,13 +532,14 @@ fn pool_reuse(p: &Prepared, size: u32, (isl, osl): (f64, f64), shared: f64) -> f
     }
     let size = f64::from(size);
     let block = f64::from(role.config.kv_cache.block_size.max(1));
-    let ranks = f64::from(role.config.parallelism.replicas.max(1) * role.parallelism.attention_data.max(1));
+    let ranks = f64::from(role.ranks().max(1));
     // An aggregated rank's running requests hold their KV; a prefill rank's pass theirs on.
     let running = match p.traffic.load {
         Load::Concurrency(c) if p.roles.len() == 1 => f64::from(c) / ranks * (isl + osl),
         _ => 0.0,
     };
-    let room = (f64::from(role.blocks_per_rank) * block - running).max(0.0);
+    #[allow(clippy::cast_precision_loss)] // KV token counts are far below 2^52.
+    let room = (role.kv_tokens_per_rank() as f64 - running).max(0.0);
     let entry = ((isl / block).ceil() + if block > 1.0 { 1.0 } else { 0.0 }) * block;
     let c = room / entry / size;
     let hit = if c >= 1.0 {

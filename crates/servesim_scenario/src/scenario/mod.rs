@@ -230,6 +230,18 @@ impl PreparedRole {
     pub fn gpus(&self) -> u32 {
         self.parallelism.gpus() * self.config.parallelism.replicas
     }
+
+    /// KV tokens one rank's pool holds.
+    #[must_use]
+    pub fn kv_tokens_per_rank(&self) -> u64 {
+        u64::from(self.blocks_per_rank) * u64::from(self.config.kv_cache.block_size)
+    }
+
+    /// Ranks of the whole role: attention-DP ranks over all replicas.
+    #[must_use]
+    pub fn ranks(&self) -> u32 {
+        self.parallelism.attention_data * self.config.parallelism.replicas
+    }
 }
 
 /// Everything resolved about a scenario before it runs.
@@ -384,8 +396,8 @@ pub fn prepare(
     let Some(load_role) = roles.last() else {
         return Err(ScenarioError::Run { message: "no worker role".into() });
     };
-    let kv_tokens = u64::from(load_role.blocks_per_rank) * u64::from(load_role.config.kv_cache.block_size);
-    let ranks = load_role.parallelism.attention_data * load_role.config.parallelism.replicas;
+    let kv_tokens = load_role.kv_tokens_per_rank();
+    let ranks = load_role.ranks();
     let kv_block = load_role.config.kv_cache.block_size;
     let traffic = build_traffic(&config, root, source, files, (kv_tokens, kv_block), ranks)?;
     let context_limit = match engine.context_length {

@@ -1,0 +1,289 @@
+//! Unit tests of the traffic sources, loads and prompt pools.
+
+use super::*;
+use alloc::collections::BTreeSet;
+
+/// Every request a traffic sends, in dispatch order.
+fn drain(mut t: Traffic) -> Vec<RequestSpec> {
+    core::iter::from_fn(|| t.next_arrival().map(|at| t.pop_due(at))).flatten().collect()
+}
+
+fn spec(load: Load, n: u32) -> TrafficSpec {
+    TrafficSpec {
+        source: Source::Synthetic {
+            input_tokens: LengthDist::Fixed(100),
+            output_tokens: LengthDist::Fixed(10),
+            shared_prefix_tokens: 0,
+            prompt_pool: 0,
+        },
+        load,
+        stop: Stop { max_requests: n, max_sessions: u32::MAX },
+        all_content_shared: false,
+    }
+}
+
+#[test]
+fn constant_rate_is_evenly_spaced() {
+    let times = arrival_times(&spec(Load::ConstantRate(4.0), 5), 1);
+    let ns: Vec<u64> = times.iter().map(|t| t.as_ns()).collect();
+    assert_eq!(ns, [0, 250_000_000, 500_000_000, 750_000_000, 1_000_000_000]);
+}
+
+#[test]
+fn frontend_delays_vary_around_their_mean_and_leave_arrivals_alone() {
+    // Poisson arrivals faster than the frontend's delay: each request leaves the frontend
+    // between 0 and 2 × 50 ms after it arrives, 50 ms on average, and the arrival process
+    // is the one the traffic has without a frontend.
+    let s = spec(Load::Poisson(100.0), 4000);
+    let mean = SimDur::from_ms(50);
+    let mut t = Traffic::with_frontend(s.clone(), 7, mean);
+    let (mut arrivals, mut delays) = (Vec::new(), Vec::new());
+    while let Some(now) = t.next_arrival() {
+        while let Some(r) = t.pop_due(now) {
+            delays.push((now - r.arrival).as_ms_f64());
+            arrivals.push(r.arrival);
+        }
+    }
+    arrivals.sort_unstable();
+    assert_eq!(arrivals, arrival_times(&s, 7));
+    assert!(delays.iter().all(|d| (0.0..=100.0).contains(d)), "{delays:?}");
+    let m = delays.iter().sum::<f64>() / delays.len() as f64;
+    assert!((m - 50.0).abs() < 2.0, "mean delay {m} ms");
+    // Not a constant: about half of them lie within 25 ms of either end.
+    let edges = delays.iter().filter(|d| **d < 25.0 || **d > 75.0).count();
+    assert!(edges * 3 > delays.len(), "{edges} of {}", delays.len());
+}
+
+#[test]
+fn poisson_rate_and_gamma_burstiness() {
+    let n = 20_000;
+    let mean_gap = |t: &[SimTime]| t.last().unwrap().as_ms_f64() / (t.len() - 1) as f64;
+    let cv_of = |t: &[SimTime]| {
+        let gaps: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]).as_ms_f64()).collect();
+        let m = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let v = gaps.iter().map(|g| (g - m) * (g - m)).sum::<f64>() / gaps.len() as f64;
+        v.sqrt() / m
+    };
+    let p = arrival_times(&spec(Load::Poisson(10.0), n), 3);
+    assert!((mean_gap(&p) - 100.0).abs() < 3.0);
+    assert!((cv_of(&p) - 1.0).abs() < 0.05);
+    let g = arrival_times(&spec(Load::Gamma { rate: 10.0, cv: 3.0 }, n), 3);
+    assert!((mean_gap(&g) - 100.0).abs() < 8.0, "gamma mean gap {}", mean_gap(&g));
+    assert!((cv_of(&g) - 3.0).abs() < 0.3, "gamma cv {}", cv_of(&g));
+}
+
+#[test]
+fn concurrency_sends_the_first_wave_at_zero_then_on_completion() {
+    let mut t = Traffic::new(spec(Load::Concurrency(3), 5), 9);
+    let mut first = Vec::new();
+    while let Some(r) = t.pop_due(SimTime::ZERO) {
+        first.push(r);
+    }
+    assert_eq!(first.len(), 3);
+    assert!(t.next_arrival().is_none());
+    t.on_request_done(SimTime::from_ns(50), None, &[]);
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ns(50)));
+    t.on_request_done(SimTime::from_ns(60), None, &[]);
+    t.on_request_done(SimTime::from_ns(70), None, &[]); // Beyond the stop rule: ignored.
+    assert_eq!(t.generated(), 5);
+}
+
+fn session_spec(turns: u32, ratio: f64) -> TrafficSpec {
+    TrafficSpec {
+        source: Source::Sessions(SessionSpec {
+            new_input_tokens: LengthDist::Fixed(100),
+            output_tokens: LengthDist::Fixed(10),
+            turns,
+            shared_prefix_ratio: ratio,
+            prefix_groups: 0,
+            think_time: SimDur::from_ms(500),
+        }),
+        load: Load::Concurrency(2),
+        stop: Stop { max_requests: u32::MAX, max_sessions: 3 },
+        all_content_shared: false,
+    }
+}
+
+#[test]
+fn sessions_send_the_next_turn_after_think_time_with_the_history_as_prefix() {
+    let mut t = Traffic::new(session_spec(3, 0.5), 1);
+    assert_eq!(t.total(), 9);
+    let a = t.pop_due(SimTime::ZERO).unwrap();
+    let b = t.pop_due(SimTime::ZERO).unwrap();
+    assert!(t.pop_due(SimTime::ZERO).is_none(), "two sessions in flight");
+    assert_eq!((a.session, b.session), (Some((0, 0)), Some((1, 0))));
+    // Both first turns share a 50-token prefix (one prefix group).
+    assert_eq!(a.prompt[0], b.prompt[0]);
+    assert_eq!(a.prompt[0].len, 50);
+    // Turn 0 of session 0 ends at 1 s having generated 10 tokens.
+    let mut done = a.prompt.clone();
+    done.push(Segment { id: a.output_stream, len: 10 });
+    t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ms(1500)));
+    let next = t.pop_due(SimTime::from_ms(1500)).unwrap();
+    assert_eq!(next.session, Some((0, 1)));
+    assert_eq!(next.input_tokens(), 100 + 10 + 100);
+    assert_eq!(next.prompt[..done.len()], done[..]);
+}
+
+#[test]
+fn each_source_states_the_content_other_requests_may_share() {
+    // Multi-turn: every turn but the last is embedded by the next one; the last shares
+    // only the history it was given.
+    let mut t = Traffic::new(session_spec(2, 0.5), 1);
+    let a = t.pop_due(SimTime::ZERO).unwrap();
+    assert_eq!(a.public_tokens, ALL_SHARED);
+    let mut done = a.prompt.clone();
+    done.push(Segment { id: a.output_stream, len: 10 });
+    t.pop_due(SimTime::ZERO).unwrap();
+    t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+    let last = t.pop_due(SimTime::from_ms(1500)).unwrap();
+    assert_eq!(last.session, Some((0, 1)));
+    assert_eq!(last.public_tokens, 110, "the first turn's prompt and output");
+    // A lone turn shares its group prefix.
+    let mut t = Traffic::new(session_spec(1, 0.5), 1);
+    assert_eq!(t.pop_due(SimTime::ZERO).unwrap().public_tokens, 50);
+    // Independent requests share the common system prompt only.
+    let mut s = spec(Load::ConstantRate(1.0), 1);
+    if let Source::Synthetic { shared_prefix_tokens, .. } = &mut s.source {
+        *shared_prefix_tokens = 30;
+    }
+    assert_eq!(Traffic::new(s.clone(), 1).pop_due(SimTime::ZERO).unwrap().public_tokens, 30);
+    // Indexing everything is one switch away.
+    s.all_content_shared = true;
+    assert_eq!(Traffic::new(s, 1).pop_due(SimTime::ZERO).unwrap().public_tokens, ALL_SHARED);
+}
+
+#[test]
+fn a_finished_session_frees_its_slot() {
+    let mut t = Traffic::new(session_spec(1, 0.0), 1);
+    let a = t.pop_due(SimTime::ZERO).unwrap();
+    let _b = t.pop_due(SimTime::ZERO).unwrap();
+    t.on_request_done(SimTime::from_ms(10), a.session, &a.prompt);
+    let c = t.pop_due(SimTime::from_ms(10)).unwrap();
+    assert_eq!(c.session, Some((2, 0)));
+    t.on_request_done(SimTime::from_ms(20), c.session, &c.prompt);
+    assert!(t.next_arrival().is_none(), "max_sessions reached");
+}
+
+fn trace() -> Arc<Trace> {
+    let row = |ts: u64, session: Option<u32>, ids: Vec<u64>, input: u32, delay: Option<u64>| TraceRow {
+        timestamp: SimDur::from_ms(ts),
+        session,
+        input_tokens: input,
+        output_tokens: 5,
+        hash_ids: ids,
+        delay: delay.map(SimDur::from_ms),
+    };
+    Arc::new(Trace::new(
+        vec![
+            row(0, None, vec![1, 2], 1000, None),
+            row(100, Some(7), vec![1, 3], 600, None),
+            row(0, Some(7), vec![1, 3, 4], 1200, Some(50)),
+            row(300, None, vec![], 64, None),
+        ],
+        512,
+    ))
+}
+
+#[test]
+fn a_trace_row_shares_the_ids_another_row_starts_with() {
+    let t = trace();
+    // Rows 0-2 all start with id 1; rows 1 and 2 also share id 3, of which row 1 uses 88
+    // tokens and row 2 a whole block (overstated for row 2, which is safe). Row 3 has no ids.
+    assert_eq!(t.public_tokens, vec![512, 600, 1024, 0]);
+    let mut traffic = Traffic::new(
+        TrafficSpec {
+            source: Source::Trace(t),
+            load: Load::TraceTimestamps { speedup: 1.0 },
+            stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+            all_content_shared: false,
+        },
+        1,
+    );
+    let first = traffic.pop_due(SimTime::ZERO).unwrap();
+    assert_eq!((first.input_tokens(), first.public_tokens), (1000, 512));
+}
+
+#[test]
+fn trace_timestamps_with_speedup_and_session_delays() {
+    let spec = TrafficSpec {
+        source: Source::Trace(trace()),
+        load: Load::TraceTimestamps { speedup: 2.0 },
+        stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+        all_content_shared: false,
+    };
+    let mut t = Traffic::new(spec, 1);
+    assert_eq!(t.total(), 4);
+    let r0 = t.pop_due(SimTime::ZERO).unwrap();
+    assert_eq!(r0.prompt.iter().map(|s| s.len).collect::<Vec<_>>(), [512, 488]);
+    let r1 = t.pop_due(SimTime::from_ms(50)).unwrap();
+    assert_eq!(r1.session, Some((1, 0)));
+    // The first 512-token block is the same content in both rows.
+    assert_eq!(r0.prompt[0], r1.prompt[0]);
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ms(150)));
+    // The session's second turn arrives 50 ms / 2 after its first completes.
+    t.on_request_done(SimTime::from_ms(120), r1.session, &r1.prompt);
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ms(145)));
+    let r2 = t.pop_due(SimTime::from_ms(145)).unwrap();
+    assert_eq!(r2.session, Some((1, 1)));
+    assert_eq!(r2.input_tokens(), 1200);
+    let r3 = t.pop_due(SimTime::from_ms(150)).unwrap();
+    assert_eq!(r3.input_tokens(), 64);
+    assert!(t.next_arrival().is_none());
+}
+
+#[test]
+fn length_distributions_respect_their_bounds() {
+    let mut r = Rng::new(5);
+    let d = LengthDist::LogNormal { mean: 1000.0, std: 800.0, min: 10, max: 4000 };
+    let xs: Vec<u32> = (0..10_000).map(|_| d.sample(&mut r)).collect();
+    assert!(xs.iter().all(|x| (10..=4000).contains(x)));
+    let u = LengthDist::Uniform { min: 3, max: 5 };
+    assert!((0..1000).map(|_| u.sample(&mut r)).all(|x| (3..=5).contains(&x)));
+}
+
+#[test]
+fn a_prompt_pool_repeats_each_prompt_once_a_pass_in_a_fresh_order() {
+    let mut s = spec(Load::ConstantRate(1.0), 12);
+    if let Source::Synthetic { input_tokens, prompt_pool, .. } = &mut s.source {
+        *input_tokens = LengthDist::Uniform { min: 50, max: 500 };
+        *prompt_pool = 4;
+    }
+    let got = drain(Traffic::new(s.clone(), 7));
+    assert_eq!(got.len(), 12);
+    // Every pass of 4 requests takes each of the 4 prompts once; a prompt keeps its length.
+    let mut lengths = BTreeMap::new();
+    let passes: Vec<Vec<u64>> = got
+        .chunks(4)
+        .map(|pass| {
+            let mut ids: Vec<u64> = pass.iter().map(|r| r.prompt[0].id).collect();
+            for r in pass {
+                assert_eq!(*lengths.entry(r.prompt[0].id).or_insert(r.prompt[0].len), r.prompt[0].len);
+                // The whole prompt may be another request's; the output is its own.
+                assert_eq!(r.public_tokens, r.prompt[0].len);
+            }
+            let order = ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), 4, "a pass repeats a prompt");
+            order
+        })
+        .collect();
+    assert_eq!(lengths.len(), 4);
+    assert!(passes[0] != passes[1] || passes[1] != passes[2], "the order is reshuffled each pass");
+    // Outputs are never shared, and one seed gives one sequence.
+    let outputs: BTreeSet<u64> = got.iter().map(|r| r.output_stream).collect();
+    assert_eq!(outputs.len(), 12);
+    let again: Vec<u64> = drain(Traffic::new(s, 7)).iter().map(|r| r.prompt[0].id).collect();
+    assert_eq!(again, got.iter().map(|r| r.prompt[0].id).collect::<Vec<_>>());
+    // A pool larger than the run never repeats a prompt (and holds one entry a request).
+    let mut big = spec(Load::ConstantRate(1.0), 12);
+    if let Source::Synthetic { prompt_pool, .. } = &mut big.source {
+        *prompt_pool = 10_000_000;
+    }
+    let t = Traffic::new(big.clone(), 7);
+    assert_eq!(t.pool.as_ref().map(|p| p.entries.len()), Some(12));
+    let ids: BTreeSet<u64> = drain(Traffic::new(big, 7)).iter().map(|r| r.prompt[0].id).collect();
+    assert_eq!(ids.len(), 12);
+}
