@@ -1104,3 +1104,32 @@ fn estimate_file_with(
     let p = servesim_scenario::scenario::prepare(&root, rel, &catalog, None, &servesim_tests::DataOnly)?;
     servesim_scenario::estimate::estimate(&p)
 }
+
+#[test]
+fn a_run_whose_times_overflow_fails_with_a_reason_instead_of_hanging() {
+    // 1e-9 GB/s moves a prompt's KV in about a century of simulated time a request; the
+    // queue of transfers runs past 2^64 ns. The run must stop with an error, not spin.
+    let err = predict_file_with(
+        "tests/scenarios/pd_sglang_kv_aware.yaml",
+        &["engine.kv_transfer.bandwidth_gb_per_second=1e-9"],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("ran past 2^64 ns") && err.contains("bandwidths"), "{err}");
+    // So must one whose next arrival lies past the end of time (it is never queued).
+    let err = predict_file_with(
+        "tests/scenarios/load_constant_rate.yaml",
+        &["traffic.load={type: poisson, requests_per_second: 1e-300}", "traffic.stop={requests: 4}"],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("ran past 2^64 ns (about 584 years) after 1 finished requests"), "{err}");
+    // A slow but finite link still runs to the end.
+    let slow = predict_file_with(
+        "tests/scenarios/pd_sglang_kv_aware.yaml",
+        &["engine.kv_transfer.bandwidth_gb_per_second=1e-6"],
+    )
+    .unwrap();
+    assert!(slow.summary.completed_requests > 0);
+    assert_eq!(slow.summary.completed_requests, slow.summary.num_requests);
+}

@@ -68,6 +68,12 @@ pub enum SimError {
         /// The first stuck request's progress, for diagnosis.
         example: String,
     },
+    /// An event fell past the end of simulated time (2^64 ns, about 584 years): some duration
+    /// the scenario implies is absurd. Fatal.
+    TimeOverflow {
+        /// Requests finished before it.
+        finished: u64,
+    },
 }
 
 impl core::fmt::Display for SimError {
@@ -86,6 +92,12 @@ impl core::fmt::Display for SimError {
                 }
                 Ok(())
             }
+            SimError::TimeOverflow { finished } => write!(
+                f,
+                "simulated time ran past 2^64 ns (about 584 years) after {finished} finished \
+                 requests: an arrival, step or transfer lies absurdly far ahead (check rates, \
+                 bandwidths and delays near zero or huge)"
+            ),
         }
     }
 }
@@ -279,6 +291,10 @@ impl Simulation {
         let mut budget = max_events;
         while self.stopped.is_none() && budget > 0 {
             let Some(t) = self.queue.peek_time() else {
+                // An arrival past the end of simulated time is never queued.
+                if self.traffic.next_arrival() == Some(SimTime::MAX) {
+                    return Err(SimError::TimeOverflow { finished: self.finished });
+                }
                 let unfinished = self.requests.len() as u64 - self.finished;
                 if unfinished > 0 || self.traffic.next_arrival().is_some() {
                     let mut states: Vec<(&'static str, &'static str, u64)> = Vec::new();
@@ -341,6 +357,10 @@ impl Simulation {
                 self.stopped = Some(StopReason::Drained);
                 break;
             };
+            // Times saturate at the end of simulated time; an event there would loop forever.
+            if t == SimTime::MAX {
+                return Err(SimError::TimeOverflow { finished: self.finished });
+            }
             if t > self.limits.max_sim_time {
                 self.stopped = Some(StopReason::TimeLimit);
                 break;

@@ -114,6 +114,14 @@ pub fn parse(
     }
 }
 
+/// Longest span of trace time replayed: half of simulated time's range (2^63 ns, about 292
+/// years), so the steps after the last arrival still fit.
+const MAX_SPAN_NS: u64 = u64::MAX / 2;
+
+fn too_late(offset: &str) -> String {
+    format!("a timestamp {offset} after the trace's first is more than the 292 years a replay can span")
+}
+
 fn err(file: &str, line: Option<usize>, message: impl Into<String>) -> TraceError {
     TraceError { file: file.to_string(), line, message: message.into() }
 }
@@ -311,8 +319,13 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
     }
     let first = stamps.iter().flatten().fold(f64::INFINITY, |a, b| a.min(*b));
     let first = if first.is_finite() { first } else { 0.0 };
-    for (row, ts) in rows.iter_mut().zip(&stamps) {
-        row.timestamp = SimDur::from_ms_f64(ts.unwrap_or(first) - first);
+    for ((row, ts), line) in rows.iter_mut().zip(&stamps).zip(&lines) {
+        let offset_ms = ts.unwrap_or(first) - first;
+        #[allow(clippy::cast_precision_loss)] // A bound, not an exact count.
+        if offset_ms * 1.0e6 > MAX_SPAN_NS as f64 {
+            return Err(err(file, Some(*line), too_late(&format!("{offset_ms:e} ms"))));
+        }
+        row.timestamp = SimDur::from_ms_f64(offset_ms);
     }
     Ok(ParsedTrace { trace: Trace::new(rows, block_size), untimed_line, token_id_rows })
 }
@@ -416,8 +429,13 @@ pub fn parse_azure(bytes: &[u8], file: &str) -> Result<ParsedTrace, TraceError> 
     let Some(first) = stamps.iter().min().copied() else {
         return Err(err(file, None, "the trace has no rows"));
     };
-    for (row, ts) in rows.iter_mut().zip(&stamps) {
-        row.timestamp = SimDur::from_ns(u64::try_from(ts - first).unwrap_or(u64::MAX));
+    for (i, (row, ts)) in rows.iter_mut().zip(&stamps).enumerate() {
+        let offset_ns = u64::try_from(ts - first).unwrap_or(u64::MAX);
+        if offset_ns > MAX_SPAN_NS {
+            // The header is line 1; a row's line is its index + 2.
+            return Err(err(file, Some(i + 2), too_late(&format!("{offset_ns} ns"))));
+        }
+        row.timestamp = SimDur::from_ns(offset_ns);
     }
     Ok(ParsedTrace { trace: Trace::new(rows, 512), untimed_line: None, token_id_rows: 0 })
 }
@@ -543,6 +561,20 @@ mod tests {
         let e = parse_azure(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00,1\n", "a.csv")
             .unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn timestamps_beyond_what_a_replay_can_span_are_refused_with_their_line() {
+        let text = b"{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}\n{\"timestamp\": 1e15, \"output_length\": 1, \"hash_ids\": [2]}\n";
+        let e = parse(text, "t.jsonl", TraceFormat::Mooncake, 512).unwrap_err().to_string();
+        assert!(e.starts_with("t.jsonl:2: a timestamp 1e15 ms after") && e.contains("292 years"), "{e}");
+        // A century is fine.
+        let text = b"{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}\n{\"timestamp\": 3.2e12, \"output_length\": 1, \"hash_ids\": [2]}\n";
+        assert!(parse(text, "t.jsonl", TraceFormat::Mooncake, 512).is_ok());
+        let csv =
+            b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n1700-01-01 00:00:00,10,2\n";
+        let e = parse(csv, "a.csv", TraceFormat::AzureCsv, 512).unwrap_err().to_string();
+        assert!(e.starts_with("a.csv:2: a timestamp ") && e.contains("292 years"), "{e}");
     }
 
     #[test]

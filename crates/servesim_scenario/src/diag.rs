@@ -241,7 +241,7 @@ pub fn number(node: &Node, path: &str, cx: &mut Cx) -> Option<f64> {
 pub fn positive(node: &Node, path: &str, cx: &mut Cx) -> Option<f64> {
     let v = number(node, path, cx)?;
     if v <= 0.0 {
-        cx.domain(path, node, format!("must be greater than 0, got {v}"));
+        cx.domain(path, node, format!("must be greater than 0, got {}", shown(v)));
         return None;
     }
     Some(v)
@@ -251,10 +251,21 @@ pub fn positive(node: &Node, path: &str, cx: &mut Cx) -> Option<f64> {
 pub fn number_in(node: &Node, path: &str, cx: &mut Cx, lo: f64, hi: f64) -> Option<f64> {
     let v = number(node, path, cx)?;
     if v < lo || v > hi {
-        cx.domain(path, node, format!("must be between {lo} and {hi}, got {v}"));
+        cx.domain(path, node, format!("must be between {} and {}, got {}", shown(lo), shown(hi), shown(v)));
         return None;
     }
     Some(v)
+}
+
+/// A number as a message shows it: plain in the usual range, in scientific notation when
+/// tiny or huge (`1e-300` would otherwise print as three hundred digits).
+fn shown(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-6..1e15).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }
 
 /// A boolean.

@@ -19,6 +19,33 @@ fn errors(text: &str) -> (i32, String) {
 
 /// (config, exit code, every substring the message must contain)
 const CASES: &[(&str, i32, &[&str])] = &[
+    // Extreme numbers are shown as written, not as hundreds of digits.
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  load: {type: poisson, requests_per_second: -1e-300}\n  source: {type: synthetic-session, session: {shared_prefix_ratio: 1e300}}\n",
+        2,
+        &["requests_per_second", "greater than 0, got -1e-300", "between 0 and 1, got 1e300"],
+    ),
+    // A count beyond what a run replays is refused, not silently cut to the limit.
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  load: {type: constant_rate, requests_per_second: 6}\n  stop:\n    requests_per_load_unit: 4294967296\n",
+        2,
+        &["traffic.stop.requests_per_load_unit (line 8", "is 25769803776, more than the 10000000"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: synthetic-session, session: {turns: 2}}\n  load: {type: concurrency, concurrency: 8}\n  stop: {sessions_per_load_unit: 2000000}\n",
+        2,
+        &["traffic.stop.sessions_per_load_unit (line 8", "is 16000000, more than"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: synthetic-session, session: {turns: 65536}}\n  load: {type: concurrency, concurrency: 8}\n  stop: {sessions: 200}\n",
+        2,
+        &["traffic.stop.sessions (line 8", "200 sessions of 65536 turns are 13107200 requests"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  workers: {aggregated: {}}\ntraffic:\n  source: {type: synthetic, input_tokens: 1, output_tokens: 1}\n  load: {type: kv_capacity_fraction, fraction: 100}\n",
+        2,
+        &["traffic.load.fraction (line 7", "concurrent requests, more than the 1000000"],
+    ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  speculation: {kind: eagle, num_speculative_tokens: 9, acceptance_rates: 0.5, seeds: 1}\n  workers: {aggregated: {}}\n",
         2,

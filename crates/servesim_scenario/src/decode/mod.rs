@@ -17,9 +17,9 @@ use traffic::{decode_traffic, default_traffic};
 /// Largest token count accepted anywhere (2^24 = 16.7M tokens): far beyond any model's context.
 const MAX_TOKENS: u32 = 1 << 24;
 /// Largest request count of one run (keeps runs bounded; TigerBeetle's "limit everything").
-const MAX_REQUESTS: u32 = 10_000_000;
+pub(crate) const MAX_REQUESTS: u32 = 10_000_000;
 /// Largest closed-loop concurrency.
-const MAX_CONCURRENCY: u32 = 1_000_000;
+pub(crate) const MAX_CONCURRENCY: u32 = 1_000_000;
 /// Largest GPU count of one parallel dimension.
 const MAX_PARALLEL: u32 = 1024;
 

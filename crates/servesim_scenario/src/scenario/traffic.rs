@@ -8,6 +8,7 @@ use servesim_data::trace::{ParsedTrace, TraceFormat};
 
 use super::{config_error, Files, ScenarioError};
 use crate::config::{Config, LoadKind, SourceConfig, TraceFormatConfig};
+use crate::decode::{MAX_CONCURRENCY, MAX_REQUESTS};
 use crate::diag::{DiagKind, Diagnostic};
 use crate::node::{Node, Origin};
 
@@ -108,6 +109,13 @@ fn load_traces(
     Ok(Trace::new(rows, hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b)))
 }
 
+/// A domain error at `path` (a dotted config path), located at that node when it exists.
+fn too_large(source: &str, root: &Node, path: &str, message: String) -> ScenarioError {
+    let origin =
+        path.split('.').try_fold(root, |n, key| n.get(key)).map_or(Origin::Builtin, |n| n.origin.clone());
+    config_error(source, vec![Diagnostic { path: path.into(), origin, message, kind: DiagKind::Domain }])
+}
+
 /// The arrival process of a config. `kv_tokens` is one rank's KV capacity in tokens and
 /// `kv_ranks` the number of ranks across replicas (for `kv_capacity_fraction`); `kv_block`
 /// is the engine's KV block size, at which a trace of token ids is hashed by default.
@@ -175,9 +183,21 @@ pub(super) fn build_traffic(
             // usable KV capacity of every rank of every replica (REF §1.1).
             #[allow(clippy::cast_precision_loss)]
             let total = kv_tokens as f64 * f64::from(kv_ranks);
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let c = libm::round(fraction * total / per_job_tokens.max(1.0)).clamp(1.0, 1e6) as u32;
-            Load::Concurrency(c)
+            let c = libm::round(fraction * total / per_job_tokens.max(1.0)).max(1.0);
+            if c > f64::from(MAX_CONCURRENCY) {
+                return Err(too_large(
+                    source,
+                    root,
+                    "traffic.load.fraction",
+                    format!(
+                        "{fraction} of the KV capacity ({total:.0} tokens in all, \
+                         {per_job_tokens:.0} a request) is {c:.0} concurrent requests, more than \
+                         the {MAX_CONCURRENCY} a run can hold"
+                    ),
+                ));
+            }
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 1 ..= MAX_CONCURRENCY.
+            Load::Concurrency(c as u32)
         }
     };
     let load_unit = match load {
@@ -185,8 +205,24 @@ pub(super) fn build_traffic(
         Load::Poisson(r) | Load::ConstantRate(r) | Load::Gamma { rate: r, .. } => r,
         Load::TraceTimestamps { .. } => 1.0,
     };
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let per_unit = |k: f64| libm::round(k * load_unit).clamp(1.0, 1e7) as u32;
+    // `k` requests (or sessions) a load unit; a count beyond what a run replays is refused
+    // rather than cut short.
+    let per_unit = |k: f64, field: &str| {
+        let n = libm::round(k * load_unit).max(1.0);
+        if n > f64::from(MAX_REQUESTS) {
+            return Err(too_large(
+                source,
+                root,
+                &format!("traffic.stop.{field}"),
+                format!(
+                    "{k} × the load unit ({load_unit}) is {n:.0}, more than the {MAX_REQUESTS} \
+                     a run can replay"
+                ),
+            ));
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 1 ..= MAX_REQUESTS.
+        Ok(n as u32)
+    };
     let stop_node = root.get("traffic").and_then(|n| n.get("stop"));
     if matches!(load, Load::TraceTimestamps { .. })
         && (t.stop.requests_per_load_unit.is_some() || t.stop.sessions_per_load_unit.is_some())
@@ -206,7 +242,7 @@ pub(super) fn build_traffic(
     }
     let max_requests = match (&src, t.stop.requests, t.stop.requests_per_load_unit) {
         (_, Some(n), _) => n,
-        (_, None, Some(k)) => per_unit(k),
+        (_, None, Some(k)) => per_unit(k, "requests_per_load_unit")?,
         // A trace replays whole unless told otherwise; sessions stop on their own rule.
         (Source::Trace(_), None, None) => u32::MAX,
         (Source::Sessions(_), None, None)
@@ -218,9 +254,25 @@ pub(super) fn build_traffic(
     };
     let max_sessions = match (t.stop.sessions, t.stop.sessions_per_load_unit) {
         (Some(n), _) => n,
-        (None, Some(k)) => per_unit(k),
+        (None, Some(k)) => per_unit(k, "sessions_per_load_unit")?,
         (None, None) => u32::MAX,
     };
+    if let Source::Sessions(spec) = &src {
+        let requests = u64::from(max_requests).min(u64::from(max_sessions) * u64::from(spec.turns));
+        if requests > u64::from(MAX_REQUESTS) {
+            let field = if t.stop.sessions.is_some() { "sessions" } else { "sessions_per_load_unit" };
+            return Err(too_large(
+                source,
+                root,
+                &format!("traffic.stop.{field}"),
+                format!(
+                    "{max_sessions} sessions of {} turns are {requests} requests, more than the \
+                     {MAX_REQUESTS} a run can replay (set traffic.stop.requests to stop sooner)",
+                    spec.turns
+                ),
+            ));
+        }
+    }
     Ok(TrafficSpec {
         source: src,
         load,
