@@ -636,10 +636,19 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await page.locator('li.data-file[data-name="study/traces/burst.jsonl"][data-kind="mooncake_trace"]').waitFor({ timeout: 30000 });
   await runAfter(page, () => cfg.locator('button.open-config').click());
   assert.equal(await page.textContent('#prediction-json'), cliPredictIn(folder, 'scenario.yaml'));
-  // An AISimulate FPM table with its sidecar times the scenario in Predict, as in the CLI.
+  // A corrupt table (one byte of a data page changed: the Parquet reader panics on it, which
+  // aborts the worker) fails by name with the reason, and the next files get a fresh worker.
   await page.selectOption('#preset', '0');
   await waitDone(page);
   await page.click('#tab-data');
+  const corrupt = readFileSync('tests/fixtures/fpm/sglang/fpm_forward_perf.parquet');
+  corrupt[102042] = 163;
+  writeFileSync(join(dir, 'corrupt.parquet'), corrupt);
+  await page.setInputFiles('#data-files', [join(dir, 'corrupt.parquet')]);
+  const broken = page.locator('li.data-file[data-name="corrupt.parquet"][data-kind="failed"] pre.summary');
+  await broken.waitFor({ timeout: 30000 });
+  assert.match(await broken.textContent(), /internal error: Decoder for dict should have been set/);
+  // An AISimulate FPM table with its sidecar times the scenario in Predict, as in the CLI.
   const fpmDir = 'tests/fixtures/fpm/vllm';
   await page.setInputFiles('#data-files', [join(fpmDir, 'fpm_forward_perf.parquet'), join(fpmDir, 'fpm_forward_perf.metadata.json')]);
   const fpm = page.locator('li.data-file[data-name="fpm_forward_perf.parquet"][data-kind="fpm"]');

@@ -21,6 +21,8 @@ struct Shared {
     ready: bool,
     queue: Vec<String>,
     current_id: u32,
+    /// The worker died (script error or wasm trap): it can serve nothing more.
+    crashed: bool,
 }
 
 /// A running simulation worker.
@@ -38,7 +40,8 @@ impl SimWorker {
     /// When the browser refuses to create the worker.
     pub fn spawn(url: &str, on_event: Rc<dyn Fn(FromWorker)>) -> Result<Self, String> {
         let worker = Worker::new(url).map_err(|e| format!("cannot start the simulation worker: {e:?}"))?;
-        let shared = Rc::new(RefCell::new(Shared { ready: false, queue: Vec::new(), current_id: 0 }));
+        let shared =
+            Rc::new(RefCell::new(Shared { ready: false, queue: Vec::new(), current_id: 0, crashed: false }));
 
         let (w, s, cb) = (worker.clone(), shared.clone(), on_event.clone());
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
@@ -75,6 +78,7 @@ impl SimWorker {
         let (s, cb) = (shared.clone(), on_event);
         let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
             e.prevent_default();
+            s.borrow_mut().crashed = true;
             let what = if e.message().is_empty() {
                 "the worker script failed to load".to_string()
             } else {
@@ -101,6 +105,12 @@ impl SimWorker {
         } else {
             sh.queue.push(text);
         }
+    }
+
+    /// True once the worker has died; a page replaces it before sending more.
+    #[must_use]
+    pub fn crashed(&self) -> bool {
+        self.shared.borrow().crashed
     }
 
     /// Stops the worker at once, whatever it is doing.
@@ -219,6 +229,8 @@ impl Pool {
 }
 
 thread_local! {
+    /// The request the worker is serving (named by a panic's report).
+    static SERVING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Data files fetched so far (a worker serves many runs; each file is fetched once).
     static DATA: RefCell<crate::protocol::MemFiles> = RefCell::new(crate::protocol::MemFiles::default());
     /// What the worker keeps between messages (catalog, search spec, a coordinated search).
@@ -289,7 +301,25 @@ async fn fetch_data(scope: &web_sys::WorkerGlobalScope, config: &str) -> Result<
 
 /// The worker side: installs the message handler and announces readiness.
 pub fn worker_main() {
-    console_error_panic_hook::set_once();
+    // A panic aborts the wasm instance, and the page only learns "unreachable". Tell it what
+    // failed first, for the request being served (the page then replaces this worker).
+    std::panic::set_hook(Box::new(|info| {
+        console_error_panic_hook::hook(info);
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| format!(" ({}:{})", l.file(), l.line())).unwrap_or_default();
+        let failed = FromWorker::Failed {
+            id: SERVING.with(std::cell::Cell::get),
+            message: format!("the simulation worker hit an internal error: {what}{at}"),
+            exit_code: 1,
+        };
+        let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+        let _ = scope.post_message(&JsValue::from_str(&encode(&failed)));
+    }));
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     let reply_scope = scope.clone();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
@@ -303,6 +333,7 @@ pub fn worker_main() {
                 wasm_bindgen_futures::spawn_local(async move {
                     let mut post = post;
                     let id = msg.id();
+                    SERVING.with(|c| c.set(id));
                     let configs = STATE.with(|st| msg.configs(&mut st.borrow_mut()));
                     for config in configs {
                         if let Err(message) = fetch_data(&scope, &config).await {

@@ -307,7 +307,18 @@ pub fn DataPage(
         FromWorker::Failed { id, message, .. } => {
             let name = pending.try_update_value(|p| p.remove(&id)).flatten();
             match name {
-                Some(n) => set_status(&n, Status::Failed(message)),
+                Some(n) => {
+                    set_status(&n, Status::Failed(message));
+                    // A file that crashed the worker (a wasm trap in a decoder) took it down:
+                    // the next file gets a fresh one.
+                    worker.update_value(|w| {
+                        if w.as_ref().is_some_and(SimWorker::crashed) {
+                            if let Some(w) = w.take() {
+                                w.terminate();
+                            }
+                        }
+                    });
+                }
                 // The worker itself failed: every file waiting on it fails with it.
                 None => {
                     let waiting: Vec<String> =

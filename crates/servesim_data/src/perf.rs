@@ -366,6 +366,59 @@ fn empty_column(t: &DataType) -> Option<Column> {
 /// # Errors
 /// A [`PerfFileError`] when the bytes are not a readable Parquet file.
 pub fn read_columns(file: &str, bytes: Vec<u8>) -> Result<Columns, PerfFileError> {
+    // The parquet crate still panics on some corrupt pages (e.g. a data page that names a
+    // dictionary the chunk lacks: arrow-rs issues #7102, #9434). A file is user input, so a
+    // panic there becomes this file's error. (On wasm a panic aborts; the page's worker
+    // then reports the crash and is replaced.)
+    match guard::quietly(|| decode_columns(file, bytes)) {
+        Ok(result) => result,
+        Err(reason) => {
+            Err(err(file, format!("cannot decode (corrupt file?): the Parquet reader failed: {reason}")))
+        }
+    }
+}
+
+/// Runs a closure and turns its panic into an error message, without the panic's report on
+/// standard error (the caller reports it as an error instead).
+mod guard {
+    use std::cell::Cell;
+    use std::panic::{self, AssertUnwindSafe};
+    use std::sync::Once;
+
+    thread_local! {
+        /// Set while this thread runs a guarded decode.
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+        if cfg!(panic = "abort") {
+            // Nothing can be caught (wasm): the panic's report is all the user will get.
+            return Ok(f());
+        }
+        static HOOK: Once = Once::new();
+        HOOK.call_once(|| {
+            // Every other panic is reported as before.
+            let previous = panic::take_hook();
+            panic::set_hook(Box::new(move |info| {
+                if !QUIET.with(Cell::get) {
+                    previous(info);
+                }
+            }));
+        });
+        let was = QUIET.with(|q| q.replace(true));
+        let out = panic::catch_unwind(AssertUnwindSafe(f));
+        QUIET.with(|q| q.set(was));
+        out.map_err(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "an unexplained internal error".to_string())
+        })
+    }
+}
+
+fn decode_columns(file: &str, bytes: Vec<u8>) -> Result<Columns, PerfFileError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(bytes))
         .map_err(|e| err(file, format!("not a readable Parquet file: {e}")))?;
     let mut out = Columns::default();
@@ -516,6 +569,22 @@ pub fn write_table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_in_the_parquet_reader_is_this_files_error() {
+        // One byte of a data page changed (found by flipping bytes of the SGLang FPM fixture):
+        // parquet 60 panics "Decoder for dict should have been set".
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/fpm/sglang/fpm_forward_perf.parquet");
+        let mut bytes = std::fs::read(path).unwrap();
+        assert!(read_columns("fpm.parquet", bytes.clone()).is_ok());
+        bytes[102_042] = 163;
+        let e = read_columns("fpm.parquet", bytes).unwrap_err().to_string();
+        assert!(e.starts_with("fpm.parquet: cannot decode"), "{e}");
+        // The guard itself: a panic's message comes back, and the thread is quiet again after.
+        assert_eq!(guard::quietly(|| panic!("boom {}", 7)).unwrap_err(), "boom 7");
+        assert_eq!(guard::quietly(|| 5), Ok(5));
+    }
 
     fn gemm_rows() -> Vec<Row> {
         let mut rows = Vec::new();
