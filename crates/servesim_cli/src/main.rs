@@ -242,16 +242,16 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
         /// Replay with this prefill-share multiplier instead of the engines' calibrated one.
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         prefill_scale: Option<f64>,
         /// Replay with this per-step engine overhead (ms).
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         step_overhead_ms: Option<f64>,
         /// Replay with this frontend delay (ms).
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         frontend_ms: Option<f64>,
         /// Replay with this host time per sequence (µs) for engines that schedule synchronously.
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         host_us_per_sequence: Option<f64>,
         /// Replay with this all-reduce implementation (default: the engines' custom kernels).
         #[arg(long, value_enum)]
@@ -261,13 +261,13 @@ enum Command {
         #[arg(long, value_enum)]
         moe_kernel: Option<MoeKernelArg>,
         /// Replay aggregated rows with this serving-process time per request (ms).
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         frontend_request_ms: Option<f64>,
         /// Replay aggregated rows with this serving-process time per streamed chunk (µs).
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         frontend_chunk_us: Option<f64>,
         /// Replay aggregated rows with this serving-process time per prompt token (µs).
-        #[arg(long)]
+        #[arg(long, value_parser = non_negative)]
         frontend_prompt_token_us: Option<f64>,
         /// Replay every worker planning each step while the one before it runs (true) or
         /// between steps (false); default: as the engine release schedules.
@@ -275,7 +275,7 @@ enum Command {
         plan_ahead: Option<bool>,
         /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
-        #[arg(long, default_value_t = 0.8)]
+        #[arg(long, default_value_t = 0.8, value_parser = fraction)]
         length_floor: f64,
         /// Requests each concurrency slot sends (AISimulate's replay policy: 10). Fewer weigh
         /// the cold start, when every client's first prompt arrives at once, more heavily.
@@ -303,7 +303,7 @@ enum Command {
         #[arg(long, requires = "nextn_accepted", value_parser = clap::value_parser!(u32).range(1..=5))]
         nextn: Option<u32>,
         /// With --nextn: drafts accepted per round on average (0 to nextn).
-        #[arg(long, requires = "nextn")]
+        #[arg(long, requires = "nextn", value_parser = non_negative)]
         nextn_accepted: Option<f64>,
         /// Probability that each MTP draft is accepted, for the rows whose published
         /// InferenceX deployment speculated (default: the calibrated constant).
@@ -566,6 +566,27 @@ fn probability(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
         _ => Err(format!("expected a probability from 0 to 1, got '{text}'")),
+    }
+}
+
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("expected a fraction from 0 to 1, got '{text}'")),
+    }
+}
+
+fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("expected a finite number of at least 0, got '{text}'")),
+    }
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("expected a finite number greater than 0, got '{text}'")),
     }
 }
 

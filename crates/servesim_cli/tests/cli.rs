@@ -426,3 +426,21 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn validate_refuses_knobs_that_are_not_numbers_in_range() {
+    // NaN and out-of-range knobs were written into every row's scenario (each row refused) or
+    // clamped without a word; they are the command line's error now.
+    for (flag, value, needle) in [
+        ("--step-overhead-ms", "nan", "a finite number of at least 0, got 'nan'"),
+        ("--frontend-chunk-us", "-1", "a finite number of at least 0, got '-1'"),
+        ("--prefill-scale", "0", "greater than 0, got '0'"),
+        ("--length-floor", "5", "a fraction from 0 to 1, got '5'"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let out = servesim(&["validate", "--silicon", "../shared/validation/calibration.csv", &arg]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = text(&out.stderr);
+        assert!(err.contains(flag) && err.contains(needle), "{flag}: {err}");
+    }
+}
