@@ -517,7 +517,7 @@ fn main() -> ExitCode {
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate::requests(log, config, data_dir)
             } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
-                validate::show_scenarios(silicon, &filter, data_dir, &knobs)
+                validate::show_scenarios(silicon, &filter, class.as_deref(), data_dir, &knobs)
             } else if let Some(silicon) = silicon.as_deref() {
                 validate::silicon(
                     silicon,

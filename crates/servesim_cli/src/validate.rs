@@ -27,6 +27,45 @@ pub(crate) fn requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> 
     Ok(())
 }
 
+/// The rows `--filter` (any of the texts in a row's id, model, system or engine) and
+/// `--class` keep; none is an error, not an empty table.
+fn select(
+    mut rows: Vec<servesim_data::silicon::SiliconRow>,
+    name: &str,
+    filter: &[String],
+    class: Option<&str>,
+    catalog: &Catalog,
+) -> Result<Vec<servesim_data::silicon::SiliconRow>, Failure> {
+    if !filter.is_empty() {
+        rows.retain(|r| {
+            filter
+                .iter()
+                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
+        });
+    }
+    if let Some(c) = class {
+        let want = match c {
+            "dense-agg" => "dense aggregated",
+            "moe-agg" => "MoE aggregated",
+            "dense-disagg" => "dense disaggregated",
+            "moe-disagg" => "MoE disaggregated",
+            _ => {
+                return Err(Failure {
+                    code: 2,
+                    message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
+                })
+            }
+        };
+        rows.retain(|r| servesim_scenario::validate::class(r, catalog) == want);
+    }
+    if rows.is_empty() {
+        let mut asked: Vec<String> = filter.iter().map(|f| format!("--filter {f}")).collect();
+        asked.extend(class.map(|c| format!("--class {c}")));
+        return Err(Failure { code: 2, message: format!("no row of {name} matches {}", asked.join(", ")) });
+    }
+    Ok(rows)
+}
+
 /// `servesim validate --silicon FILE`: the fidelity table.
 pub(crate) fn silicon(
     silicon: &Path,
@@ -42,31 +81,10 @@ pub(crate) fn silicon(
     let name = silicon.display().to_string();
     let bytes = std::fs::read(silicon)
         .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
-    let mut rows = servesim_data::silicon::parse(&bytes, &name)
+    let rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
-    if !filter.is_empty() {
-        rows.retain(|r| {
-            filter
-                .iter()
-                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
-        });
-    }
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    if let Some(c) = class {
-        let want = match c {
-            "dense-agg" => "dense aggregated",
-            "moe-agg" => "MoE aggregated",
-            "dense-disagg" => "dense disaggregated",
-            "moe-disagg" => "MoE disaggregated",
-            _ => {
-                return Err(Failure {
-                    code: 2,
-                    message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
-                })
-            }
-        };
-        rows.retain(|r| servesim_scenario::validate::class(r, &catalog) == want);
-    }
+    let rows = select(rows, &name, filter, class, &catalog)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     let show = std::io::stderr().is_terminal();
     let progress = |done: usize, n: usize| {
@@ -195,6 +213,7 @@ pub(crate) fn silicon(
 pub(crate) fn show_scenarios(
     silicon: &Path,
     filter: &[String],
+    class: Option<&str>,
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
 ) -> Result<(), Failure> {
@@ -204,13 +223,9 @@ pub(crate) fn show_scenarios(
     let rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    let rows = select(rows, &name, filter, class, &catalog)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
-    for r in rows.iter().filter(|r| {
-        filter.is_empty()
-            || filter
-                .iter()
-                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
-    }) {
+    for r in &rows {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
         match servesim_scenario::validate::replayed_row(r, &catalog, &files, knobs) {
             Ok((replayed, sized)) => {

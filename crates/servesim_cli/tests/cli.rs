@@ -444,3 +444,29 @@ fn validate_refuses_knobs_that_are_not_numbers_in_range() {
         assert!(err.contains(flag) && err.contains(needle), "{flag}: {err}");
     }
 }
+
+#[test]
+fn validate_says_when_no_row_matches_and_show_scenarios_keeps_the_class() {
+    let cal = "../shared/validation/calibration.csv";
+    if !repo().join(cal).exists() {
+        return;
+    }
+    // Was a table of one "all rows" line of NaN%.
+    let out = servesim(&["validate", "--silicon", cal, "--filter", "no-such-row", "--class", "dense-agg"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains(
+        "no row of ../shared/validation/calibration.csv matches --filter no-such-row, --class dense-agg"
+    ));
+    // --show-scenarios honours --class (it printed every class).
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        cal,
+        "--filter",
+        "Llama-3.1-70B",
+        "--class",
+        "moe-agg",
+        "--show-scenarios",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+}
