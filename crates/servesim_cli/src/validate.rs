@@ -27,15 +27,20 @@ pub(crate) fn requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> 
     Ok(())
 }
 
-/// The rows `--filter` (any of the texts in a row's id, model, system or engine) and
-/// `--class` keep; none is an error, not an empty table.
+/// The rows of a calibration file that `--filter` (any of the texts in a row's id, model,
+/// system or engine) and `--class` keep, with the catalog that classed them; none is an
+/// error, not an empty table.
 fn select(
-    mut rows: Vec<servesim_data::silicon::SiliconRow>,
-    name: &str,
+    silicon: &Path,
     filter: &[String],
     class: Option<&str>,
-    catalog: &Catalog,
-) -> Result<Vec<servesim_data::silicon::SiliconRow>, Failure> {
+) -> Result<(Vec<servesim_data::silicon::SiliconRow>, Catalog), Failure> {
+    let name = silicon.display().to_string();
+    let bytes = std::fs::read(silicon)
+        .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
+    let mut rows = servesim_data::silicon::parse(&bytes, &name)
+        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
+    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
     if !filter.is_empty() {
         rows.retain(|r| {
             filter
@@ -56,14 +61,14 @@ fn select(
                 })
             }
         };
-        rows.retain(|r| servesim_scenario::validate::class(r, catalog) == want);
+        rows.retain(|r| servesim_scenario::validate::class(r, &catalog) == want);
     }
     if rows.is_empty() {
         let mut asked: Vec<String> = filter.iter().map(|f| format!("--filter {f}")).collect();
         asked.extend(class.map(|c| format!("--class {c}")));
         return Err(Failure { code: 2, message: format!("no row of {name} matches {}", asked.join(", ")) });
     }
-    Ok(rows)
+    Ok((rows, catalog))
 }
 
 /// `servesim validate --silicon FILE`: the fidelity table.
@@ -78,13 +83,7 @@ pub(crate) fn silicon(
 ) -> Result<(), Failure> {
     use servesim_scenario::validate::{run_row, summarize, table, Outcome};
     let started = Instant::now();
-    let name = silicon.display().to_string();
-    let bytes = std::fs::read(silicon)
-        .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
-    let rows = servesim_data::silicon::parse(&bytes, &name)
-        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
-    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let rows = select(rows, &name, filter, class, &catalog)?;
+    let (rows, catalog) = select(silicon, filter, class)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     let show = std::io::stderr().is_terminal();
     let progress = |done: usize, n: usize| {
@@ -111,7 +110,7 @@ pub(crate) fn silicon(
         eprintln!();
     }
     let s = summarize(&rows, &outcomes, &catalog);
-    say!("servesim validate --silicon {name}: {} rows\n", rows.len());
+    say!("servesim validate --silicon {}: {} rows\n", silicon.display(), rows.len());
     say_raw!("{}", table(&s));
     let rows_from = |source: &str| s.disagg_by_workers.get(source).map_or(0, |g| g.rows);
     let (sized, published) = (rows_from("sized"), rows_from("published"));
@@ -217,13 +216,7 @@ pub(crate) fn show_scenarios(
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
 ) -> Result<(), Failure> {
-    let name = silicon.display().to_string();
-    let bytes = std::fs::read(silicon)
-        .map_err(|e| Failure { code: 2, message: format!("cannot read {name}: {e}") })?;
-    let rows = servesim_data::silicon::parse(&bytes, &name)
-        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
-    let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    let rows = select(rows, &name, filter, class, &catalog)?;
+    let (rows, catalog) = select(silicon, filter, class)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     for r in &rows {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
