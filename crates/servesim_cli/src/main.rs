@@ -562,32 +562,28 @@ fn main() -> ExitCode {
 
 /// `--jobs`, else the machine's cores; at least one.
 /// A probability argument: a number from 0 to 1.
-fn probability(text: &str) -> Result<f64, String> {
+/// `text` as a number `ok` accepts, else a message saying it expected `what`.
+fn number_where(text: &str, ok: fn(f64) -> bool, what: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
-        _ => Err(format!("expected a probability from 0 to 1, got '{text}'")),
+        Ok(x) if ok(x) => Ok(x),
+        _ => Err(format!("expected {what}, got '{text}'")),
     }
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    number_where(text, |p| (0.0..=1.0).contains(&p), "a probability from 0 to 1")
 }
 
 fn fraction(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
-        _ => Err(format!("expected a fraction from 0 to 1, got '{text}'")),
-    }
+    number_where(text, |p| (0.0..=1.0).contains(&p), "a fraction from 0 to 1")
 }
 
 fn non_negative(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        _ => Err(format!("expected a finite number of at least 0, got '{text}'")),
-    }
+    number_where(text, |x| x.is_finite() && x >= 0.0, "a finite number of at least 0")
 }
 
 fn positive(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
-        _ => Err(format!("expected a finite number greater than 0, got '{text}'")),
-    }
+    number_where(text, |x| x.is_finite() && x > 0.0, "a finite number greater than 0")
 }
 
 fn jobs_or_cores(jobs: Option<usize>) -> usize {

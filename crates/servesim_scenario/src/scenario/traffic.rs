@@ -6,7 +6,7 @@ use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec
 use servesim_core::units::SimDur;
 use servesim_data::trace::{ParsedTrace, TraceFormat};
 
-use super::{config_error, Files, ScenarioError};
+use super::{config_error, origin_of, Files, ScenarioError};
 use crate::config::{Config, LoadKind, SourceConfig, TraceFormatConfig};
 use crate::decode::{MAX_CONCURRENCY, MAX_REQUESTS};
 use crate::diag::{DiagKind, Diagnostic};
@@ -109,10 +109,9 @@ fn load_traces(
     Ok(Trace::new(rows, hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b)))
 }
 
-/// A domain error at `path` (a dotted config path), located at that node when it exists.
+/// A domain error at `path` (a dotted config path), located where it was written.
 fn too_large(source: &str, root: &Node, path: &str, message: String) -> ScenarioError {
-    let origin =
-        path.split('.').try_fold(root, |n, key| n.get(key)).map_or(Origin::Builtin, |n| n.origin.clone());
+    let origin = origin_of(root, path);
     config_error(source, vec![Diagnostic { path: path.into(), origin, message, kind: DiagKind::Domain }])
 }
 
