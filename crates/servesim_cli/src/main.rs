@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use servesim_scenario::catalog::Catalog;
-use servesim_scenario::report::{add_details, summary_table, to_jsonl, to_pretty_json, Details};
+use servesim_scenario::report::{add_details, summary_table, to_pretty_json, Details};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, Override, ScenarioError};
 
@@ -667,6 +667,16 @@ pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
         .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })
 }
 
+/// Streams requests.jsonl to `path` a record at a time (a million requests are about
+/// 700 MB of text, which need not be in memory at once).
+fn write_requests(path: &Path, requests: &servesim_scenario::report::Requests) -> Result<(), Failure> {
+    let fail =
+        |e: std::io::Error| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) };
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(fail)?);
+    requests.write_jsonl(&mut out).map_err(fail)?;
+    std::io::Write::flush(&mut out).map_err(fail)
+}
+
 /// `servesim data export-fpm`: the op-level model's grid for each role as one FPM file.
 fn export_fpm(config: &Path, out: &Path, data_dir: Option<PathBuf>) -> Result<(), Failure> {
     let (source, root, catalog) = load_config(config, &[])?;
@@ -777,7 +787,7 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
     let json = to_pretty_json(&prediction.json);
     write_file(&prediction_path, &json)?;
     if capture {
-        write_file(&output_dir.join("requests.jsonl"), &to_jsonl(&prediction.requests))?;
+        write_requests(&output_dir.join("requests.jsonl"), &prediction.requests)?;
     }
     // Host-side figures live outside prediction.json so that file is identical run to run.
     let s = &prediction.summary;

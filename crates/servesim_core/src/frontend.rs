@@ -19,7 +19,7 @@
 
 use alloc::vec::Vec;
 
-use crate::request::ReqId;
+use crate::request::ReqSeq;
 use crate::units::{SimDur, SimTime};
 
 /// How much host work a replica's serving processes do.
@@ -108,16 +108,16 @@ impl Frontend {
         }
     }
 
-    /// The process that serves request `id`.
+    /// The process that serves the request that arrived `seq`-th (round robin).
     #[must_use]
-    pub fn process_of(&self, id: ReqId) -> usize {
-        id as usize % self.free_at.len()
+    pub fn process_of(&self, seq: ReqSeq) -> usize {
+        seq as usize % self.free_at.len()
     }
 
-    /// Queues the own work of request `id` (with `prompt_tokens` to tokenise) at `now`;
+    /// Queues the own work of request `seq` (with `prompt_tokens` to tokenise) at `now`;
     /// returns when it reaches the engine.
-    pub fn admit(&mut self, now: SimTime, id: ReqId, prompt_tokens: u32) -> SimTime {
-        let p = self.process_of(id);
+    pub fn admit(&mut self, now: SimTime, seq: ReqSeq, prompt_tokens: u32) -> SimTime {
+        let p = self.process_of(seq);
         let start = self.free_at[p].max(now);
         let work = self.spec.request_work(prompt_tokens);
         let done = start.saturating_add(work);
@@ -128,20 +128,20 @@ impl Frontend {
         done
     }
 
-    /// Queues the work of one token of each request in `ids` per step ending at each of
+    /// Queues the work of one token of each request in `seqs` per step ending at each of
     /// `ends` (a step, or the steps of a stable run, which emit the same tokens every step),
     /// and reports the gap between consecutive steps' writes with the number of tokens that
     /// saw it. Afterwards [`Frontend::first_written`] and [`Frontend::last_written`] say when
     /// each process finished the first and last step.
     pub fn stream(
         &mut self,
-        ids: impl IntoIterator<Item = ReqId>,
+        seqs: impl IntoIterator<Item = ReqSeq>,
         ends: &[SimTime],
         mut gap: impl FnMut(SimDur, u64),
     ) {
         self.counts.fill(0);
-        for id in ids {
-            let p = self.process_of(id);
+        for seq in seqs {
+            let p = self.process_of(seq);
             self.counts[p] += 1;
         }
         for (p, &n) in self.counts.iter().enumerate() {

@@ -25,6 +25,7 @@ pub mod kv;
 pub mod metrics;
 pub mod queue;
 pub mod radix;
+pub mod record;
 pub mod request;
 pub mod rng;
 pub mod router;

@@ -10,7 +10,8 @@
 
 use alloc::vec::Vec;
 
-use crate::request::{Request, Status, NEVER};
+use crate::record::RecordLog;
+use crate::request::{Status, NEVER};
 use crate::units::{SimDur, SimTime, NS_PER_MS};
 
 /// Summary statistics of one metric.
@@ -529,7 +530,7 @@ fn ms(d: SimDur) -> f64 {
 /// Computes the summary of a finished run.
 #[must_use]
 #[allow(clippy::cast_precision_loss)]
-pub fn summarize(requests: &[Request], itl: &mut ItlSamples, sla: Sla, fleet: Fleet) -> Summary {
+pub fn summarize(requests: &RecordLog, itl: &mut ItlSamples, sla: Sla, fleet: Fleet) -> Summary {
     let mut s = Summary { num_requests: requests.len() as u64, ..Summary::default() };
     let mut ttft = Vec::new();
     let mut ttst = Vec::new();
@@ -541,7 +542,7 @@ pub fn summarize(requests: &[Request], itl: &mut ItlSamples, sla: Sla, fleet: Fl
     let mut all_input = 0u64;
     let mut good = Goodput::default();
     let mut good_tokens = 0u64;
-    for r in requests {
+    for r in requests.iter() {
         s.num_preemptions += u64::from(r.preemptions);
         if r.status != Status::Completed || r.stamps.first_admit == NEVER || r.emitted == 0 {
             continue;
@@ -552,7 +553,7 @@ pub fn summarize(requests: &[Request], itl: &mut ItlSamples, sla: Sla, fleet: Fl
         all_input += u64::from(r.input_tokens);
         reused += u64::from(r.reused_max);
         reused_first += u64::from(r.first_admission_reused.unwrap_or(0));
-        let arrival = r.spec.arrival;
+        let arrival = r.arrival;
         let t_first = ms(r.stamps.first_token - arrival);
         let t_e2e = ms(r.stamps.last_token - arrival);
         end = end.max(r.stamps.last_token);

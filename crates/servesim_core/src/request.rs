@@ -6,8 +6,13 @@ use crate::content::{BlockHasher, Segment};
 use crate::kv::BlockId;
 use crate::units::SimTime;
 
-/// Index of a request in the simulation's arena, in order of arrival.
+/// Slot of a live request in the simulation's arena. A slot is reused once its request has
+/// finished, so the arena holds the requests in flight, not every request of the run.
 pub type ReqId = u32;
+
+/// A request's number in order of arrival (0 for the first): its identity for the whole run
+/// and in the report, and the index of its [`crate::record::Record`].
+pub type ReqSeq = u32;
 
 /// A request as the traffic source produces it.
 #[derive(Clone, Debug, PartialEq)]
@@ -215,6 +220,8 @@ pub struct Request {
     pub prefill_route_overlap_tokens: u32,
     /// P/D: KV tokens moved from prefill to decode worker.
     pub transferred_tokens: u32,
+    /// Number in order of arrival.
+    pub seq: ReqSeq,
 }
 
 impl Request {
@@ -260,6 +267,7 @@ impl Request {
             decode_reused: 0,
             prefill_route_overlap_tokens: 0,
             transferred_tokens: 0,
+            seq: 0,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::engine::{Backend, KvStore, Rank};
 use crate::frontend::Frontend;
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
 use crate::queue::{event_key, EventQueue};
+use crate::record::{Record, RecordLog};
 use crate::request::{ReqId, Request, Status};
 use crate::router::Router;
 use crate::timing::StepTimer;
@@ -181,8 +182,9 @@ pub struct PdSetup {
 pub struct RunResult {
     /// prediction.json figures.
     pub summary: Summary,
-    /// Every request that arrived, in arrival order.
-    pub requests: Vec<Request>,
+    /// Every request that arrived, in arrival order (index = [`crate::request::ReqSeq`]):
+    /// finished, refused, or as it stood when the run stopped.
+    pub records: RecordLog,
     /// Sampled worker state.
     pub series: TimeSeries,
     /// Per-worker counters.
@@ -199,7 +201,13 @@ pub struct RunResult {
 pub struct Simulation {
     now: SimTime,
     queue: EventQueue<Event>,
+    /// Requests in flight, by [`ReqId`] slot; a finished request's slot is in `free`.
     requests: Vec<Request>,
+    /// Slots of `requests` whose request has finished, reused by the next arrival.
+    free: Vec<ReqId>,
+    /// Every arrived request's record, by arrival number: written when it arrives, and again
+    /// when it finishes or the run ends.
+    records: RecordLog,
     workers: Vec<Worker>,
     timers: Vec<Box<dyn StepTimer>>,
     traffic: Traffic,
@@ -226,10 +234,6 @@ pub struct Simulation {
 /// At most this many time-series points are kept (the interval doubles beyond it).
 const MAX_SERIES_POINTS: usize = 2048;
 
-/// Requests the run makes room for up front when its traffic says how many it sends: a
-/// full Mooncake trace (12,031), a few MiB; longer runs grow from there.
-const PRESIZED_REQUESTS: u32 = 16_384;
-
 impl Simulation {
     /// Prepares a run. `timers[w.timer]` times worker `w`'s steps.
     #[must_use]
@@ -241,6 +245,8 @@ impl Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
             requests: Vec::new(),
+            free: Vec::new(),
+            records: RecordLog::default(),
             traffic: Traffic::with_frontend(setup.traffic, setup.seed, setup.frontend_delay),
             workers: setup.workers,
             timers,
@@ -263,10 +269,6 @@ impl Simulation {
             stopped: None,
             outcome: StepOutcome::default(),
         };
-        // Requests are large (a few hundred bytes): growing the vector by doubling copied
-        // about twice its final size.
-        let expected = sim.traffic.total().min(PRESIZED_REQUESTS);
-        sim.requests.reserve_exact(expected as usize);
         sim.schedule_next_arrival();
         sim
     }
@@ -283,6 +285,13 @@ impl Simulation {
         }
     }
 
+    /// Request slots allocated so far: the most requests in flight at once (a finished
+    /// request's slot is reused; what remains of it is its [`Record`]).
+    #[must_use]
+    pub fn request_slots(&self) -> usize {
+        self.requests.len()
+    }
+
     /// Processes at most `max_events` events.
     ///
     /// # Errors
@@ -295,7 +304,7 @@ impl Simulation {
                 if self.traffic.next_arrival() == Some(SimTime::MAX) {
                     return Err(SimError::TimeOverflow { finished: self.finished });
                 }
-                let unfinished = self.requests.len() as u64 - self.finished;
+                let unfinished = self.records.len() as u64 - self.finished;
                 if unfinished > 0 || self.traffic.next_arrival().is_some() {
                     let mut states: Vec<(&'static str, &'static str, u64)> = Vec::new();
                     let mut example = String::new();
@@ -415,7 +424,12 @@ impl Simulation {
     /// Consumes a stopped run into its results.
     #[must_use]
     pub fn into_result(mut self) -> RunResult {
-        let summary = metrics::summarize(&self.requests, &mut self.itl, self.sla, self.fleet);
+        for r in &self.requests {
+            if !matches!(r.status, Status::Completed | Status::Rejected) {
+                self.records.set(r.seq, Record::from(r));
+            }
+        }
+        let summary = metrics::summarize(&self.records, &mut self.itl, self.sla, self.fleet);
         RunResult {
             summary,
             worker_stats: self
@@ -427,7 +441,7 @@ impl Simulation {
                     ..w.stats
                 })
                 .collect(),
-            requests: self.requests,
+            records: self.records,
             series: self.series,
             stop: self.stopped.unwrap_or(StopReason::EventLimit),
             events: self.events,
@@ -458,9 +472,8 @@ impl Simulation {
                 self.arrive_disaggregated(spec);
                 continue;
             }
-            #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
-            let id = self.requests.len() as ReqId;
-            let mut req = Request::new(spec, self.block_size);
+            let id = self.next_slot();
+            let mut req = self.admit_record(spec);
             if self.prefix_caching {
                 req.hash_known_blocks();
             }
@@ -484,8 +497,7 @@ impl Simulation {
                 req.status = Status::Rejected;
                 req.worker = worker.id;
                 self.traffic.on_request_done(self.now, req.spec.session, req.content());
-                req.release_content();
-                self.requests.push(req);
+                self.records.set(req.seq, Record::from(&req));
                 self.finished += 1;
                 continue;
             }
@@ -493,7 +505,7 @@ impl Simulation {
                 // The serving process is busy: the engine sees the request later.
                 #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
                 self.queue.push_keyed(at, event_key(self.now, 0), Event::Dispatch { worker: w as u32, id });
-                self.requests.push(req);
+                self.store(id, req);
                 continue;
             }
             worker.enqueue(self.now, id, &mut req);
@@ -507,7 +519,7 @@ impl Simulation {
                     Event::StepDone { worker: w as u32, generation: gen },
                 );
             }
-            self.requests.push(req);
+            self.store(id, req);
             self.dirty[w] = true;
         }
         self.schedule_next_arrival();
@@ -555,7 +567,38 @@ impl Simulation {
         let seen = if r.stamps.last_token == crate::request::NEVER { self.now } else { r.stamps.last_token };
         self.traffic.on_request_done(seen.max(self.now), session, r.content());
         r.release_content();
+        self.records.set(r.seq, Record::from(&*r));
+        self.free.push(id);
         self.finished += 1;
+    }
+
+    /// The slot the next stored request takes.
+    fn next_slot(&self) -> ReqId {
+        #[allow(clippy::cast_possible_truncation)] // Requests in flight are bounded by u32 stop rules.
+        self.free.last().copied().unwrap_or(self.requests.len() as ReqId)
+    }
+
+    /// A new request, numbered in arrival order, with its first record written.
+    fn admit_record(&mut self, spec: crate::request::RequestSpec) -> Request {
+        let mut req = Request::new(spec, self.block_size);
+        #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
+        {
+            req.seq = self.records.len() as crate::request::ReqSeq;
+        }
+        self.records.push(Record::from(&req));
+        req
+    }
+
+    /// Puts a request in flight in slot `id` (from [`Simulation::next_slot`]).
+    fn store(&mut self, id: ReqId, req: Request) {
+        if id as usize == self.requests.len() {
+            self.requests.push(req);
+        } else {
+            self.free.pop();
+            let old = &mut self.requests[id as usize];
+            debug_assert!(matches!(old.status, Status::Completed), "slot {id} reused while in flight");
+            *old = req;
+        }
     }
 
     fn materialize_all(&mut self, key: Option<u128>) {
@@ -583,11 +626,9 @@ impl Simulation {
 
     /// Routes a new request in a disaggregated deployment.
     fn arrive_disaggregated(&mut self, spec: crate::request::RequestSpec) {
-        let Some(pd) = self.pd.as_mut() else { return };
-        let np = pd.prefill_workers;
-        #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
-        let id = self.requests.len() as ReqId;
-        let mut req = Request::new(spec, self.block_size);
+        let Some(np) = self.pd.as_ref().map(|pd| pd.prefill_workers) else { return };
+        let id = self.next_slot();
+        let mut req = self.admit_record(spec);
         req.phase = crate::request::Phase::Prefill;
         if self.prefix_caching {
             req.hash_known_blocks();
@@ -604,8 +645,7 @@ impl Simulation {
         if !fits || too_long {
             req.status = Status::Rejected;
             self.traffic.on_request_done(self.now, req.spec.session, req.content());
-            req.release_content();
-            self.requests.push(req);
+            self.records.set(req.seq, Record::from(&req));
             self.finished += 1;
             return;
         }
@@ -615,6 +655,7 @@ impl Simulation {
         {
             req.prefill_worker = Some(p.worker as u32);
         }
+        let Some(pd) = self.pd.as_mut() else { return };
         if pd.destination_first {
             let d = pd.decode_router.route(&req, &self.workers[np..], &self.requests);
             let dw = np + d.worker;
@@ -625,12 +666,12 @@ impl Simulation {
             }
             self.interrupt(dw);
             self.workers[dw].enqueue_handoff(id, &mut req);
-            self.requests.push(req);
+            self.store(id, req);
             self.try_reserve(dw);
         } else {
             self.interrupt(p.worker);
             self.workers[p.worker].enqueue(self.now, id, &mut req);
-            self.requests.push(req);
+            self.store(id, req);
             self.dirty[p.worker] = true;
         }
     }

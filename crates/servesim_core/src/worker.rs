@@ -372,7 +372,7 @@ impl Worker {
     /// reaches the engine if that is later than `now` (the request is held here until then and
     /// is [`Worker::enqueue`]d at that time); `None` when it can be enqueued at once.
     pub fn pass_frontend(&mut self, now: SimTime, id: ReqId, req: &mut Request) -> Option<SimTime> {
-        let at = self.frontend.as_mut()?.admit(now, id, req.spec.input_tokens());
+        let at = self.frontend.as_mut()?.admit(now, req.seq, req.spec.input_tokens());
         if at <= now {
             return None;
         }
@@ -724,8 +724,8 @@ impl Worker {
         if let Some(fe) = &mut self.frontend {
             // The batch is the same in every step of a run: each step streams one token of
             // every planned request at its end, and clients see them as they are written.
-            let ids = self.plans.iter().flat_map(|plan| &plan.items).map(|p| p.req);
-            fe.stream(ids, &run.ends[first - 1..m], |gap, n| itl.add(gap, n));
+            let seqs = self.plans.iter().flat_map(|plan| &plan.items).map(|p| reqs[p.req as usize].seq);
+            fe.stream(seqs, &run.ends[first - 1..m], |gap, n| itl.add(gap, n));
         }
         let mut total = 0u64;
         let mut common = 0u64;
@@ -740,7 +740,7 @@ impl Worker {
                 let prev = r.stamps.last_token;
                 let (first_seen, last_seen) = match &self.frontend {
                     Some(fe) => {
-                        let q = fe.process_of(p.req);
+                        let q = fe.process_of(r.seq);
                         let first_seen = fe.first_written(q);
                         if prev != NEVER {
                             itl.add(first_seen.since(prev), 1);
@@ -874,7 +874,7 @@ impl Worker {
                         // the round's first token: one inter-token gap per chunk, as benchmark
                         // clients (vLLM's `bench serve`) record it.
                         let extra;
-                        (extra, done) = accept_drafts(rank, r, &spec, p.req, drafts, done, now);
+                        (extra, done) = accept_drafts(rank, r, &spec, drafts, done, now);
                         self.stats.decode_tokens += u64::from(extra);
                     }
                     if done {
@@ -890,9 +890,9 @@ impl Worker {
         }
         itl.add(now - self.last_step_end, common_gaps);
         if let Some(fe) = &mut self.frontend {
-            fe.stream(self.delivering.iter().map(|d| d.0), &[now], |_, _| {});
+            fe.stream(self.delivering.iter().map(|d| reqs[d.0 as usize].seq), &[now], |_, _| {});
             for &(id, prev) in &self.delivering {
-                let written = fe.last_written(fe.process_of(id));
+                let written = fe.last_written(fe.process_of(reqs[id as usize].seq));
                 if prev != NEVER {
                     itl.add(written.since(prev), 1);
                 }
@@ -913,13 +913,12 @@ fn accept_drafts(
     rank: &mut engine::Rank,
     r: &mut Request,
     spec: &engine::Speculation,
-    id: ReqId,
     drafts: u32,
     mut done: bool,
     now: SimTime,
 ) -> (u32, bool) {
     // The round follows the output token emitted before it.
-    let accepted = spec.accepted(id, r.emitted - 1).min(drafts);
+    let accepted = spec.accepted(r.seq, r.emitted - 1).min(drafts);
     let mut extra = 0;
     while !done && extra < accepted {
         r.computed += 1;

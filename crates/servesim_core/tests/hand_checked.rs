@@ -63,6 +63,13 @@ fn timer() -> Box<dyn StepTimer> {
 }
 
 fn run(c: Case) -> RunResult {
+    let mut sim = start(c);
+    let p = sim.run().unwrap();
+    assert_eq!(p.stopped, Some(StopReason::Drained));
+    sim.into_result()
+}
+
+fn start(c: Case) -> Simulation {
     let cfg = SchedulerConfig {
         backend: c.backend,
         max_batched_tokens: c.budget,
@@ -110,10 +117,7 @@ fn run(c: Case) -> RunResult {
         frontend_delay: SimDur::ZERO,
         pd: None,
     };
-    let mut sim = Simulation::new(setup, vec![timer()]);
-    let p = sim.run().unwrap();
-    assert_eq!(p.stopped, Some(StopReason::Drained));
-    sim.into_result()
+    Simulation::new(setup, vec![timer()])
 }
 
 #[test]
@@ -275,14 +279,28 @@ fn kv_pressure_preempts_and_everything_still_completes() {
     });
     assert_eq!(r.summary.completed_requests, 8);
     assert!(r.summary.num_preemptions > 0, "expected preemptions");
-    assert!(r.requests.iter().all(|q| q.status == Status::Completed && q.blocks.is_empty()));
+    assert!(r.records.iter().all(|q| q.status == Status::Completed));
+}
+
+#[test]
+fn finished_requests_give_their_slots_to_new_arrivals() {
+    // 200 requests, at most 4 in flight: the arena holds 4 requests, the log 200 records.
+    let mut sim = start(Case { requests: 200, load: Load::Concurrency(4), ..Case::default() });
+    sim.run().unwrap();
+    assert_eq!(sim.request_slots(), 4);
+    let r = sim.into_result();
+    assert_eq!(r.records.len(), 200);
+    assert_eq!(r.summary.completed_requests, 200);
+    assert!(r.records.iter().all(|q| q.status == Status::Completed && q.emitted == 5));
+    // Records are by arrival number: arrivals never go back in time.
+    assert!(r.records.iter().zip(r.records.iter().skip(1)).all(|(a, b)| a.arrival <= b.arrival));
 }
 
 #[test]
 fn request_larger_than_the_cache_is_rejected_not_hung() {
     let r = run(Case { input: 1000, output: 10, blocks: 10, ..Case::default() });
     assert_eq!(r.summary.completed_requests, 0);
-    assert_eq!(r.requests[0].status, Status::Rejected);
+    assert_eq!(r.records[0].status, Status::Rejected);
 }
 
 #[test]
@@ -312,7 +330,7 @@ fn sglang_never_mixes_prefill_into_decode_steps_and_vllm_does() {
         |backend| Case { requests: 2, load: Load::ConstantRate(1000.0 / 3.0), backend, ..Case::default() };
     let v = run(case(Backend::Vllm));
     let s = run(case(Backend::Sglang));
-    let ttft_b = |r: &RunResult| (r.requests[1].stamps.first_token - r.requests[1].spec.arrival).as_ms_f64();
+    let ttft_b = |r: &RunResult| (r.records[1].stamps.first_token - r.records[1].arrival).as_ms_f64();
     // B waits for the step in flight to end at 3.1 ms.
     assert!((ttft_b(&v) - 2.2).abs() < 1e-9, "vLLM {}", ttft_b(&v));
     assert!((ttft_b(&s) - 2.1).abs() < 1e-9, "SGLang {}", ttft_b(&s));
@@ -346,8 +364,8 @@ fn sglang_takes_requests_in_every_recv_interval_decode_steps() {
         ..Case::default()
     };
     let ttft = |r: &RunResult, i: usize| {
-        let q = &r.requests[i];
-        (q.stamps.first_token - q.spec.arrival).as_ms_f64()
+        let q = &r.records[i];
+        (q.stamps.first_token - q.arrival).as_ms_f64()
     };
     for fast_forward in [true, false] {
         let gated = run(case(4, fast_forward));
@@ -384,7 +402,7 @@ fn trtllm_clamps_outputs_to_the_pool_and_vllm_rejects() {
     let case = |backend| Case { input: 100, output: 1000, blocks: 20, backend, ..Case::default() };
     let t = run(case(Backend::TrtLlm));
     assert_eq!(t.summary.completed_requests, 1);
-    assert_eq!(t.requests[0].emitted, 20 * 16 - 100);
+    assert_eq!(t.records[0].emitted, 20 * 16 - 100);
     let v = run(case(Backend::Vllm));
     assert_eq!(v.summary.completed_requests, 0);
 }
@@ -472,7 +490,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
 #[test]
 fn pd_vllm_source_first_arithmetic() {
     let r = run_pd(Backend::Vllm, 1, servesim_core::transfer::Sharing::MaxMin);
-    let q = &r.requests[0];
+    let q = &r.records[0];
     // Prefill 2 ms; 99 tokens (vLLM recomputes the last one) = 99 kB at 100 MB/s = 0.99 ms;
     // the decode worker's 1-token step (1.01 ms) samples the first token at 4.00 ms.
     assert_eq!(q.pd.prefill_done.as_ms_f64(), 2.0);
@@ -487,7 +505,7 @@ fn pd_vllm_source_first_arithmetic() {
 #[test]
 fn pd_sglang_destination_first_arithmetic() {
     let r = run_pd(Backend::Sglang, 1, servesim_core::transfer::Sharing::MaxMin);
-    let q = &r.requests[0];
+    let q = &r.records[0];
     // The decode worker reserves at arrival; prefill 2 ms; 100 tokens move in 1 ms and the
     // first token arrives with them.
     assert_eq!(q.pd.dest_reserved.as_ms_f64(), 0.0);
@@ -503,7 +521,7 @@ fn pd_concurrent_transfers_share_the_link() {
     // Two requests prefilled together finish at 3 ms; their transfers overlap.
     let shared = run_pd(Backend::Vllm, 2, Sharing::MaxMin);
     let indep = run_pd(Backend::Vllm, 2, Sharing::Independent);
-    let act = |r: &RunResult| r.requests.iter().map(|q| q.pd.dest_activated.as_ms_f64()).fold(0.0, f64::max);
+    let act = |r: &RunResult| r.records.iter().map(|q| q.pd.dest_activated.as_ms_f64()).fold(0.0, f64::max);
     // Independent: each 99 kB at 100 MB/s ends 0.99 ms after 3 ms; shared: both at 50 MB/s, 1.98 ms.
     assert!((act(&indep) - 3.99).abs() < 1e-9, "{}", act(&indep));
     assert!((act(&shared) - 4.98).abs() < 1e-9, "{}", act(&shared));

@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use servesim_core::frontend::FrontendStats;
 use servesim_core::metrics::{Dist, Summary};
-use servesim_core::request::{Request, Status, NEVER};
+use servesim_core::record::{Record, RecordLog};
+use servesim_core::request::{ReqSeq, Status, NEVER};
 use servesim_core::sim::{RunResult, StopReason};
 use servesim_core::timing::StepTally;
 use servesim_core::units::SimTime;
@@ -26,11 +27,65 @@ pub struct Prediction {
     /// prediction.json, keys in the reference order.
     pub json: Value,
     /// One record per terminal request, sorted by arrival then uuid.
-    pub requests: Vec<RequestRecord>,
+    pub requests: Requests,
     /// The summary figures.
     pub summary: Summary,
     /// Each worker's steps by kind ([`servesim_core::timing::StepKind::ALL`] order), for `--detail time`.
     pub worker_steps: Vec<[StepTally; 3]>,
+}
+
+/// The terminal requests of a run (finished or refused), kept compact and written out as
+/// [`RequestRecord`]s one at a time: a run of millions of requests never holds millions of
+/// records with their strings, nor the whole requests.jsonl text unless asked for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requests {
+    /// Every request that arrived, by arrival number.
+    records: RecordLog,
+    /// Arrival numbers sorted by arrival time, when that differs from arrival order.
+    order: Option<Vec<ReqSeq>>,
+    /// Size of the prefill pool in P/D; `None` when aggregated.
+    prefill_workers: Option<u32>,
+}
+
+impl Requests {
+    fn new(records: RecordLog, prefill_workers: Option<u32>) -> Self {
+        let mut prev = SimTime::ZERO;
+        let sorted = records.iter().all(|r| core::mem::replace(&mut prev, r.arrival) <= r.arrival);
+        let order = (!sorted).then(|| {
+            #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
+            let mut o: Vec<ReqSeq> = (0..records.len() as ReqSeq).collect();
+            // Stable: equal arrivals stay in arrival-number (uuid) order.
+            o.sort_by_key(|&i| records[i as usize].arrival);
+            o
+        });
+        Requests { records, order, prefill_workers }
+    }
+
+    /// The records, sorted by arrival then uuid.
+    pub fn iter(&self) -> impl Iterator<Item = RequestRecord> + '_ {
+        #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
+        let seqs: Box<dyn Iterator<Item = ReqSeq> + '_> = match &self.order {
+            Some(o) => Box::new(o.iter().copied()),
+            None => Box::new(0..self.records.len() as ReqSeq),
+        };
+        seqs.filter_map(move |i| {
+            let r = &self.records[i as usize];
+            matches!(r.status, Status::Completed | Status::Rejected)
+                .then(|| record(i, r, self.prefill_workers))
+        })
+    }
+
+    /// Writes requests.jsonl, one line at a time.
+    ///
+    /// # Errors
+    /// What `out` returns.
+    pub fn write_jsonl(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for r in self.iter() {
+            serde_json::to_writer(&mut *out, &r)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    }
 }
 
 /// One line of requests.jsonl.
@@ -102,15 +157,15 @@ fn ms(t: SimTime) -> Option<f64> {
 
 /// `prefill_workers`: size of the prefill pool in P/D (decode indices are pool-local), or
 /// `None` when aggregated.
-fn record(i: usize, r: &Request, prefill_workers: Option<u32>) -> RequestRecord {
+fn record(i: ReqSeq, r: &Record, prefill_workers: Option<u32>) -> RequestRecord {
     let pd = prefill_workers.is_some();
-    let a = r.spec.arrival;
+    let a = r.arrival;
     let first = ms(r.stamps.first_token);
     let last = ms(r.stamps.last_token);
     let since = |t: SimTime| (t != NEVER).then(|| (t - a).as_ms_f64());
     RequestRecord {
-        session_id: r.spec.session.map(|(s, _)| format!("session_{s}")),
-        turn_index: r.spec.session.map(|(_, t)| t),
+        session_id: r.session.map(|(s, _)| format!("session_{s}")),
+        turn_index: r.session.map(|(_, t)| t),
         uuid: format!("request_{i}"),
         arrival_time_ms: a.as_ms_f64(),
         first_admit_ms: ms(r.stamps.first_admit),
@@ -123,7 +178,7 @@ fn record(i: usize, r: &Request, prefill_workers: Option<u32>) -> RequestRecord 
         itl_ms: (r.emitted >= 2)
             .then(|| (r.stamps.last_token - r.stamps.first_token).as_ms_f64() / f64::from(r.emitted - 1)),
         input_length: r.input_tokens,
-        requested_output_length: r.spec.output_tokens,
+        requested_output_length: r.requested_output_tokens,
         output_length: r.emitted,
         reused_input_tokens: r.reused_max,
         prefill_worker_idx: r.prefill_worker,
@@ -219,20 +274,9 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
     m.insert("power_coverage".into(), Value::Null);
     m.insert("servesim".into(), servesim_section(p, &result));
 
-    let mut requests: Vec<RequestRecord> = result
-        .requests
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r.status, Status::Completed | Status::Rejected))
-        .map(|(i, r)| record(i, r, p.disaggregated().then(|| p.roles[0].config.parallelism.replicas)))
-        .collect();
-    // Sorted by arrival then uuid; ids are zero-padded-free integers, so compare their index.
-    requests.sort_by(|a, b| {
-        a.arrival_time_ms
-            .total_cmp(&b.arrival_time_ms)
-            .then_with(|| uuid_index(&a.uuid).cmp(&uuid_index(&b.uuid)))
-    });
     let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();
+    let requests =
+        Requests::new(result.records, p.disaggregated().then(|| p.roles[0].config.parallelism.replicas));
     Prediction { json: Value::Object(m), requests, summary: result.summary, worker_steps }
 }
 
@@ -247,18 +291,14 @@ pub(crate) fn role_of_worker(p: &Prepared, w: usize) -> usize {
     usize::from(p.disaggregated() && w >= prefill)
 }
 
-fn uuid_index(u: &str) -> u64 {
-    u.rsplit('_').next().and_then(|x| x.parse().ok()).unwrap_or(0)
-}
-
 /// Why requests were refused, so a run whose requests never ran says so: those longer (prompt
 /// plus output) than the model's context, and the rest, which no rank's KV pool could hold
 /// (the smallest pool of any role, in tokens).
 fn rejections(p: &Prepared, r: &RunResult) -> Value {
     let pool_tokens = p.roles.iter().map(PreparedRole::kv_tokens_per_rank).min().unwrap_or(0);
     let (mut beyond_context, mut beyond_pool) = (0u64, 0u64);
-    for q in r.requests.iter().filter(|q| q.status == Status::Rejected) {
-        let total = q.input_tokens.saturating_add(q.spec.output_tokens);
+    for q in r.records.iter().filter(|q| q.status == Status::Rejected) {
+        let total = q.input_tokens.saturating_add(q.requested_output_tokens);
         if p.context_limit.is_some_and(|l| total > l) {
             beyond_context += 1;
         } else {
@@ -321,7 +361,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             })
         })
         .collect();
-    let rejected = r.requests.iter().filter(|q| q.status == Status::Rejected).count();
+    let rejected = r.records.iter().filter(|q| q.status == Status::Rejected).count();
     let rejections = (rejected > 0).then(|| rejections(p, r));
     let roles: Vec<Value> = p
         .roles
@@ -364,7 +404,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             }),
         );
     }
-    let transferred: u64 = r.requests.iter().map(|q| u64::from(q.transferred_tokens)).sum();
+    let transferred: u64 = r.records.iter().map(|q| u64::from(q.transferred_tokens)).sum();
     // Per role: the step-time model, its data, and how its op lookups were answered.
     let timing: Vec<Value> = p
         .roles
@@ -531,13 +571,11 @@ pub fn to_pretty_json(v: &Value) -> String {
 
 /// requests.jsonl text.
 #[must_use]
-pub fn to_jsonl(records: &[RequestRecord]) -> String {
-    let mut out = String::new();
-    for r in records {
-        out.push_str(&serde_json::to_string(r).unwrap_or_default());
-        out.push('\n');
-    }
-    out
+pub fn to_jsonl(requests: &Requests) -> String {
+    let mut out = Vec::new();
+    // Writing to memory cannot fail, and serde_json writes valid UTF-8.
+    let _ = requests.write_jsonl(&mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The summary table printed by `servesim predict`.

@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 
 use crate::kv::{BlockId, BlockPool};
 use crate::radix::RadixCache;
-use crate::request::{ReqId, Request};
+use crate::request::{ReqId, ReqSeq, Request};
 
 /// The serving engine whose scheduler semantics apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,12 +224,12 @@ impl Speculation {
         sum
     }
 
-    /// Drafts accepted in `req`'s round that follows output token `emitted`.
+    /// Drafts accepted in request `seq`'s round that follows output token `emitted`.
     #[must_use]
-    pub fn accepted(&self, req: ReqId, emitted: u32) -> u32 {
+    pub fn accepted(&self, seq: ReqSeq, emitted: u32) -> u32 {
         /// 2^-53: maps the top 53 bits of a hash to [0, 1).
         const UNIT: f64 = 1.0 / (1u64 << 53) as f64;
-        let base = crate::rng::mix2(self.key, u64::from(req));
+        let base = crate::rng::mix2(self.key, u64::from(seq));
         for i in 0..self.draft_tokens {
             let h = crate::rng::mix2(base, u64::from(emitted) << 3 | u64::from(i));
             #[allow(clippy::cast_precision_loss)] // 53 bits are exact in an f64.

@@ -269,7 +269,7 @@ pub fn compare_requests(
 ) -> RequestComparison {
     let m_ttft = stats(measured.iter().map(|r| r.ttft_ms).collect());
     let m_tpot = stats(measured.iter().filter_map(|r| r.tpot_ms).collect());
-    let done: Vec<&crate::report::RequestRecord> =
+    let done: Vec<crate::report::RequestRecord> =
         predicted.requests.iter().filter(|r| r.ttft_ms.is_some()).collect();
     let p_ttft = stats(done.iter().filter_map(|r| r.ttft_ms).collect());
     #[allow(clippy::cast_precision_loss)]
