@@ -1133,3 +1133,29 @@ fn a_run_whose_times_overflow_fails_with_a_reason_instead_of_hanging() {
     assert!(slow.summary.completed_requests > 0);
     assert_eq!(slow.summary.completed_requests, slow.summary.num_requests);
 }
+
+#[test]
+fn a_long_run_s_page_sample_is_every_nth_record_and_the_csv_has_them_all() {
+    let p = predict_file_with("tests/scenarios/load_constant_rate.yaml", &[]).unwrap();
+    let all = servesim_scenario::report::to_jsonl(&p.requests);
+    let lines: Vec<&str> = all.lines().collect();
+    let n = p.requests.count();
+    assert_eq!(n, lines.len());
+    assert!(n > 40, "{n} records");
+    let whole = p.requests.jsonl_sample(n);
+    assert_eq!((whole.text.as_str(), whole.total, whole.every), (all.as_str(), n, 1));
+    let s = p.requests.jsonl_sample(40);
+    assert_eq!((s.total, s.every), (n, n.div_ceil(40)));
+    let kept: Vec<&str> = lines.iter().copied().step_by(s.every).collect();
+    assert_eq!(s.text.lines().collect::<Vec<_>>(), kept);
+    assert!(kept.len() <= 40);
+    let mut csv = Vec::new();
+    p.requests.write_csv(&mut csv).unwrap();
+    let csv = String::from_utf8(csv).unwrap();
+    assert_eq!(csv.lines().count(), n + 1);
+    let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    assert_eq!(header, first.as_object().unwrap().keys().map(String::as_str).collect::<Vec<_>>());
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(row[header.iter().position(|k| *k == "uuid").unwrap()], first["uuid"].as_str().unwrap());
+}

@@ -488,9 +488,19 @@ test('Predict draws every chart and a sortable, filterable request table with do
   await page.fill('#request-filter', 'no-such-request');
   assert.equal(await page.textContent('#request-count'), '0 of 0 shown');
   await page.fill('#request-filter', '');
-  const csv = decodeURIComponent((await page.getAttribute('#download-requests-csv', 'href')).split(',').slice(1).join(','));
-  assert.equal(csv.trim().split('\n').length, 101);
-  assert.match(csv.split("\n")[0], /^[a-z0-9_]+(,[a-z0-9_]+)+$/);
+  // The downloads come whole from the worker that ran the scenario, as files.
+  const saved = async (button) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click(button)]);
+    return { name: download.suggestedFilename(), text: readFileSync(await download.path(), 'utf8') };
+  };
+  const csv = await saved('#download-requests-csv');
+  assert.equal(csv.name, 'requests.csv');
+  assert.equal(csv.text.trim().split('\n').length, 101);
+  assert.match(csv.text.split('\n')[0], /^[a-z0-9_]+(,[a-z0-9_]+)+$/);
+  const jsonl = await saved('#download-requests');
+  assert.equal(jsonl.name, 'requests.jsonl');
+  assert.equal(jsonl.text, readFileSync(join(dir, 'requests.jsonl'), 'utf8'), 'the CLI\'s requests.jsonl, byte for byte');
+  assert.equal(await page.$('#request-sample'), null, 'a 100-request run is shown whole');
   await page.screenshot({ path: join(ARTIFACTS, 'predict-charts.png'), fullPage: true });
   await page.close();
 });

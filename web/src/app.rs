@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use serde_json::Value;
+use wasm_bindgen::JsValue;
 
 use crate::charts;
 use crate::client::{SimWorker, WORKER_URL};
@@ -58,12 +59,13 @@ const PREDICT_CHARTS: [&str; 7] = [
 /// Bins of the offered-load histogram.
 const LOAD_BINS: usize = 60;
 
-/// Every Predict chart of a finished run: (div id, figure).
-fn predict_charts(prediction: &Value, requests: &str) -> Vec<(&'static str, charts::Figure)> {
+/// Every Predict chart of a finished run: (div id, figure). `requests` holds every `every`-th
+/// record of the run.
+fn predict_charts(prediction: &Value, requests: &str, every: u64) -> Vec<(&'static str, charts::Figure)> {
     let [offered, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
     vec![
         ("ttft-chart", charts::ttft_by_arrival(requests)),
-        (offered, charts::offered_load(requests, LOAD_BINS)),
+        (offered, charts::offered_load(requests, LOAD_BINS, every)),
         (ttft_cdf, charts::cdf(requests, "ttft_ms", "TTFT distribution", "TTFT (ms)")),
         (itl_cdf, charts::cdf(requests, "itl_ms", "Mean inter-token latency per request", "ITL (ms)")),
         (waiting, charts::worker_series(prediction, "waiting", "Queue depth per worker", "requests waiting")),
@@ -103,8 +105,10 @@ pub struct Outcome {
     pub prediction: Value,
     /// prediction.json text.
     pub prediction_text: String,
-    /// requests.jsonl text.
+    /// requests.jsonl text: every record, or every `requests_every`-th of a long run.
     pub requests: Arc<str>,
+    /// Records in the run, and every how many `requests` keeps one (1: all).
+    pub sample: crate::requests::Sample,
     /// Where each role's GPU time went (`servesim predict --detail time`'s lines).
     pub time: Vec<String>,
     /// Host time of the run (ms).
@@ -168,6 +172,9 @@ pub fn App() -> impl IntoView {
     // Files dropped on the Data page, and those the Predict worker has been given.
     let files: RwSignal<Vec<crate::data::Dropped>> = RwSignal::new(Vec::new());
     let sent: StoredValue<Vec<Arc<str>>> = StoredValue::new(Vec::new());
+    // A requests file coming from the worker: its name and the parts so far (kept as
+    // JavaScript strings, outside the page's wasm memory).
+    let file_parts: StoredValue<Option<(String, js_sys::Array)>, LocalStorage> = StoredValue::new_local(None);
 
     let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg: FromWorker| {
         let current = run_id.get_value();
@@ -180,12 +187,29 @@ pub fn App() -> impl IntoView {
             FromWorker::Progress { id, finished, total, .. } if id == current => {
                 state.set(RunState::Running { finished, total });
             }
-            FromWorker::Done { id, prediction, requests, time, wall_ms } if id == current => {
+            FromWorker::FilePart { id, text, last } if id == current => {
+                file_parts.update_value(|f| {
+                    if let Some((_, parts)) = f {
+                        parts.push(&JsValue::from_str(&text));
+                    }
+                });
+                if last {
+                    if let Some((name, parts)) = file_parts.try_update_value(Option::take).flatten() {
+                        if let Err(e) = crate::client::download(&name, &parts) {
+                            leptos::logging::warn!("{e}");
+                        }
+                    }
+                }
+            }
+            FromWorker::Done { id, prediction, requests, requests_total, requests_every, time, wall_ms }
+                if id == current =>
+            {
                 let parsed = serde_json::from_str(&prediction).unwrap_or(Value::Null);
                 state.set(RunState::Done(Arc::new(Outcome {
                     prediction: parsed,
                     prediction_text: prediction,
                     requests: Arc::from(requests),
+                    sample: crate::requests::Sample { total: requests_total, every: requests_every.max(1) },
                     time,
                     wall_ms,
                 })));
@@ -236,6 +260,19 @@ pub fn App() -> impl IntoView {
             }
         }
     };
+    // The whole requests.jsonl or CSV of the run on screen, from the worker that ran it.
+    let fetch_file = Callback::new(move |format: &'static str| {
+        if !matches!(state.get_untracked(), RunState::Done(_)) {
+            return;
+        }
+        let name = if format == "csv" { "requests.csv" } else { "requests.jsonl" };
+        file_parts.set_value(Some((name.to_string(), js_sys::Array::new())));
+        worker.with_value(|w| {
+            if let Some(w) = w {
+                w.send(&ToWorker::RequestsFile { id: run_id.get_value(), format: format.to_string() });
+            }
+        });
+    });
     let cancel = move || {
         worker.update_value(|w| {
             if let Some(w) = w.take() {
@@ -421,7 +458,7 @@ pub fn App() -> impl IntoView {
     // Every chart of a finished run, drawn in the next frame (the divs exist by then).
     Effect::new(move |_| {
         let figs = state.with(|s| match s {
-            RunState::Done(o) => Some(predict_charts(&o.prediction, &o.requests)),
+            RunState::Done(o) => Some(predict_charts(&o.prediction, &o.requests, o.sample.every)),
             _ => None,
         });
         if let Some(figs) = figs {
@@ -442,7 +479,7 @@ pub fn App() -> impl IntoView {
         }
     });
     let jsonl = Signal::derive(move || {
-        state.with(|s| if let RunState::Done(o) = s { Some(o.requests.clone()) } else { None })
+        state.with(|s| if let RunState::Done(o) = s { Some((o.requests.clone(), o.sample)) } else { None })
     });
 
     let timeline = Memo::new(move |_| {
@@ -569,7 +606,7 @@ pub fn App() -> impl IntoView {
                     <a id="download-prediction" download="prediction.json" href=download>"Download prediction.json"</a>
                     <pre id="prediction-json">{prediction_text}</pre>
                 </details>
-                <crate::requests::RequestTable jsonl=jsonl scenario=Signal::derive(move || config.get()) />
+                <crate::requests::RequestTable jsonl=jsonl scenario=Signal::derive(move || config.get()) fetch=fetch_file />
             </section>
         </main>
         </div>

@@ -87,9 +87,10 @@ pub fn cdf(requests_jsonl: &str, key: &str, title: &str, unit: &str) -> Figure {
     }
 }
 
-/// Requests arriving per second over the run (the offered load), in `bins` bins.
+/// Requests arriving per second over the run (the offered load), in `bins` bins, from records
+/// that each stand for `every` requests (an even sample of a long run).
 #[must_use]
-pub fn offered_load(requests_jsonl: &str, bins: usize) -> Figure {
+pub fn offered_load(requests_jsonl: &str, bins: usize, every: u64) -> Figure {
     let arrivals = request_values(requests_jsonl, "arrival_time_ms");
     let end = arrivals.iter().copied().fold(0.0f64, f64::max);
     let bins = bins.max(1);
@@ -103,7 +104,9 @@ pub fn offered_load(requests_jsonl: &str, bins: usize) -> Figure {
     }
     #[allow(clippy::cast_precision_loss)]
     let x: Vec<f64> = (0..bins).map(|k| (k as f64 + 0.5) * width_ms / 1000.0).collect();
-    let y: Vec<f64> = counts.iter().map(|c| f64::from(*c) / (width_ms / 1000.0)).collect();
+    #[allow(clippy::cast_precision_loss)] // Sampling steps are far below 2^53.
+    let weight = every.max(1) as f64;
+    let y: Vec<f64> = counts.iter().map(|c| f64::from(*c) * weight / (width_ms / 1000.0)).collect();
     Figure {
         data: json!([{
             "type": "bar", "x": x, "y": y, "marker": {"color": "#60a5fa"},
@@ -268,9 +271,11 @@ mod tests {
         let c = cdf(jsonl, "ttft_ms", "TTFT", "ms");
         assert_eq!(c.data[0]["x"], json!([10.0, 30.0]));
         assert_eq!(c.data[0]["y"], json!([0.5, 1.0]));
-        let o = offered_load(jsonl, 2);
+        let o = offered_load(jsonl, 2, 1);
         // Two bins of 1 s: one arrival in the first, two in the second.
         assert_eq!(o.data[0]["y"], json!([1.0, 2.0]));
+        // A sample of every 10th request stands for ten times the arrivals.
+        assert_eq!(offered_load(jsonl, 2, 10).data[0]["y"], json!([10.0, 20.0]));
         let p = json!({"servesim": {"time_series": {"time_ms": [0.0, 500.0], "workers": [
             {"worker": 0, "role": "prefill", "waiting": [1, 2]}, {"worker": 1, "role": "decode", "waiting": [0, 3]}]}}});
         let w = worker_series(&p, "waiting", "Queue", "requests");

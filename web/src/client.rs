@@ -133,6 +133,33 @@ pub fn data_uri(mime: &str, text: &str) -> String {
     format!("data:{mime};charset=utf-8,{}", js_sys::encode_uri_component(text))
 }
 
+thread_local! {
+    /// The object URL of the last download, released when the next one is made (releasing it
+    /// at once could cancel the download it started).
+    static LAST_DOWNLOAD: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Saves `parts` (JavaScript strings, in order) as a file named `name`, through a Blob: the
+/// text never enters the page's wasm memory, and a Blob has no data URI's size limits.
+///
+/// # Errors
+/// When the browser refuses the Blob or the link.
+pub fn download(name: &str, parts: &js_sys::Array) -> Result<(), String> {
+    let fail = |e: JsValue| format!("cannot save {name}: {e:?}");
+    let blob = web_sys::Blob::new_with_str_sequence(parts).map_err(fail)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(fail)?;
+    let document = web_sys::window().and_then(|w| w.document()).ok_or("cannot save without a document")?;
+    let a: web_sys::HtmlAnchorElement =
+        document.create_element("a").map_err(fail)?.dyn_into().map_err(|_| "not a link".to_string())?;
+    a.set_href(&url);
+    a.set_download(name);
+    a.click();
+    if let Some(old) = LAST_DOWNLOAD.with(|l| l.replace(Some(url))) {
+        let _ = web_sys::Url::revoke_object_url(&old);
+    }
+    Ok(())
+}
+
 /// Where the service worker is served, relative to the page (its scope: the page's folder).
 const SERVICE_WORKER_URL: &str = "./sw.js";
 

@@ -10,7 +10,7 @@ use servesim_scenario::estimate::sweep::{default_sweep, SweepSpec};
 use servesim_scenario::recommend::{
     config_sha256, evaluate_at, finish, parse_spec, Candidate, Fidelity, Search, Spec,
 };
-use servesim_scenario::report::{to_jsonl, to_pretty_json};
+use servesim_scenario::report::{to_pretty_json, Requests};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
 use servesim_scenario::{Files, ScenarioError};
 
@@ -127,6 +127,13 @@ pub enum ToWorker {
         /// One `Evaluated` candidate per index of the stage.
         candidates: Vec<String>,
     },
+    /// Every record of the last run, as a file: reply with `FilePart`s.
+    RequestsFile {
+        /// The run's id.
+        id: u32,
+        /// `jsonl` (requests.jsonl) or `csv`.
+        format: String,
+    },
 }
 
 impl ToWorker {
@@ -142,6 +149,7 @@ impl ToWorker {
             | ToWorker::Replay { id, .. }
             | ToWorker::SubmitReplays { id, .. }
             | ToWorker::Inspect { id, .. }
+            | ToWorker::RequestsFile { id, .. }
             | ToWorker::Check { id, .. } => *id,
             ToWorker::PutFile { .. } => 0,
         }
@@ -171,6 +179,7 @@ impl ToWorker {
             | ToWorker::Submit { .. }
             | ToWorker::SubmitReplays { .. }
             | ToWorker::PutFile { .. }
+            | ToWorker::RequestsFile { .. }
             | ToWorker::Inspect { .. } => Vec::new(),
         }
     }
@@ -210,8 +219,15 @@ pub enum FromWorker {
         id: u32,
         /// prediction.json text, byte-identical to the CLI's.
         prediction: String,
-        /// requests.jsonl text.
+        /// requests.jsonl text: every record, or every `requests_every`-th of a run with more
+        /// than [`PAGE_RECORDS`] (`RequestsFile` has them all).
         requests: String,
+        /// Records in the run.
+        #[serde(default)]
+        requests_total: u64,
+        /// Every how many records `requests` keeps one (1: all).
+        #[serde(default)]
+        requests_every: u64,
         /// Where each role's GPU time went, as `servesim predict --detail time` prints it.
         #[serde(default)]
         time: Vec<String>,
@@ -315,6 +331,16 @@ pub enum FromWorker {
         /// The CLI exit code for the same failure.
         exit_code: i32,
     },
+    /// Part of a file asked for with `RequestsFile`, whole lines; the file is the parts in
+    /// order.
+    FilePart {
+        /// The run's id.
+        id: u32,
+        /// The text.
+        text: String,
+        /// The file's last part.
+        last: bool,
+    },
 }
 
 /// One problem of a config, for the page to show at its field and line.
@@ -342,6 +368,8 @@ const PROGRESS_EVERY_MS: f64 = 50.0;
 pub struct WorkerState {
     /// Files the user dropped, by name.
     user: std::collections::BTreeMap<String, Vec<u8>>,
+    /// The last run's id and records, for [`ToWorker::RequestsFile`].
+    last_run: Option<(u32, Requests)>,
     catalog: Option<Catalog>,
     spec: Option<(String, String, Spec)>,
     search: Option<Coordinated>,
@@ -472,13 +500,26 @@ fn dispatch(
     match msg {
         ToWorker::Run { id, config, source } => {
             let started = now_ms();
+            // The last run's records go before this one's are made.
+            state.last_run = None;
             match run(state, id, &config, &source, files, now_ms, post) {
                 Ok((prediction, requests, time)) => {
-                    post(FromWorker::Done { id, prediction, requests, time, wall_ms: now_ms() - started });
+                    let sample = requests.jsonl_sample(PAGE_RECORDS);
+                    state.last_run = Some((id, requests));
+                    post(FromWorker::Done {
+                        id,
+                        prediction,
+                        requests: sample.text,
+                        requests_total: sample.total as u64,
+                        requests_every: sample.every as u64,
+                        time,
+                        wall_ms: now_ms() - started,
+                    });
                 }
                 Err(e) => post(failed(e)),
             }
         }
+        ToWorker::RequestsFile { id, format } => requests_file(state, id, &format, post),
         ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
             Ok(reply) => post(reply),
             Err(e) => post(failed(e)),
@@ -717,7 +758,7 @@ fn run(
     files: &dyn Files,
     now_ms: &dyn Fn() -> f64,
     post: &mut dyn FnMut(FromWorker),
-) -> Result<(String, String, Vec<String>), ScenarioError> {
+) -> Result<(String, Requests, Vec<String>), ScenarioError> {
     let root = parse_with_overrides(config, source, &[])?;
     let prepared = prepare(&root, source, state.catalog()?, None, files)?;
     match servesim_scenario::estimate::estimate(&prepared) {
@@ -747,7 +788,61 @@ fn run(
         &prepared,
         &prediction,
     ));
-    Ok((to_pretty_json(&prediction.json), to_jsonl(&prediction.requests), time))
+    Ok((to_pretty_json(&prediction.json), prediction.requests, time))
+}
+
+/// Records a page receives with a finished run at most (about 76 MB of requests.jsonl); a
+/// longer run's are sampled evenly and the whole file comes from [`ToWorker::RequestsFile`].
+pub const PAGE_RECORDS: usize = 100_000;
+
+/// Bytes of one [`FromWorker::FilePart`] (whole lines, so a little more).
+const FILE_PART_BYTES: usize = 4 << 20;
+
+/// Sends the last run's records as a file in parts of whole lines.
+fn requests_file(state: &WorkerState, id: u32, format: &str, post: &mut dyn FnMut(FromWorker)) {
+    let Some((_, requests)) = state.last_run.as_ref().filter(|(run, _)| *run == id) else {
+        let message = format!("run {id}'s records are gone (a later run replaced them): run it again");
+        return post(FromWorker::Failed { id, message, exit_code: 1 });
+    };
+    let mut out = PartWriter { id, part_bytes: FILE_PART_BYTES, buf: Vec::new(), post };
+    let written = match format {
+        "jsonl" => requests.write_jsonl(&mut out),
+        "csv" => requests.write_csv(&mut out),
+        other => {
+            let message = format!("unknown requests file format '{other}' (jsonl or csv)");
+            return (out.post)(FromWorker::Failed { id, message, exit_code: 1 });
+        }
+    };
+    if let Err(e) = written {
+        return (out.post)(FromWorker::Failed { id, message: e.to_string(), exit_code: 1 });
+    }
+    let text = String::from_utf8_lossy(&out.buf).into_owned();
+    (out.post)(FromWorker::FilePart { id, text, last: true });
+}
+
+/// Posts what is written to it in parts of whole lines.
+struct PartWriter<'a> {
+    id: u32,
+    /// Bytes a part holds before it is sent at the next line's end.
+    part_bytes: usize,
+    buf: Vec<u8>,
+    post: &'a mut dyn FnMut(FromWorker),
+}
+
+impl std::io::Write for PartWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= self.part_bytes && self.buf.last() == Some(&b'\n') {
+            let text = String::from_utf8_lossy(&self.buf).into_owned();
+            self.buf.clear();
+            (self.post)(FromWorker::FilePart { id: self.id, text, last: false });
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decodes a message, turning garbage into a `Failed` reply instead of a silent drop.

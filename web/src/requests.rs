@@ -1,5 +1,7 @@
 //! The per-request table under Predict: requests.jsonl sorted and filtered in the page, with
 //! downloads in the CLI's formats (requests.jsonl, a CSV of the same records, the scenario).
+//! A long run's page holds an even sample of its records; the downloads come whole from the
+//! worker that ran it.
 
 use std::sync::Arc;
 
@@ -25,6 +27,41 @@ pub const COLUMNS: [(&str, &str, usize); 10] = [
 /// Rows shown at once; the rest are a sort or a filter away (and in the downloads).
 pub const SHOWN: usize = 100;
 
+/// Which records of a run the page holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Records in the run.
+    pub total: u64,
+    /// Every how many the page holds one (1: all).
+    pub every: u64,
+}
+
+impl Sample {
+    /// What the table shows of the run, when it is a sample.
+    #[must_use]
+    pub fn note(&self) -> Option<String> {
+        (self.every > 1).then(|| {
+            format!(
+                "A sample: every {} of {} requests by arrival. The figures above count all of them; the downloads hold all of them.",
+                ordinal(self.every),
+                self.total
+            )
+        })
+    }
+}
+
+/// `2nd`, `3rd`, `11th`, `21st`...
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// Parsed requests.jsonl: the records and their keys in first-record order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Records {
@@ -46,27 +83,6 @@ impl Records {
         let keys =
             rows.first().and_then(Value::as_object).map_or(Vec::new(), |o| o.keys().cloned().collect());
         Records { rows, keys }
-    }
-
-    /// The records as CSV: a header of every key, one line per request, empty cells for null.
-    #[must_use]
-    pub fn to_csv(&self) -> String {
-        let cell = |v: &Value| -> String {
-            match v {
-                Value::Null => String::new(),
-                Value::String(s) if s.contains([',', '"', '\n']) => format!("\"{}\"", s.replace('"', "\"\"")),
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            }
-        };
-        let mut out = self.keys.join(",");
-        out.push('\n');
-        for r in &self.rows {
-            let line: Vec<String> = self.keys.iter().map(|k| cell(&r[k.as_str()])).collect();
-            out.push_str(&line.join(","));
-            out.push('\n');
-        }
-        out
     }
 
     /// Row indices matching `filter` (a substring of the request id or status, any case),
@@ -99,10 +115,17 @@ impl Records {
     }
 }
 
-/// The table. `jsonl` is the finished run's requests.jsonl; `scenario` its config text.
+/// The table. `jsonl` is the finished run's requests.jsonl (or a sample of it) and which
+/// records it holds; `scenario` its config text; `fetch` asks for the whole file as `jsonl` or
+/// `csv`.
 #[component]
-pub fn RequestTable(jsonl: Signal<Option<Arc<str>>>, scenario: Signal<String>) -> impl IntoView {
-    let records = Memo::new(move |_| jsonl.get().map(|t| Arc::new(Records::parse(&t))));
+pub fn RequestTable(
+    jsonl: Signal<Option<(Arc<str>, Sample)>>,
+    scenario: Signal<String>,
+    fetch: Callback<&'static str>,
+) -> impl IntoView {
+    let records = Memo::new(move |_| jsonl.get().map(|(t, _)| Arc::new(Records::parse(&t))));
+    let note = move || jsonl.with(|j| j.as_ref().and_then(|(_, s)| s.note()));
     let sort = RwSignal::new(("arrival_time_ms", false));
     let filter = RwSignal::new(String::new());
     let selected = move || {
@@ -135,10 +158,13 @@ pub fn RequestTable(jsonl: Signal<Option<Arc<str>>>, scenario: Signal<String>) -
                 <input id="request-filter" type="search" placeholder="filter by request id or status" aria-label="Filter requests"
                     prop:value=move || filter.get() on:input=move |ev| filter.set(event_target_value(&ev)) />
                 <span id="request-count" class="hint">{move || selected().map_or(String::new(), |(rows, n)| format!("{} of {n} shown", rows.len()))}</span>
-                <a id="download-requests" download="requests.jsonl" href=move || data_uri("application/x-ndjson", &jsonl.get().unwrap_or_default())>"requests.jsonl"</a>
-                <a id="download-requests-csv" download="requests.csv" href=move || records.with(|r| r.as_ref().map_or(String::new(), |r| data_uri("text/csv", &r.to_csv())))>"requests.csv"</a>
+                <button id="download-requests" class="link" on:click=move |_| fetch.run("jsonl")>"requests.jsonl"</button>
+                <button id="download-requests-csv" class="link" on:click=move |_| fetch.run("csv")>"requests.csv"</button>
                 <a id="download-scenario" download="scenario.yaml" href=move || data_uri("application/yaml", &scenario.get())>"scenario.yaml"</a>
             </div>
+            <Show when=move || note().is_some()>
+                <p id="request-sample" class="hint">{note}</p>
+            </Show>
             <div class="table-wrap requests">
                 <table id="request-table">
                     <thead><tr>{COLUMNS.into_iter().map(header).collect_view()}</tr></thead>
@@ -179,11 +205,13 @@ mod tests {
     }
 
     #[test]
-    fn csv_has_every_key_and_quotes_what_needs_it() {
-        let csv = Records::parse(JSONL).to_csv();
-        let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines[0], "uuid,ttft_ms,terminal_status,note");
-        assert_eq!(lines[1], "r-2,30.5,completed,\"a,b\"");
-        assert_eq!(lines[2], "r-1,,rejected,");
+    fn a_sample_says_which_records_it_holds() {
+        assert_eq!(Sample { total: 100, every: 1 }.note(), None);
+        let n = Sample { total: 1_000_000, every: 10 }.note().unwrap_or_default();
+        assert!(n.starts_with("A sample: every 10th of 1000000 requests"), "{n}");
+        assert_eq!(
+            [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111].map(ordinal).join(" "),
+            "1st 2nd 3rd 4th 11th 12th 13th 21st 22nd 101st 111th"
+        );
     }
 }

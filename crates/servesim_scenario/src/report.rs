@@ -75,17 +75,91 @@ impl Requests {
         })
     }
 
+    /// Records (terminal requests).
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.records.iter().filter(|r| matches!(r.status, Status::Completed | Status::Rejected)).count()
+    }
+
     /// Writes requests.jsonl, one line at a time.
     ///
     /// # Errors
     /// What `out` returns.
     pub fn write_jsonl(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        for r in self.iter() {
+        self.write_jsonl_every(1, out)
+    }
+
+    /// Writes every `every`-th line of requests.jsonl (the first, then each `every` after it).
+    ///
+    /// # Errors
+    /// What `out` returns.
+    pub fn write_jsonl_every(&self, every: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for r in self.iter().step_by(every.max(1)) {
             serde_json::to_writer(&mut *out, &r)?;
             out.write_all(b"\n")?;
         }
         Ok(())
     }
+
+    /// requests.jsonl as text, or an even sample of it when the run has more than `max`
+    /// records (every `every`-th by arrival: what a page can hold, where a million-request
+    /// run's 765 MB cannot be).
+    #[must_use]
+    pub fn jsonl_sample(&self, max: usize) -> JsonlSample {
+        let total = self.count();
+        let every = total.div_ceil(max.max(1)).max(1);
+        let mut out = Vec::new();
+        // Writing to memory cannot fail, and serde_json writes valid UTF-8.
+        let _ = self.write_jsonl_every(every, &mut out);
+        JsonlSample { text: String::from_utf8(out).unwrap_or_default(), total, every }
+    }
+
+    /// Writes the records as CSV: a header of every key, one line per request, empty cells
+    /// for null, quotes where a cell needs them.
+    ///
+    /// # Errors
+    /// What `out` returns.
+    pub fn write_csv(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let mut keys: Vec<String> = Vec::new();
+        for r in self.iter() {
+            let Value::Object(m) = serde_json::to_value(&r).unwrap_or(Value::Null) else { continue };
+            if keys.is_empty() {
+                keys = m.keys().cloned().collect();
+                writeln!(out, "{}", keys.join(","))?;
+            }
+            writeln!(out, "{}", csv_line(&keys, &m))?;
+        }
+        Ok(())
+    }
+}
+
+/// A requests.jsonl sample: the text, the records in the run, and the step between the
+/// records kept (1: all of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonlSample {
+    /// Lines of the records kept.
+    pub text: String,
+    /// Records in the run.
+    pub total: usize,
+    /// Every how many records one was kept.
+    pub every: usize,
+}
+
+/// One CSV line of a record's `keys` (empty cells for null and missing keys; a cell holding a
+/// comma, quote or newline is quoted with its quotes doubled).
+#[must_use]
+pub fn csv_line(keys: &[String], record: &Map<String, Value>) -> String {
+    let cell = |v: Option<&Value>| -> String {
+        match v {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) if s.contains([',', '"', '\n']) => {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            }
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        }
+    };
+    keys.iter().map(|k| cell(record.get(k))).collect::<Vec<_>>().join(",")
 }
 
 /// One line of requests.jsonl.

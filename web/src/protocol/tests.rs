@@ -81,6 +81,78 @@ fn default_run_reports_progress_then_done_with_the_cli_bytes() {
     assert!(time[0].starts_with("Busy time, aggregated ("), "{time:?}");
 }
 
+#[test]
+fn the_page_gets_the_run_s_records_and_the_whole_files_on_demand() {
+    let mut state = WorkerState::default();
+    let files = data_for(servesim_scenario::DEFAULT_SCENARIO);
+    let mut out = Vec::new();
+    let run =
+        ToWorker::Run { id: 3, config: servesim_scenario::DEFAULT_SCENARIO.into(), source: "default".into() };
+    handle(&mut state, run, &files, &|| 0.0, &mut |m| out.push(m));
+    let Some(FromWorker::Done { requests, requests_total: 100, requests_every: 1, .. }) = out.pop() else {
+        panic!("{out:?}")
+    };
+    let cli = servesim_scenario::predict(
+        servesim_scenario::DEFAULT_SCENARIO,
+        "default",
+        &[],
+        None,
+        &Both(files.clone()),
+    )
+    .unwrap();
+    let jsonl = servesim_scenario::report::to_jsonl(&cli.requests);
+    assert_eq!(requests, jsonl, "a run within PAGE_RECORDS comes whole");
+    let file = |state: &mut WorkerState, id: u32, format: &str| {
+        let mut out = Vec::new();
+        let msg = ToWorker::RequestsFile { id, format: format.into() };
+        handle(state, msg, &MemFiles::default(), &|| 0.0, &mut |m| out.push(m));
+        out
+    };
+    let text = |parts: Vec<FromWorker>| -> String {
+        let last = parts.len() - 1;
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| match m {
+                FromWorker::FilePart { id: 3, text, last: l } if l == (i == last) => text,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(text(file(&mut state, 3, "jsonl")), jsonl);
+    let mut csv = Vec::new();
+    cli.requests.write_csv(&mut csv).unwrap();
+    let got = text(file(&mut state, 3, "csv"));
+    assert_eq!(got, String::from_utf8(csv).unwrap());
+    assert_eq!(got.lines().count(), 101);
+    assert!(got.starts_with("session_id,turn_index,uuid,arrival_time_ms,"), "{}", &got[..80]);
+    // Another run's records, or a format nobody writes, are refused with a reason.
+    let [FromWorker::Failed { id: 2, message, .. }] = &file(&mut state, 2, "jsonl")[..] else { panic!() };
+    assert!(message.contains("run 2's records are gone"), "{message}");
+    let [FromWorker::Failed { message, .. }] = &file(&mut state, 3, "xml")[..] else { panic!() };
+    assert!(message.contains("unknown requests file format 'xml'"), "{message}");
+}
+
+#[test]
+fn a_file_is_sent_in_parts_of_whole_lines() {
+    let mut sent = Vec::new();
+    let mut post = |m: FromWorker| sent.push(m);
+    let mut w = PartWriter { id: 1, part_bytes: 8, buf: Vec::new(), post: &mut post };
+    std::io::Write::write_all(&mut w, b"aaaa\nbbbbbb").unwrap();
+    std::io::Write::write_all(&mut w, b"\ncc\n").unwrap();
+    std::io::Write::write_all(&mut w, b"dd\n").unwrap();
+    assert_eq!(String::from_utf8(w.buf.clone()).unwrap(), "dd\n");
+    let parts: Vec<String> = sent
+        .iter()
+        .map(|m| match m {
+            FromWorker::FilePart { text, last: false, .. } => text.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Nothing goes until a line ends past the part size; the short tail waits for the end.
+    assert_eq!(parts, ["aaaa\nbbbbbb\ncc\n".to_string()]);
+}
+
 /// A small staged search on the default scenario's tables.
 const SPEC: &str = "engine: {model: Qwen/Qwen3-32B-FP8, hardware: h200_sxm, backend: vllm,\n  workers: {aggregated: {parallelism: {tensor: {choices: [1, 2, 4]}}}}}\ntraffic: {source: {type: synthetic, input_tokens: 1000, output_tokens: 100},\n  load: {type: poisson, requests_per_second: {choices: [1, 4]}}, stop: {requests: 24}}\noptimization: {target: pareto}\noptimizer: {algorithm: staged}\n";
 
