@@ -484,7 +484,9 @@ pub fn App() -> impl IntoView {
 
     let timeline = Memo::new(move |_| {
         state.with(|s| match s {
-            RunState::Done(o) => crate::playback::Timeline::read(&o.prediction, &o.requests).map(Arc::new),
+            RunState::Done(o) => {
+                crate::playback::Timeline::read(&o.prediction, &o.requests, o.sample.every).map(Arc::new)
+            }
             _ => None,
         })
     });

@@ -31,10 +31,12 @@ pub struct Timeline {
     pub time_ms: Vec<f64>,
     /// One track per worker.
     pub tracks: Vec<WorkerTrack>,
-    /// Arrival and completion times of every request (ms), sorted.
+    /// Arrival times of the requests the page holds (ms), sorted.
     pub arrivals_ms: Vec<f64>,
     /// Completion times (ms), sorted.
     pub finishes_ms: Vec<f64>,
+    /// Requests each held one stands for (1: the page holds them all; `every` of a sample).
+    pub weight: usize,
 }
 
 /// One worker at one instant.
@@ -64,9 +66,10 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 }
 
 impl Timeline {
-    /// Reads the timeline of prediction.json and requests.jsonl (`None` without samples).
+    /// Reads the timeline of prediction.json and requests.jsonl, or every `every`-th line of
+    /// it (`None` without samples).
     #[must_use]
-    pub fn read(prediction: &Value, requests_jsonl: &str) -> Option<Timeline> {
+    pub fn read(prediction: &Value, requests_jsonl: &str, every: u64) -> Option<Timeline> {
         let ts = &prediction["servesim"]["time_series"];
         let time_ms = floats(&ts["time_ms"]);
         if time_ms.is_empty() {
@@ -95,7 +98,14 @@ impl Timeline {
                 }
             }
         }
-        Some(Timeline { time_ms, tracks, arrivals_ms: sorted(arrivals), finishes_ms: sorted(finishes) })
+        let weight = usize::try_from(every.max(1)).unwrap_or(usize::MAX);
+        Some(Timeline {
+            time_ms,
+            tracks,
+            arrivals_ms: sorted(arrivals),
+            finishes_ms: sorted(finishes),
+            weight,
+        })
     }
 
     /// Samples.
@@ -131,11 +141,13 @@ impl Timeline {
             .collect()
     }
 
-    /// Requests arrived and finished by sample `k`.
+    /// Requests arrived and finished by sample `k` (estimated from a sample: each held
+    /// request counts `weight` times).
     #[must_use]
     pub fn counts(&self, k: usize) -> (usize, usize) {
         let t = self.time_ms.get(k).copied().unwrap_or(0.0);
-        (self.arrivals_ms.partition_point(|&a| a <= t), self.finishes_ms.partition_point(|&f| f <= t))
+        let n = |v: &[f64], t: f64| v.partition_point(|&x| x <= t).saturating_mul(self.weight);
+        (n(&self.arrivals_ms, t), n(&self.finishes_ms, t))
     }
 
     /// Largest queue and token rate over the run, for bar scales that do not jump.
@@ -198,8 +210,9 @@ pub fn Playback(timeline: Signal<Option<std::sync::Arc<Timeline>>>) -> impl Into
             t.as_ref().map_or(String::new(), |t| {
                 let k = at.get().min(t.len().saturating_sub(1));
                 let (arrived, finished) = t.counts(k);
+                let about = if t.weight > 1 { "about " } else { "" };
                 format!(
-                    "t = {:.2} s · {arrived} requests arrived · {finished} finished · {} in flight",
+                    "t = {:.2} s · {about}{arrived} requests arrived · {finished} finished · {} in flight",
                     t.time_ms[k] / 1000.0,
                     arrived.saturating_sub(finished)
                 )
@@ -284,7 +297,7 @@ mod tests {
     fn frames_follow_the_time_series_of_a_real_run() {
         let prediction: Value =
             serde_json::from_str(include_str!("../../tests/golden/pd_vllm.prediction.json")).unwrap();
-        let t = Timeline::read(&prediction, "").unwrap();
+        let t = Timeline::read(&prediction, "", 1).unwrap();
         let ts = &prediction["servesim"]["time_series"];
         assert_eq!(t.len(), ts["time_ms"].as_array().unwrap().len());
         assert_eq!(t.tracks.len(), 3);
@@ -315,10 +328,12 @@ mod tests {
         let prediction =
             serde_json::json!({"servesim": {"time_series": {"time_ms": [0.0, 10.0, 20.0], "workers": []}}});
         let jsonl = "{\"arrival_time_ms\": 0.0, \"e2e_latency_ms\": 15.0}\n{\"arrival_time_ms\": 5.0, \"e2e_latency_ms\": 1.0}\n";
-        let t = Timeline::read(&prediction, jsonl).unwrap();
+        let t = Timeline::read(&prediction, jsonl, 1).unwrap();
         assert_eq!(t.counts(0), (1, 0));
         assert_eq!(t.counts(1), (2, 1));
         assert_eq!(t.counts(2), (2, 2));
-        assert!(Timeline::read(&serde_json::json!({}), "").is_none());
+        // Held as a sample of every 10th request, each stands for ten.
+        assert_eq!(Timeline::read(&prediction, jsonl, 10).unwrap().counts(1), (20, 10));
+        assert!(Timeline::read(&serde_json::json!({}), "", 1).is_none());
     }
 }
