@@ -61,7 +61,7 @@ const LOAD_BINS: usize = 60;
 
 /// Every Predict chart of a finished run: (div id, figure). `requests` holds every `every`-th
 /// record of the run.
-fn predict_charts(prediction: &Value, requests: &str, every: u64) -> Vec<(&'static str, charts::Figure)> {
+fn predict_charts(prediction: &Value, requests: &[Value], every: u64) -> Vec<(&'static str, charts::Figure)> {
     let [offered, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
     vec![
         ("ttft-chart", charts::ttft_by_arrival(requests)),
@@ -105,8 +105,9 @@ pub struct Outcome {
     pub prediction: Value,
     /// prediction.json text.
     pub prediction_text: String,
-    /// requests.jsonl text: every record, or every `requests_every`-th of a long run.
-    pub requests: Arc<str>,
+    /// requests.jsonl's records, parsed once for every chart and the table: all of them, or
+    /// every `sample.every`-th of a long run.
+    pub records: Arc<crate::requests::Records>,
     /// Records in the run, and every how many `requests` keeps one (1: all).
     pub sample: crate::requests::Sample,
     /// Where each role's GPU time went (`servesim predict --detail time`'s lines).
@@ -208,7 +209,7 @@ pub fn App() -> impl IntoView {
                 state.set(RunState::Done(Arc::new(Outcome {
                     prediction: parsed,
                     prediction_text: prediction,
-                    requests: Arc::from(requests),
+                    records: Arc::new(crate::requests::Records::parse(&requests)),
                     sample: crate::requests::Sample { total: requests_total, every: requests_every.max(1) },
                     time,
                     wall_ms,
@@ -458,7 +459,7 @@ pub fn App() -> impl IntoView {
     // Every chart of a finished run, drawn in the next frame (the divs exist by then).
     Effect::new(move |_| {
         let figs = state.with(|s| match s {
-            RunState::Done(o) => Some(predict_charts(&o.prediction, &o.requests, o.sample.every)),
+            RunState::Done(o) => Some(predict_charts(&o.prediction, &o.records.rows, o.sample.every)),
             _ => None,
         });
         if let Some(figs) = figs {
@@ -478,14 +479,14 @@ pub fn App() -> impl IntoView {
             });
         }
     });
-    let jsonl = Signal::derive(move || {
-        state.with(|s| if let RunState::Done(o) = s { Some((o.requests.clone(), o.sample)) } else { None })
+    let request_records = Signal::derive(move || {
+        state.with(|s| if let RunState::Done(o) = s { Some((o.records.clone(), o.sample)) } else { None })
     });
 
     let timeline = Memo::new(move |_| {
         state.with(|s| match s {
             RunState::Done(o) => {
-                crate::playback::Timeline::read(&o.prediction, &o.requests, o.sample.every).map(Arc::new)
+                crate::playback::Timeline::read(&o.prediction, &o.records.rows, o.sample.every).map(Arc::new)
             }
             _ => None,
         })
@@ -608,7 +609,7 @@ pub fn App() -> impl IntoView {
                     <a id="download-prediction" download="prediction.json" href=download>"Download prediction.json"</a>
                     <pre id="prediction-json">{prediction_text}</pre>
                 </details>
-                <crate::requests::RequestTable jsonl=jsonl scenario=Signal::derive(move || config.get()) fetch=fetch_file />
+                <crate::requests::RequestTable records=request_records scenario=Signal::derive(move || config.get()) fetch=fetch_file />
             </section>
         </main>
         </div>

@@ -32,13 +32,13 @@ fn base_layout(title: &str, x: &str, y: &str) -> Value {
 /// Point count above which scatter plots switch to WebGL.
 const WEBGL_THRESHOLD: usize = 5000;
 
-/// Time to first token of each completed request against its arrival time.
+/// Time to first token of each completed request against its arrival time (`rows`: parsed
+/// requests.jsonl records).
 #[must_use]
-pub fn ttft_by_arrival(requests_jsonl: &str) -> Figure {
+pub fn ttft_by_arrival(rows: &[Value]) -> Figure {
     let mut x = Vec::new();
     let mut y = Vec::new();
-    for line in requests_jsonl.lines() {
-        let Ok(r) = serde_json::from_str::<Value>(line) else { continue };
+    for r in rows {
         if let (Some(a), Some(t)) = (r["arrival_time_ms"].as_f64(), r["ttft_ms"].as_f64()) {
             x.push(a / 1000.0);
             y.push(t);
@@ -59,18 +59,14 @@ pub fn ttft_by_arrival(requests_jsonl: &str) -> Figure {
     }
 }
 
-fn request_values(requests_jsonl: &str, key: &str) -> Vec<f64> {
-    requests_jsonl
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|r| r[key].as_f64())
-        .collect()
+fn request_values(rows: &[Value], key: &str) -> Vec<f64> {
+    rows.iter().filter_map(|r| r[key].as_f64()).collect()
 }
 
 /// Empirical CDF of a per-request figure (`ttft_ms`, `tpot_ms`, `e2e_latency_ms`, ...).
 #[must_use]
-pub fn cdf(requests_jsonl: &str, key: &str, title: &str, unit: &str) -> Figure {
-    let mut v = request_values(requests_jsonl, key);
+pub fn cdf(rows: &[Value], key: &str, title: &str, unit: &str) -> Figure {
+    let mut v = request_values(rows, key);
     v.sort_by(f64::total_cmp);
     #[allow(clippy::cast_precision_loss)]
     let n = v.len() as f64;
@@ -90,8 +86,8 @@ pub fn cdf(requests_jsonl: &str, key: &str, title: &str, unit: &str) -> Figure {
 /// Requests arriving per second over the run (the offered load), in `bins` bins, from records
 /// that each stand for `every` requests (an even sample of a long run).
 #[must_use]
-pub fn offered_load(requests_jsonl: &str, bins: usize, every: u64) -> Figure {
-    let arrivals = request_values(requests_jsonl, "arrival_time_ms");
+pub fn offered_load(rows: &[Value], bins: usize, every: u64) -> Figure {
+    let arrivals = request_values(rows, "arrival_time_ms");
     let end = arrivals.iter().copied().fold(0.0f64, f64::max);
     let bins = bins.max(1);
     #[allow(clippy::cast_precision_loss)]
@@ -239,7 +235,7 @@ mod tests {
     #[test]
     fn ttft_chart_takes_completed_requests_only() {
         let jsonl = "{\"arrival_time_ms\": 1500.0, \"ttft_ms\": 20.5}\n{\"arrival_time_ms\": 10.0, \"ttft_ms\": null}\nnot json\n";
-        let f = ttft_by_arrival(jsonl);
+        let f = ttft_by_arrival(&crate::requests::Records::parse(jsonl).rows);
         assert_eq!(f.data[0]["x"], json!([1.5]));
         assert_eq!(f.data[0]["y"], json!([20.5]));
         assert_eq!(f.layout["xaxis"]["title"]["text"], "arrival time (s)");
@@ -268,14 +264,15 @@ mod tests {
     #[test]
     fn cdf_offered_load_and_worker_series_read_the_reports() {
         let jsonl = "{\"arrival_time_ms\": 0.0, \"ttft_ms\": 30.0}\n{\"arrival_time_ms\": 1500.0, \"ttft_ms\": 10.0}\n{\"arrival_time_ms\": 2000.0, \"ttft_ms\": null}\n";
-        let c = cdf(jsonl, "ttft_ms", "TTFT", "ms");
+        let rows = crate::requests::Records::parse(jsonl).rows;
+        let c = cdf(&rows, "ttft_ms", "TTFT", "ms");
         assert_eq!(c.data[0]["x"], json!([10.0, 30.0]));
         assert_eq!(c.data[0]["y"], json!([0.5, 1.0]));
-        let o = offered_load(jsonl, 2, 1);
+        let o = offered_load(&rows, 2, 1);
         // Two bins of 1 s: one arrival in the first, two in the second.
         assert_eq!(o.data[0]["y"], json!([1.0, 2.0]));
         // A sample of every 10th request stands for ten times the arrivals.
-        assert_eq!(offered_load(jsonl, 2, 10).data[0]["y"], json!([10.0, 20.0]));
+        assert_eq!(offered_load(&rows, 2, 10).data[0]["y"], json!([10.0, 20.0]));
         let p = json!({"servesim": {"time_series": {"time_ms": [0.0, 500.0], "workers": [
             {"worker": 0, "role": "prefill", "waiting": [1, 2]}, {"worker": 1, "role": "decode", "waiting": [0, 3]}]}}});
         let w = worker_series(&p, "waiting", "Queue", "requests");

@@ -62,9 +62,9 @@ pub fn deltas(a: &Value, b: &Value) -> Vec<Delta> {
 
 /// Two CDFs of a per-request figure on one plot, A in blue and B in orange.
 #[must_use]
-pub fn overlay(a_jsonl: &str, b_jsonl: &str, key: &str, title: &str, unit: &str) -> Figure {
-    let mut fa = charts::cdf(a_jsonl, key, title, unit);
-    let fb = charts::cdf(b_jsonl, key, title, unit);
+pub fn overlay(a: &[Value], b: &[Value], key: &str, title: &str, unit: &str) -> Figure {
+    let mut fa = charts::cdf(a, key, title, unit);
+    let fb = charts::cdf(b, key, title, unit);
     let mut trace_b = fb.data[0].clone();
     fa.data[0]["name"] = json!("A");
     trace_b["name"] = json!("B");
@@ -81,7 +81,7 @@ pub fn overlay(a_jsonl: &str, b_jsonl: &str, key: &str, title: &str, unit: &str)
 enum Side {
     Idle,
     Running,
-    Done { prediction: Value, requests: Rc<str> },
+    Done { prediction: Value, requests: Rc<Vec<Value>> },
     Failed(String),
 }
 
@@ -103,7 +103,8 @@ pub fn ComparePage(initial: String, files: RwSignal<Vec<crate::data::Dropped>>) 
             let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg| match msg {
                 FromWorker::Done { id: i, prediction, requests, .. } if i == run_id.get_value() => {
                     let p = serde_json::from_str(&prediction).unwrap_or(Value::Null);
-                    side.set(Side::Done { prediction: p, requests: Rc::from(requests) });
+                    let rows = crate::requests::Records::parse(&requests).rows;
+                    side.set(Side::Done { prediction: p, requests: Rc::new(rows) });
                 }
                 FromWorker::Failed { id: i, message, .. } if i == run_id.get_value() || i == 0 => {
                     side.set(Side::Failed(message));
@@ -244,7 +245,8 @@ mod tests {
     fn overlay_puts_b_over_a() {
         let a = "{\"ttft_ms\": 1.0}\n";
         let b = "{\"ttft_ms\": 2.0}\n{\"ttft_ms\": 3.0}\n";
-        let f = overlay(a, b, "ttft_ms", "TTFT", "ms");
+        let rows = |t| crate::requests::Records::parse(t).rows;
+        let f = overlay(&rows(a), &rows(b), "ttft_ms", "TTFT", "ms");
         assert_eq!(f.data[0]["name"], "A");
         assert_eq!(f.data[1]["name"], "B");
         assert_eq!(f.data[1]["x"], json!([2.0, 3.0]));

@@ -66,10 +66,10 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 }
 
 impl Timeline {
-    /// Reads the timeline of prediction.json and requests.jsonl, or every `every`-th line of
-    /// it (`None` without samples).
+    /// Reads the timeline of prediction.json and requests.jsonl's records (`rows`), or every
+    /// `every`-th record (`None` without samples).
     #[must_use]
-    pub fn read(prediction: &Value, requests_jsonl: &str, every: u64) -> Option<Timeline> {
+    pub fn read(prediction: &Value, rows: &[Value], every: u64) -> Option<Timeline> {
         let ts = &prediction["servesim"]["time_series"];
         let time_ms = floats(&ts["time_ms"]);
         if time_ms.is_empty() {
@@ -89,8 +89,7 @@ impl Timeline {
             })
             .collect();
         let (mut arrivals, mut finishes) = (Vec::new(), Vec::new());
-        for line in requests_jsonl.lines() {
-            let Ok(r) = serde_json::from_str::<Value>(line) else { continue };
+        for r in rows {
             if let Some(a) = r["arrival_time_ms"].as_f64() {
                 arrivals.push(a);
                 if let Some(e) = r["e2e_latency_ms"].as_f64() {
@@ -297,7 +296,7 @@ mod tests {
     fn frames_follow_the_time_series_of_a_real_run() {
         let prediction: Value =
             serde_json::from_str(include_str!("../../tests/golden/pd_vllm.prediction.json")).unwrap();
-        let t = Timeline::read(&prediction, "", 1).unwrap();
+        let t = Timeline::read(&prediction, &[], 1).unwrap();
         let ts = &prediction["servesim"]["time_series"];
         assert_eq!(t.len(), ts["time_ms"].as_array().unwrap().len());
         assert_eq!(t.tracks.len(), 3);
@@ -328,12 +327,13 @@ mod tests {
         let prediction =
             serde_json::json!({"servesim": {"time_series": {"time_ms": [0.0, 10.0, 20.0], "workers": []}}});
         let jsonl = "{\"arrival_time_ms\": 0.0, \"e2e_latency_ms\": 15.0}\n{\"arrival_time_ms\": 5.0, \"e2e_latency_ms\": 1.0}\n";
-        let t = Timeline::read(&prediction, jsonl, 1).unwrap();
+        let rows = crate::requests::Records::parse(jsonl).rows;
+        let t = Timeline::read(&prediction, &rows, 1).unwrap();
         assert_eq!(t.counts(0), (1, 0));
         assert_eq!(t.counts(1), (2, 1));
         assert_eq!(t.counts(2), (2, 2));
         // Held as a sample of every 10th request, each stands for ten.
-        assert_eq!(Timeline::read(&prediction, jsonl, 10).unwrap().counts(1), (20, 10));
-        assert!(Timeline::read(&serde_json::json!({}), "", 1).is_none());
+        assert_eq!(Timeline::read(&prediction, &rows, 10).unwrap().counts(1), (20, 10));
+        assert!(Timeline::read(&serde_json::json!({}), &[], 1).is_none());
     }
 }

@@ -63,7 +63,7 @@ fn ordinal(n: u64) -> String {
 }
 
 /// Parsed requests.jsonl: the records and their keys in first-record order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Records {
     /// One JSON object per request.
     pub rows: Vec<Value>,
@@ -115,17 +115,17 @@ impl Records {
     }
 }
 
-/// The table. `jsonl` is the finished run's requests.jsonl (or a sample of it) and which
-/// records it holds; `scenario` its config text; `fetch` asks for the whole file as `jsonl` or
-/// `csv`.
+/// The table. `records` are the finished run's requests.jsonl records (or a sample of them)
+/// and which records they are; `scenario` its config text; `fetch` asks for the whole file as
+/// `jsonl` or `csv`.
 #[component]
 pub fn RequestTable(
-    jsonl: Signal<Option<(Arc<str>, Sample)>>,
+    records: Signal<Option<(Arc<Records>, Sample)>>,
     scenario: Signal<String>,
     fetch: Callback<&'static str>,
 ) -> impl IntoView {
-    let records = Memo::new(move |_| jsonl.get().map(|(t, _)| Arc::new(Records::parse(&t))));
-    let note = move || jsonl.with(|j| j.as_ref().and_then(|(_, s)| s.note()));
+    let note = move || records.with(|j| j.as_ref().and_then(|(_, s)| s.note()));
+    let records = Memo::new(move |_| records.get().map(|(r, _)| r));
     let sort = RwSignal::new(("arrival_time_ms", false));
     let filter = RwSignal::new(String::new());
     let selected = move || {
