@@ -61,7 +61,11 @@ const LOAD_BINS: usize = 60;
 
 /// Every Predict chart of a finished run: (div id, figure). `requests` holds every `every`-th
 /// record of the run.
-fn predict_charts(prediction: &Value, requests: &[Value], every: u64) -> Vec<(&'static str, charts::Figure)> {
+fn predict_charts(
+    prediction: &Value,
+    requests: &[crate::requests::Row],
+    every: u64,
+) -> Vec<(&'static str, charts::Figure)> {
     let [offered, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
     vec![
         ("ttft-chart", charts::ttft_by_arrival(requests)),

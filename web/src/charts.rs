@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use crate::requests::Row;
+
 /// A plotly figure.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Figure {
@@ -35,11 +37,11 @@ const WEBGL_THRESHOLD: usize = 5000;
 /// Time to first token of each completed request against its arrival time (`rows`: parsed
 /// requests.jsonl records).
 #[must_use]
-pub fn ttft_by_arrival(rows: &[Value]) -> Figure {
+pub fn ttft_by_arrival(rows: &[Row]) -> Figure {
     let mut x = Vec::new();
     let mut y = Vec::new();
     for r in rows {
-        if let (Some(a), Some(t)) = (r["arrival_time_ms"].as_f64(), r["ttft_ms"].as_f64()) {
+        if let (Some(a), Some(t)) = (r.arrival_time_ms, r.ttft_ms) {
             x.push(a / 1000.0);
             y.push(t);
         }
@@ -59,13 +61,13 @@ pub fn ttft_by_arrival(rows: &[Value]) -> Figure {
     }
 }
 
-fn request_values(rows: &[Value], key: &str) -> Vec<f64> {
-    rows.iter().filter_map(|r| r[key].as_f64()).collect()
+fn request_values(rows: &[Row], key: &str) -> Vec<f64> {
+    rows.iter().filter_map(|r| r.num(key)).collect()
 }
 
 /// Empirical CDF of a per-request figure (`ttft_ms`, `tpot_ms`, `e2e_latency_ms`, ...).
 #[must_use]
-pub fn cdf(rows: &[Value], key: &str, title: &str, unit: &str) -> Figure {
+pub fn cdf(rows: &[Row], key: &str, title: &str, unit: &str) -> Figure {
     let mut v = request_values(rows, key);
     v.sort_by(f64::total_cmp);
     #[allow(clippy::cast_precision_loss)]
@@ -86,7 +88,7 @@ pub fn cdf(rows: &[Value], key: &str, title: &str, unit: &str) -> Figure {
 /// Requests arriving per second over the run (the offered load), in `bins` bins, from records
 /// that each stand for `every` requests (an even sample of a long run).
 #[must_use]
-pub fn offered_load(rows: &[Value], bins: usize, every: u64) -> Figure {
+pub fn offered_load(rows: &[Row], bins: usize, every: u64) -> Figure {
     let arrivals = request_values(rows, "arrival_time_ms");
     let end = arrivals.iter().copied().fold(0.0f64, f64::max);
     let bins = bins.max(1);

@@ -10,6 +10,7 @@ use crate::app::fmt_num;
 use crate::charts::{self, Figure};
 use crate::client::{SimWorker, WORKER_URL};
 use crate::protocol::{FromWorker, ToWorker};
+use crate::requests::Row;
 
 /// Figures compared: (prediction.json key, label, decimals).
 pub const ROWS: [(&str, &str, usize); 12] = [
@@ -62,7 +63,7 @@ pub fn deltas(a: &Value, b: &Value) -> Vec<Delta> {
 
 /// Two CDFs of a per-request figure on one plot, A in blue and B in orange.
 #[must_use]
-pub fn overlay(a: &[Value], b: &[Value], key: &str, title: &str, unit: &str) -> Figure {
+pub fn overlay(a: &[Row], b: &[Row], key: &str, title: &str, unit: &str) -> Figure {
     let mut fa = charts::cdf(a, key, title, unit);
     let fb = charts::cdf(b, key, title, unit);
     let mut trace_b = fb.data[0].clone();
@@ -81,7 +82,7 @@ pub fn overlay(a: &[Value], b: &[Value], key: &str, title: &str, unit: &str) -> 
 enum Side {
     Idle,
     Running,
-    Done { prediction: Value, requests: Rc<Vec<Value>> },
+    Done { prediction: Value, requests: Rc<Vec<Row>> },
     Failed(String),
 }
 

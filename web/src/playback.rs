@@ -69,7 +69,7 @@ impl Timeline {
     /// Reads the timeline of prediction.json and requests.jsonl's records (`rows`), or every
     /// `every`-th record (`None` without samples).
     #[must_use]
-    pub fn read(prediction: &Value, rows: &[Value], every: u64) -> Option<Timeline> {
+    pub fn read(prediction: &Value, rows: &[crate::requests::Row], every: u64) -> Option<Timeline> {
         let ts = &prediction["servesim"]["time_series"];
         let time_ms = floats(&ts["time_ms"]);
         if time_ms.is_empty() {
@@ -90,9 +90,9 @@ impl Timeline {
             .collect();
         let (mut arrivals, mut finishes) = (Vec::new(), Vec::new());
         for r in rows {
-            if let Some(a) = r["arrival_time_ms"].as_f64() {
+            if let Some(a) = r.arrival_time_ms {
                 arrivals.push(a);
-                if let Some(e) = r["e2e_latency_ms"].as_f64() {
+                if let Some(e) = r.e2e_latency_ms {
                     finishes.push(a + e);
                 }
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use crate::client::data_uri;
-use serde_json::Value;
+use serde::Deserialize;
 
 /// Columns shown: (record key, heading, decimals).
 pub const COLUMNS: [(&str, &str, usize); 10] = [
@@ -62,56 +62,131 @@ fn ordinal(n: u64) -> String {
     format!("{n}{suffix}")
 }
 
-/// Parsed requests.jsonl: the records and their keys in first-record order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One request of requests.jsonl: what the table shows and the charts draw (a few hundred
+/// bytes, where the whole record as a JSON object took about 3 KB).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Row {
+    /// Request id.
+    pub uuid: String,
+    /// Session, if any.
+    pub session_id: Option<String>,
+    /// `completed`, `rejected` or `canceled`.
+    pub terminal_status: String,
+    /// Arrival (ms from the start).
+    pub arrival_time_ms: Option<f64>,
+    /// Time to first token.
+    pub ttft_ms: Option<f64>,
+    /// Mean inter-token latency.
+    pub itl_ms: Option<f64>,
+    /// End-to-end latency.
+    pub e2e_latency_ms: Option<f64>,
+    /// Prompt tokens.
+    pub input_length: Option<f64>,
+    /// Output tokens generated.
+    pub output_length: Option<f64>,
+    /// Prompt tokens served from the prefix cache.
+    pub reused_input_tokens: Option<f64>,
+    /// Times preempted.
+    pub num_preemptions: Option<f64>,
+}
+
+/// A cell of a [`Row`] by its requests.jsonl key.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cell<'a> {
+    /// A number (`None`: null or absent).
+    Num(Option<f64>),
+    /// Text (`None`: null or absent).
+    Text(Option<&'a str>),
+}
+
+impl Row {
+    /// The cell under `key` (`Num(None)` for a key the page does not keep).
+    #[must_use]
+    pub fn get(&self, key: &str) -> Cell<'_> {
+        match key {
+            "uuid" => Cell::Text(Some(&self.uuid)),
+            "session_id" => Cell::Text(self.session_id.as_deref()),
+            "terminal_status" => Cell::Text(Some(&self.terminal_status)),
+            _ => Cell::Num(self.num(key)),
+        }
+    }
+
+    /// The number under `key`.
+    #[must_use]
+    pub fn num(&self, key: &str) -> Option<f64> {
+        match key {
+            "arrival_time_ms" => self.arrival_time_ms,
+            "ttft_ms" => self.ttft_ms,
+            "itl_ms" => self.itl_ms,
+            "e2e_latency_ms" => self.e2e_latency_ms,
+            "input_length" => self.input_length,
+            "output_length" => self.output_length,
+            "reused_input_tokens" => self.reused_input_tokens,
+            "num_preemptions" => self.num_preemptions,
+            _ => None,
+        }
+    }
+}
+
+/// Parsed requests.jsonl.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Records {
-    /// One JSON object per request.
-    pub rows: Vec<Value>,
-    /// Every key, in the order the first record lists them.
-    pub keys: Vec<String>,
+    /// One row per request.
+    pub rows: Vec<Row>,
 }
 
 impl Records {
-    /// Reads requests.jsonl (lines that are not JSON objects are skipped).
+    /// Reads requests.jsonl (lines that are not request records are skipped).
     #[must_use]
     pub fn parse(jsonl: &str) -> Self {
-        let rows: Vec<Value> = jsonl
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(Value::is_object)
-            .collect();
-        let keys =
-            rows.first().and_then(Value::as_object).map_or(Vec::new(), |o| o.keys().cloned().collect());
-        Records { rows, keys }
+        Records { rows: jsonl.lines().filter_map(|l| serde_json::from_str::<Row>(l).ok()).collect() }
     }
 
-    /// Row indices matching `filter` (a substring of the request id or status, any case),
-    /// sorted by `key` (numbers numerically, nulls last), at most `limit`; and how many matched.
+    /// Row indices matching `filter` (a substring of the request id, status or session, any
+    /// case), sorted by `key` (numbers numerically, nulls last), at most `limit`; and how many
+    /// matched.
     #[must_use]
     pub fn select(&self, key: &str, descending: bool, filter: &str, limit: usize) -> (Vec<usize>, usize) {
         let f = filter.trim().to_ascii_lowercase();
         let mut idx: Vec<usize> = (0..self.rows.len())
             .filter(|i| {
+                let r = &self.rows[*i];
                 f.is_empty()
-                    || ["uuid", "terminal_status", "session_id"].iter().any(|k| {
-                        self.rows[*i][*k].as_str().is_some_and(|s| s.to_ascii_lowercase().contains(&f))
-                    })
+                    || [Some(r.uuid.as_str()), Some(r.terminal_status.as_str()), r.session_id.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s.to_ascii_lowercase().contains(&f))
             })
             .collect();
         let n = idx.len();
         idx.sort_by(|a, b| {
-            let (x, y) = (&self.rows[*a][key], &self.rows[*b][key]);
-            let ord = match (x.as_f64(), y.as_f64()) {
-                (Some(p), Some(q)) => p.total_cmp(&q),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => x.as_str().unwrap_or("").cmp(y.as_str().unwrap_or("")),
+            let (x, y) = (self.rows[*a].get(key), self.rows[*b].get(key));
+            let (ord, has_null) = match (x, y) {
+                (Cell::Num(Some(p)), Cell::Num(Some(q))) => (p.total_cmp(&q), false),
+                (Cell::Num(Some(_)), _) => (std::cmp::Ordering::Less, true),
+                (_, Cell::Num(Some(_))) => (std::cmp::Ordering::Greater, true),
+                (Cell::Text(p), Cell::Text(q)) => {
+                    (p.unwrap_or("").cmp(q.unwrap_or("")), p.is_none() || q.is_none())
+                }
+                _ => (std::cmp::Ordering::Equal, true),
             };
-            let ord = if descending && !(x.is_null() || y.is_null()) { ord.reverse() } else { ord };
+            let ord = if descending && !has_null { ord.reverse() } else { ord };
             ord.then(a.cmp(b))
         });
         idx.truncate(limit);
         (idx, n)
+    }
+}
+
+/// A cell as the table shows it: numbers with `decimals` (as they are when 0), `–` for null.
+#[must_use]
+pub fn cell_text(c: Cell<'_>, decimals: usize) -> String {
+    match c {
+        Cell::Num(Some(x)) if decimals > 0 => format!("{x:.decimals$}"),
+        Cell::Num(Some(x)) => format!("{x}"),
+        Cell::Text(Some(s)) => s.to_string(),
+        Cell::Num(None) | Cell::Text(None) => "–".to_string(),
     }
 }
 
@@ -170,16 +245,7 @@ pub fn RequestTable(
                     <thead><tr>{COLUMNS.into_iter().map(header).collect_view()}</tr></thead>
                     <tbody>
                         {move || selected().map(|(rows, _)| rows.into_iter().map(|r| view! {
-                            <tr>{COLUMNS.iter().map(|(k, _, d)| {
-                                let v = &r[*k];
-                                let text = match v {
-                                    Value::Number(_) if *d > 0 => crate::app::fmt_num(v, *d),
-                                    Value::Null => "–".to_string(),
-                                    Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                };
-                                view! { <td>{text}</td> }
-                            }).collect_view()}</tr>
+                            <tr>{COLUMNS.iter().map(|(k, _, d)| view! { <td>{cell_text(r.get(k), *d)}</td> }).collect_view()}</tr>
                         }).collect_view())}
                     </tbody>
                 </table>
@@ -192,16 +258,22 @@ pub fn RequestTable(
 mod tests {
     use super::*;
 
-    const JSONL: &str = "{\"uuid\": \"r-2\", \"ttft_ms\": 30.5, \"terminal_status\": \"completed\", \"note\": \"a,b\"}\n{\"uuid\": \"r-1\", \"ttft_ms\": null, \"terminal_status\": \"rejected\", \"note\": null}\n{\"uuid\": \"r-3\", \"ttft_ms\": 4.0, \"terminal_status\": \"completed\", \"note\": \"x\"}\n";
+    const JSONL: &str = "{\"uuid\": \"r-2\", \"ttft_ms\": 30.5, \"terminal_status\": \"completed\", \"note\": \"a,b\"}\n{\"uuid\": \"r-1\", \"ttft_ms\": null, \"terminal_status\": \"rejected\", \"note\": null}\nnot json\n[1, 2]\n{\"uuid\": \"r-3\", \"ttft_ms\": 4.0, \"terminal_status\": \"completed\", \"session_id\": \"session_7\", \"input_length\": 512}\n";
 
     #[test]
     fn records_sort_numerically_with_nulls_last_and_filter_by_text() {
         let r = Records::parse(JSONL);
-        assert_eq!(r.keys, ["uuid", "ttft_ms", "terminal_status", "note"]);
+        assert_eq!(r.rows.len(), 3, "the line that is no record is skipped");
+        assert_eq!(r.rows[0].get("note"), Cell::Num(None), "keys the page does not keep read as null");
         assert_eq!(r.select("ttft_ms", false, "", 10), (vec![2, 0, 1], 3));
         assert_eq!(r.select("ttft_ms", true, "", 10), (vec![0, 2, 1], 3));
         assert_eq!(r.select("ttft_ms", false, "REJECT", 10), (vec![1], 1));
         assert_eq!(r.select("uuid", false, "", 2), (vec![1, 0], 3));
+        assert_eq!(r.select("ttft_ms", false, "SESSION_7", 10), (vec![2], 1));
+        assert_eq!(cell_text(r.rows[2].get("input_length"), 0), "512");
+        assert_eq!(cell_text(r.rows[0].get("ttft_ms"), 2), "30.50");
+        assert_eq!(cell_text(r.rows[1].get("ttft_ms"), 2), "–");
+        assert_eq!(cell_text(r.rows[1].get("uuid"), 0), "r-1");
     }
 
     #[test]
