@@ -501,6 +501,16 @@ test('Predict draws every chart and a sortable, filterable request table with do
   assert.equal(jsonl.name, 'requests.jsonl');
   assert.equal(jsonl.text, readFileSync(join(dir, 'requests.jsonl'), 'utf8'), 'the CLI\'s requests.jsonl, byte for byte');
   assert.equal(await page.$('#request-sample'), null, 'a 100-request run is shown whole');
+  // Asked for one after the other at once, each file arrives whole under its own name.
+  const both = [];
+  page.on('download', (d) => both.push(d));
+  await page.click('#download-requests-csv');
+  await page.click('#download-requests');
+  for (let i = 0; i < 100 && both.length < 2; i++) await page.waitForTimeout(100);
+  const got = await Promise.all(both.map(async (d) => [d.suggestedFilename(), readFileSync(await d.path(), 'utf8')]));
+  assert.deepEqual(got.map(([n]) => n), ['requests.csv', 'requests.jsonl']);
+  assert.equal(got[0][1], csv.text);
+  assert.equal(got[1][1], jsonl.text);
   await page.screenshot({ path: join(ARTIFACTS, 'predict-charts.png'), fullPage: true });
   await page.close();
 });

@@ -177,9 +177,11 @@ pub fn App() -> impl IntoView {
     // Files dropped on the Data page, and those the Predict worker has been given.
     let files: RwSignal<Vec<crate::data::Dropped>> = RwSignal::new(Vec::new());
     let sent: StoredValue<Vec<Arc<str>>> = StoredValue::new(Vec::new());
-    // A requests file coming from the worker: its name and the parts so far (kept as
-    // JavaScript strings, outside the page's wasm memory).
-    let file_parts: StoredValue<Option<(String, js_sys::Array)>, LocalStorage> = StoredValue::new_local(None);
+    // Requests files asked of the worker, oldest first: each one's name and its parts so far
+    // (JavaScript strings, outside the page's wasm memory). The worker answers in order, one
+    // file's parts after another's, so the parts belong to the front one.
+    let files_coming: StoredValue<std::collections::VecDeque<(String, js_sys::Array)>, LocalStorage> =
+        StoredValue::new_local(std::collections::VecDeque::new());
 
     let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg: FromWorker| {
         let current = run_id.get_value();
@@ -193,13 +195,13 @@ pub fn App() -> impl IntoView {
                 state.set(RunState::Running { finished, total });
             }
             FromWorker::FilePart { id, text, last } if id == current => {
-                file_parts.update_value(|f| {
-                    if let Some((_, parts)) = f {
+                files_coming.update_value(|f| {
+                    if let Some((_, parts)) = f.front() {
                         parts.push(&JsValue::from_str(&text));
                     }
                 });
                 if last {
-                    if let Some((name, parts)) = file_parts.try_update_value(Option::take).flatten() {
+                    if let Some((name, parts)) = files_coming.try_update_value(|f| f.pop_front()).flatten() {
                         if let Err(e) = crate::client::download(&name, &parts) {
                             leptos::logging::warn!("{e}");
                         }
@@ -243,6 +245,8 @@ pub fn App() -> impl IntoView {
             let id = run_id.get_value() + 1;
             run_id.set_value(id);
             estimate.set(None);
+            // Files of the last run still coming are dropped with it (their parts carry its id).
+            files_coming.update_value(std::collections::VecDeque::clear);
             let mut failed = None;
             worker.update_value(|w| {
                 if w.is_none() {
@@ -271,7 +275,7 @@ pub fn App() -> impl IntoView {
             return;
         }
         let name = if format == "csv" { "requests.csv" } else { "requests.jsonl" };
-        file_parts.set_value(Some((name.to_string(), js_sys::Array::new())));
+        files_coming.update_value(|f| f.push_back((name.to_string(), js_sys::Array::new())));
         worker.with_value(|w| {
             if let Some(w) = w {
                 w.send(&ToWorker::RequestsFile { id: run_id.get_value(), format: format.to_string() });
@@ -285,6 +289,7 @@ pub fn App() -> impl IntoView {
             }
         });
         run_id.set_value(run_id.get_value() + 1);
+        files_coming.update_value(std::collections::VecDeque::clear);
         state.set(RunState::Cancelled);
     };
 
