@@ -148,7 +148,7 @@ pub struct JsonlSample {
 /// One CSV line of a record's `keys` (empty cells for null and missing keys; a cell holding a
 /// comma, quote or newline is quoted with its quotes doubled).
 #[must_use]
-pub fn csv_line(keys: &[String], record: &Map<String, Value>) -> String {
+fn csv_line(keys: &[String], record: &Map<String, Value>) -> String {
     let cell = |v: Option<&Value>| -> String {
         match v {
             None | Some(Value::Null) => String::new(),
@@ -808,4 +808,20 @@ fn timing_line(t: &Value) -> String {
         pct("extrapolated"),
         pct("roofline"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_csv_line_quotes_what_needs_it_and_leaves_nulls_empty() {
+        let keys: Vec<String> = ["uuid", "ttft_ms", "note", "session_id", "gone"].map(String::from).to_vec();
+        let Value::Object(m) =
+            json!({"uuid": "r-1", "ttft_ms": 30.5, "note": "a,\"b\"", "session_id": null, "extra": 1})
+        else {
+            panic!()
+        };
+        assert_eq!(csv_line(&keys, &m), "r-1,30.5,\"a,\"\"b\"\"\",,");
+    }
 }
