@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use serde_json::Value;
-use wasm_bindgen::JsValue;
 
 use crate::charts;
 use crate::client::{SimWorker, WORKER_URL};
@@ -180,7 +179,7 @@ pub fn App() -> impl IntoView {
     // Requests files asked of the worker, oldest first: each one's name and its parts so far
     // (JavaScript strings, outside the page's wasm memory). The worker answers in order, one
     // file's parts after another's, so the parts belong to the front one.
-    let files_coming: StoredValue<std::collections::VecDeque<(String, js_sys::Array)>, LocalStorage> =
+    let files_coming: StoredValue<std::collections::VecDeque<crate::client::IncomingFile>, LocalStorage> =
         StoredValue::new_local(std::collections::VecDeque::new());
 
     let on_event: Rc<dyn Fn(FromWorker)> = Rc::new(move |msg: FromWorker| {
@@ -195,14 +194,13 @@ pub fn App() -> impl IntoView {
                 state.set(RunState::Running { finished, total });
             }
             FromWorker::FilePart { id, text, last } if id == current => {
-                files_coming.update_value(|f| {
-                    if let Some((_, parts)) = f.front() {
-                        parts.push(&JsValue::from_str(&text));
-                    }
-                });
+                let pushed = files_coming.try_update_value(|f| f.front_mut().map(|file| file.push(&text)));
+                if let Some(Some(Err(e))) = pushed {
+                    leptos::logging::warn!("{e}");
+                }
                 if last {
-                    if let Some((name, parts)) = files_coming.try_update_value(|f| f.pop_front()).flatten() {
-                        if let Err(e) = crate::client::download(&name, &parts) {
+                    if let Some(file) = files_coming.try_update_value(|f| f.pop_front()).flatten() {
+                        if let Err(e) = file.save() {
                             leptos::logging::warn!("{e}");
                         }
                     }
@@ -275,7 +273,7 @@ pub fn App() -> impl IntoView {
             return;
         }
         let name = if format == "csv" { "requests.csv" } else { "requests.jsonl" };
-        files_coming.update_value(|f| f.push_back((name.to_string(), js_sys::Array::new())));
+        files_coming.update_value(|f| f.push_back(crate::client::IncomingFile::new(name)));
         worker.with_value(|w| {
             if let Some(w) = w {
                 w.send(&ToWorker::RequestsFile { id: run_id.get_value(), format: format.to_string() });

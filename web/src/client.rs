@@ -139,15 +139,71 @@ thread_local! {
     static LAST_DOWNLOAD: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Saves `parts` (JavaScript strings, in order) as a file named `name`, through a Blob: the
-/// text never enters the page's wasm memory, and a Blob has no data URI's size limits.
-///
-/// # Errors
-/// When the browser refuses the Blob or the link.
-pub fn download(name: &str, parts: &js_sys::Array) -> Result<(), String> {
+/// Parts of a file between two folds into its Blob (64 MB of 4 MB parts).
+const PARTS_PER_FOLD: u32 = 16;
+
+/// A file arriving in parts, saved through a Blob when the last one is in: the text never
+/// enters the page's wasm memory, and every few parts are folded into the Blob so the
+/// JavaScript heap holds at most a fold's worth of strings (the browser keeps a large Blob on
+/// disk; a 7.6 GB requests.jsonl as strings crashed the tab).
+pub struct IncomingFile {
+    name: String,
+    blob: Option<web_sys::Blob>,
+    pending: js_sys::Array,
+}
+
+impl IncomingFile {
+    /// A file to be saved as `name`.
+    #[must_use]
+    pub fn new(name: &str) -> Self {
+        IncomingFile { name: name.to_string(), blob: None, pending: js_sys::Array::new() }
+    }
+
+    /// Appends a part.
+    ///
+    /// # Errors
+    /// When the browser refuses the Blob.
+    pub fn push(&mut self, text: &str) -> Result<(), String> {
+        self.pending.push(&JsValue::from_str(text));
+        if self.pending.length() >= PARTS_PER_FOLD {
+            self.fold()?;
+        }
+        Ok(())
+    }
+
+    /// Moves the pending strings into the Blob.
+    fn fold(&mut self) -> Result<(), String> {
+        let parts = js_sys::Array::new();
+        if let Some(b) = &self.blob {
+            parts.push(b);
+        }
+        for p in self.pending.iter() {
+            parts.push(&p);
+        }
+        let blob = web_sys::Blob::new_with_blob_sequence(&parts)
+            .map_err(|e| format!("cannot save {}: {e:?}", self.name))?;
+        self.blob = Some(blob);
+        self.pending = js_sys::Array::new();
+        Ok(())
+    }
+
+    /// Saves the file (the browser's download).
+    ///
+    /// # Errors
+    /// When the browser refuses the Blob or the link.
+    pub fn save(mut self) -> Result<(), String> {
+        self.fold()?;
+        match &self.blob {
+            Some(b) => save_blob(&self.name, b),
+            None => Err(format!("cannot save {}: nothing arrived", self.name)),
+        }
+    }
+}
+
+/// Hands `blob` to the browser as a download named `name`.
+fn save_blob(name: &str, blob: &web_sys::Blob) -> Result<(), String> {
     let fail = |e: JsValue| format!("cannot save {name}: {e:?}");
-    let blob = web_sys::Blob::new_with_str_sequence(parts).map_err(fail)?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(fail)?;
+    let url = web_sys::Url::create_object_url_with_blob(blob).map_err(fail)?;
     let document = web_sys::window().and_then(|w| w.document()).ok_or("cannot save without a document")?;
     let a: web_sys::HtmlAnchorElement =
         document.create_element("a").map_err(fail)?.dyn_into().map_err(|_| "not a link".to_string())?;

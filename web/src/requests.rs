@@ -36,13 +36,30 @@ pub struct Sample {
     pub every: u64,
 }
 
+/// Records a requests file saved from the page may hold (about 1.5 GB of requests.jsonl):
+/// Chromium cancels a download past its Blob storage quota (a 7.6 GB requests.jsonl of 10
+/// million requests was cancelled; 765 MB of a million saves in 7 s).
+pub const MAX_FILE_RECORDS: u64 = 2_000_000;
+
 impl Sample {
+    /// Why the page will not save the run's requests files, if it will not.
+    #[must_use]
+    pub fn too_large(&self) -> Option<String> {
+        (self.total > MAX_FILE_RECORDS).then(|| {
+            format!(
+                "{} requests are more than a browser can save ({MAX_FILE_RECORDS} at most): `servesim predict --capture-per-request` writes their requests.jsonl.",
+                self.total
+            )
+        })
+    }
+
     /// What the table shows of the run, when it is a sample.
     #[must_use]
     pub fn note(&self) -> Option<String> {
         (self.every > 1).then(|| {
+            let downloads = if self.too_large().is_some() { "" } else { "; the downloads hold all of them" };
             format!(
-                "A sample: every {} of {} requests by arrival. The figures above count all of them; the downloads hold all of them.",
+                "A sample: every {} of {} requests by arrival. The figures above count all of them{downloads}.",
                 ordinal(self.every),
                 self.total
             )
@@ -200,6 +217,15 @@ pub fn RequestTable(
     fetch: Callback<&'static str>,
 ) -> impl IntoView {
     let note = move || records.with(|j| j.as_ref().and_then(|(_, s)| s.note()));
+    // Why a download was not made (a run too large to save from the page).
+    let refused = RwSignal::new(None::<String>);
+    let save = move |format: &'static str| {
+        let why = records.with_untracked(|j| j.as_ref().and_then(|(_, s)| s.too_large()));
+        if why.is_none() {
+            fetch.run(format);
+        }
+        refused.set(why);
+    };
     let records = Memo::new(move |_| records.get().map(|(r, _)| r));
     let sort = RwSignal::new(("arrival_time_ms", false));
     let filter = RwSignal::new(String::new());
@@ -233,12 +259,15 @@ pub fn RequestTable(
                 <input id="request-filter" type="search" placeholder="filter by request id or status" aria-label="Filter requests"
                     prop:value=move || filter.get() on:input=move |ev| filter.set(event_target_value(&ev)) />
                 <span id="request-count" class="hint">{move || selected().map_or(String::new(), |(rows, n)| format!("{} of {n} shown", rows.len()))}</span>
-                <button id="download-requests" class="link" on:click=move |_| fetch.run("jsonl")>"requests.jsonl"</button>
-                <button id="download-requests-csv" class="link" on:click=move |_| fetch.run("csv")>"requests.csv"</button>
+                <button id="download-requests" class="link" on:click=move |_| save("jsonl")>"requests.jsonl"</button>
+                <button id="download-requests-csv" class="link" on:click=move |_| save("csv")>"requests.csv"</button>
                 <a id="download-scenario" download="scenario.yaml" href=move || data_uri("application/yaml", &scenario.get())>"scenario.yaml"</a>
             </div>
             <Show when=move || note().is_some()>
                 <p id="request-sample" class="hint">{note}</p>
+            </Show>
+            <Show when=move || refused.with(Option::is_some)>
+                <p id="request-file-refused" class="hint">{move || refused.get()}</p>
             </Show>
             <div class="table-wrap requests">
                 <table id="request-table">
@@ -279,8 +308,14 @@ mod tests {
     #[test]
     fn a_sample_says_which_records_it_holds() {
         assert_eq!(Sample { total: 100, every: 1 }.note(), None);
+        assert_eq!(Sample { total: MAX_FILE_RECORDS, every: 20 }.too_large(), None);
+        let big = Sample { total: 10_000_000, every: 100 }.too_large().unwrap_or_default();
+        assert!(big.starts_with("10000000 requests are more than a browser can save"), "{big}");
         let n = Sample { total: 1_000_000, every: 10 }.note().unwrap_or_default();
         assert!(n.starts_with("A sample: every 10th of 1000000 requests"), "{n}");
+        assert!(n.ends_with("the downloads hold all of them."), "{n}");
+        let n = Sample { total: 10_000_000, every: 100 }.note().unwrap_or_default();
+        assert!(n.ends_with("The figures above count all of them."), "{n}");
         assert_eq!(
             [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111].map(ordinal).join(" "),
             "1st 2nd 3rd 4th 11th 12th 13th 21st 22nd 101st 111th"
