@@ -111,7 +111,7 @@ pub struct Outcome {
     /// requests.jsonl's records, parsed once for every chart and the table: all of them, or
     /// every `sample.every`-th of a long run.
     pub records: Arc<crate::requests::Records>,
-    /// Records in the run, and every how many `requests` keeps one (1: all).
+    /// Records in the run, and every how many `records` keeps one (1: all).
     pub sample: crate::requests::Sample,
     /// Where each role's GPU time went (`servesim predict --detail time`'s lines).
     pub time: Vec<String>,
@@ -176,9 +176,9 @@ pub fn App() -> impl IntoView {
     // Files dropped on the Data page, and those the Predict worker has been given.
     let files: RwSignal<Vec<crate::data::Dropped>> = RwSignal::new(Vec::new());
     let sent: StoredValue<Vec<Arc<str>>> = StoredValue::new(Vec::new());
-    // Requests files asked of the worker, oldest first: each one's name and its parts so far
-    // (JavaScript strings, outside the page's wasm memory). The worker answers in order, one
-    // file's parts after another's, so the parts belong to the front one.
+    // Requests files asked of the worker, oldest first, each with what has arrived of it. The
+    // worker answers in order, one file's parts after another's, so a part belongs to the
+    // front one.
     let files_coming: StoredValue<std::collections::VecDeque<crate::client::IncomingFile>, LocalStorage> =
         StoredValue::new_local(std::collections::VecDeque::new());
 

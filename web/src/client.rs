@@ -171,8 +171,8 @@ impl IncomingFile {
         Ok(())
     }
 
-    /// Moves the pending strings into the Blob.
-    fn fold(&mut self) -> Result<(), String> {
+    /// Moves the pending strings into the Blob, and returns it.
+    fn fold(&mut self) -> Result<&web_sys::Blob, String> {
         let parts = js_sys::Array::new();
         if let Some(b) = &self.blob {
             parts.push(b);
@@ -182,9 +182,8 @@ impl IncomingFile {
         }
         let blob = web_sys::Blob::new_with_blob_sequence(&parts)
             .map_err(|e| format!("cannot save {}: {e:?}", self.name))?;
-        self.blob = Some(blob);
         self.pending = js_sys::Array::new();
-        Ok(())
+        Ok(self.blob.insert(blob))
     }
 
     /// Saves the file (the browser's download).
@@ -192,11 +191,8 @@ impl IncomingFile {
     /// # Errors
     /// When the browser refuses the Blob or the link.
     pub fn save(mut self) -> Result<(), String> {
-        self.fold()?;
-        match &self.blob {
-            Some(b) => save_blob(&self.name, b),
-            None => Err(format!("cannot save {}: nothing arrived", self.name)),
-        }
+        let blob = self.fold()?.clone();
+        save_blob(&self.name, &blob)
     }
 }
 

@@ -80,7 +80,7 @@ fn ordinal(n: u64) -> String {
 }
 
 /// One request of requests.jsonl: what the table shows and the charts draw (a few hundred
-/// bytes, where the whole record as a JSON object took about 3 KB).
+/// bytes, where the whole record as a JSON object took about 4 KB).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Row {
