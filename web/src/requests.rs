@@ -217,15 +217,8 @@ pub fn RequestTable(
     fetch: Callback<&'static str>,
 ) -> impl IntoView {
     let note = move || records.with(|j| j.as_ref().and_then(|(_, s)| s.note()));
-    // Why a download was not made (a run too large to save from the page).
-    let refused = RwSignal::new(None::<String>);
-    let save = move |format: &'static str| {
-        let why = records.with_untracked(|j| j.as_ref().and_then(|(_, s)| s.too_large()));
-        if why.is_none() {
-            fetch.run(format);
-        }
-        refused.set(why);
-    };
+    // Why the run's requests files cannot be saved from the page (a run too large for it).
+    let refused = move || records.with(|j| j.as_ref().and_then(|(_, s)| s.too_large()));
     let records = Memo::new(move |_| records.get().map(|(r, _)| r));
     let sort = RwSignal::new(("arrival_time_ms", false));
     let filter = RwSignal::new(String::new());
@@ -259,15 +252,15 @@ pub fn RequestTable(
                 <input id="request-filter" type="search" placeholder="filter by request id or status" aria-label="Filter requests"
                     prop:value=move || filter.get() on:input=move |ev| filter.set(event_target_value(&ev)) />
                 <span id="request-count" class="hint">{move || selected().map_or(String::new(), |(rows, n)| format!("{} of {n} shown", rows.len()))}</span>
-                <button id="download-requests" class="link" on:click=move |_| save("jsonl")>"requests.jsonl"</button>
-                <button id="download-requests-csv" class="link" on:click=move |_| save("csv")>"requests.csv"</button>
+                <button id="download-requests" class="link" disabled=move || refused().is_some() on:click=move |_| fetch.run("jsonl")>"requests.jsonl"</button>
+                <button id="download-requests-csv" class="link" disabled=move || refused().is_some() on:click=move |_| fetch.run("csv")>"requests.csv"</button>
                 <a id="download-scenario" download="scenario.yaml" href=move || data_uri("application/yaml", &scenario.get())>"scenario.yaml"</a>
             </div>
             <Show when=move || note().is_some()>
                 <p id="request-sample" class="hint">{note}</p>
             </Show>
-            <Show when=move || refused.with(Option::is_some)>
-                <p id="request-file-refused" class="hint">{move || refused.get()}</p>
+            <Show when=move || refused().is_some()>
+                <p id="request-file-refused" class="hint">{refused}</p>
             </Show>
             <div class="table-wrap requests">
                 <table id="request-table">
