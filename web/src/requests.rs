@@ -38,7 +38,7 @@ pub struct Sample {
 
 /// Records a requests file saved from the page may hold (about 1.5 GB of requests.jsonl):
 /// Chromium cancels a download past its Blob storage quota (a 7.6 GB requests.jsonl of 10
-/// million requests was cancelled; 765 MB of a million saves in 7 s).
+/// million requests was cancelled; 765 MB of a million saves in 7-10 s).
 pub const MAX_FILE_RECORDS: u64 = 2_000_000;
 
 impl Sample {
