@@ -47,6 +47,14 @@ fn summary_text(path: &str, p: &Prediction) -> String {
     if extra["deployment"]["mode"] == "disaggregated" {
         out += &format!("kv_transferred_tokens: {}\n", extra["kv_transfer"]["transferred_tokens"]);
     }
+    let host = &extra["host_offload"];
+    if host.is_object() {
+        out += &format!(
+            "host_offload: {} restores, {} blocks restored, {} written, {} evicted, {} dropped, mean wait {:.3} ms\n",
+            host["restores"], host["restored_blocks"], host["written_blocks"], host["evicted_blocks"], host["dropped_blocks"],
+            host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
     if let Some(g) = s.goodput {
         out += &format!(
             "goodput: {} requests, {:.4} req/s, {:.2} output tok/s\n",
@@ -100,6 +108,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("pd_vllm", "tests/scenarios/pd_vllm.yaml"),
     ("pd_sglang_kv_aware", "tests/scenarios/pd_sglang_kv_aware.yaml"),
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
+    ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
 ];
 
 #[test]

@@ -127,6 +127,23 @@ pub fn speculation(p: &Value) -> String {
     )
 }
 
+/// The host KV tier (G2), as text (`none` when the workers keep no KV in host memory).
+#[must_use]
+pub fn host_tier(p: &Value) -> String {
+    let h = &p["servesim"]["host_offload"];
+    if !h.is_object() {
+        return "none".into();
+    }
+    format!(
+        "{} restores of {} tokens · {} ms wait on average · {} blocks written, {} evicted",
+        fmt_num(&h["restores"], 0),
+        fmt_num(&h["restored_tokens"], 0),
+        fmt_num(&h["mean_restore_wait_ms"], 2),
+        fmt_num(&h["written_blocks"], 0),
+        fmt_num(&h["evicted_blocks"], 0)
+    )
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -144,6 +161,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     })}</dd>
                     <dt>"Prefix cache reuse"</dt><dd id="prefix-reuse">{with(|p| p["prefix_cache_reused_ratio"].as_f64().map_or_else(|| "–".into(), |r| format!("{:.1}%", 100.0 * r)))}</dd>
                     <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
+                    <dt>"Host KV tier"</dt><dd id="host-tier">{with(host_tier)}</dd>
                     <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
                     <dt>"Speculative decoding"</dt><dd id="speculation">{with(speculation)}</dd>
                 </dl>
@@ -224,6 +242,20 @@ mod tests {
             "85% busy (2 processes) · requests wait 1.50 ms · tokens 12.25 ms late"
         );
         assert_eq!(speculation(&p), "off");
+        assert_eq!(host_tier(&p), "none");
+        let g2 = serde_json::json!({"servesim": {"host_offload": {
+            "restores": 374, "restored_tokens": 2_160_960, "mean_restore_wait_ms": 25.587,
+            "written_blocks": 15235, "evicted_blocks": 7043
+        }}});
+        assert_eq!(
+            host_tier(&g2),
+            format!(
+                "374 restores of {} tokens · 25.59 ms wait on average · {} blocks written, {} evicted",
+                fmt_num(&serde_json::json!(2_160_960), 0),
+                fmt_num(&serde_json::json!(15235), 0),
+                fmt_num(&serde_json::json!(7043), 0)
+            )
+        );
         let mtp = serde_json::json!({"servesim": {"speculation": {
             "kind": "draft_layers", "draft_tokens": 3, "draft_layers": 3,
             "expected_tokens_per_round": 3.2, "tokens_per_round": 3.2137, "rounds": 27539

@@ -124,6 +124,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/scenarios/spec_eagle_sglang.yaml"),
             include_str!("../../tests/golden/spec_eagle_sglang.prediction.json"),
         ),
+        (
+            include_str!("../../tests/scenarios/vllm_host_offload.yaml"),
+            include_str!("../../tests/golden/vllm_host_offload.prediction.json"),
+        ),
     ];
     let files = data();
     for (i, (config, want)) in cases.into_iter().enumerate() {

@@ -21,6 +21,7 @@ extern crate std;
 pub mod content;
 pub mod engine;
 pub mod frontend;
+pub mod host;
 pub mod kv;
 pub mod metrics;
 pub mod queue;

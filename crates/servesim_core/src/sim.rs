@@ -160,6 +160,8 @@ enum Event {
     TransferDone { slot: u32, generation: u64 },
     /// A request's serving process has handed it to its worker's engine.
     Dispatch { worker: u32, id: ReqId },
+    /// A request's prefix is back in GPU memory from the worker's host tier.
+    Restored { worker: u32, id: ReqId },
 }
 
 /// Prefill/decode disaggregation of a run.
@@ -224,6 +226,9 @@ pub struct Simulation {
     pd: Option<PdSetup>,
     cur_key: u128,
     prefix_caching: bool,
+    /// Some rank keeps a host tier, which holds every full block a request computes: hash
+    /// them all (vLLM hashes every block), not only the shareable prefix.
+    hash_all: bool,
     events: u64,
     finished: u64,
     next_arrival_event: SimTime,
@@ -241,6 +246,7 @@ impl Simulation {
         let n = setup.workers.len();
         let prefix_caching =
             setup.workers.iter().any(|w| w.ranks.first().is_some_and(|r| r.kv.prefix_caching()));
+        let hash_all = setup.workers.iter().any(|w| w.ranks.iter().any(|r| r.host.is_some()));
         let mut sim = Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
@@ -261,6 +267,7 @@ impl Simulation {
             context_limit: setup.context_limit,
             fast_forward: setup.fast_forward,
             prefix_caching,
+            hash_all,
             pd: setup.pd,
             cur_key: 0,
             events: 0,
@@ -400,6 +407,7 @@ impl Simulation {
                 }
                 Event::TransferDone { slot, generation } => self.on_transfer_done(slot as usize, generation),
                 Event::Dispatch { worker, id } => self.on_dispatch(worker as usize, id),
+                Event::Restored { worker, id } => self.on_restored(worker as usize, id),
             }
             if self.queue.peek_time() != Some(self.now) {
                 self.settle()?;
@@ -438,6 +446,7 @@ impl Simulation {
                 .map(|w| WorkerStats {
                     frontend: w.frontend.as_ref().map(Frontend::stats),
                     kv_evicted_tokens: w.ranks.iter().map(|r| r.kv.evicted_tokens()).sum(),
+                    host: w.host_stats(),
                     ..w.stats
                 })
                 .collect(),
@@ -532,6 +541,13 @@ impl Simulation {
         self.dirty[w] = true;
     }
 
+    /// A host-tier restore ended: the request computes the rest of its prompt.
+    fn on_restored(&mut self, w: usize, id: ReqId) {
+        self.interrupt(w);
+        self.workers[w].finish_restore(id, &mut self.requests);
+        self.dirty[w] = true;
+    }
+
     fn on_step_done(&mut self, w: u32) {
         let wi = w as usize;
         self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
@@ -581,6 +597,9 @@ impl Simulation {
     /// A new request, numbered in arrival order, with its first record written.
     fn admit_record(&mut self, spec: crate::request::RequestSpec) -> Request {
         let mut req = Request::new(spec, self.block_size);
+        if self.hash_all {
+            req.public_blocks = u32::MAX;
+        }
         #[allow(clippy::cast_possible_truncation)] // Request counts are bounded by u32 stop rules.
         {
             req.seq = self.records.len() as crate::request::ReqSeq;
@@ -843,6 +862,11 @@ impl Simulation {
                 }
                 Ok(None) => {}
                 Err(e) => return Err(SimError::Timing { worker: worker.id, message: e.message }),
+            }
+            #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+            let wi = w as u32;
+            for (at, id) in worker.take_restores() {
+                self.queue.push_keyed(at, event_key(self.now, 0), Event::Restored { worker: wi, id });
             }
         }
         Ok(())

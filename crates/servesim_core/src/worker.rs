@@ -47,6 +47,8 @@ pub struct WorkerStats {
     pub kv_evicted_tokens: u64,
     /// The serving processes' work, when the worker simulates them.
     pub frontend: Option<crate::frontend::FrontendStats>,
+    /// The host KV tiers' counters (filled in with the results; `None` without them).
+    pub host: Option<crate::host::HostStats>,
     /// The steps by kind ([`StepKind::ALL`] order): their time and work.
     pub by_kind: [StepTally; 3],
 }
@@ -207,6 +209,11 @@ pub struct Worker {
     admitting: Vec<ReqId>,
     /// TensorRT-LLM's attention-DP balance counters ([`engine::AdpBalance`]).
     adp: engine::AdpBalanceState,
+    /// Host-tier restores the scheduler started, with when each ends, for the simulation to
+    /// wake the worker ([`Worker::take_restores`]).
+    restores: Vec<(SimTime, ReqId)>,
+    /// A run's blocks to offer to host tiers, as (filled at, plan index, hash); kept for reuse.
+    host_offers: Vec<(SimTime, u32, u64)>,
 }
 
 /// SGLang's `scheduler_recv_interval` (`managers/scheduler_recv_skipper.py`): at the top of
@@ -253,6 +260,8 @@ impl Worker {
             late: VecDeque::new(),
             admitting: Vec::new(),
             adp: engine::AdpBalanceState::default(),
+            restores: Vec::new(),
+            host_offers: Vec::new(),
         }
     }
 
@@ -381,10 +390,10 @@ impl Worker {
         Some(at)
     }
 
-    /// Requests waiting on all ranks.
+    /// Requests waiting on all ranks (those whose prefix the host tier is restoring included).
     #[must_use]
     pub fn waiting(&self) -> usize {
-        self.ranks.iter().map(|r| r.waiting.len()).sum::<usize>() + self.unreceived_len()
+        self.ranks.iter().map(|r| r.waiting.len() + r.restoring.len()).sum::<usize>() + self.unreceived_len()
     }
 
     /// With [`SchedulerConfig::plan_ahead`], the requests the step about to be planned at
@@ -446,7 +455,11 @@ impl Worker {
         self.take_late(now, reqs);
         self.take_in(reqs);
         for (rank, plan) in self.ranks.iter_mut().zip(&mut self.plans) {
+            if let Some(host) = rank.host.as_mut() {
+                host.set_clock(now);
+            }
             engine::schedule(&self.cfg, rank, reqs, plan);
+            self.restores.extend(plan.restores.iter().map(|&(id, done)| (done, id)));
         }
         if let Some(balance) = self.adp_balance() {
             engine::trtllm::balance_adp(balance, &mut self.adp, self.cfg.max_sequences, &mut self.plans);
@@ -507,6 +520,31 @@ impl Worker {
             self.stats.by_kind[kind as usize].add(&self.loads, first.as_ns());
         }
         Ok(Some(out))
+    }
+
+    /// The host-tier restores started since the last call, with when each ends.
+    pub fn take_restores(&mut self) -> impl Iterator<Item = (SimTime, ReqId)> + '_ {
+        self.restores.drain(..)
+    }
+
+    /// Ends the host-tier restore of request `id` ([`engine::finish_restore`]).
+    pub fn finish_restore(&mut self, id: ReqId, reqs: &mut [Request]) {
+        let r = &mut reqs[id as usize];
+        if let Some(rank) = self.ranks.get_mut(r.rank as usize) {
+            engine::finish_restore(rank, r, id);
+        }
+    }
+
+    /// The host tiers' counters, summed over ranks (`None` without host tiers).
+    #[must_use]
+    pub fn host_stats(&self) -> Option<crate::host::HostStats> {
+        let mut tiers = self.ranks.iter().filter_map(|r| r.host.as_ref()).peekable();
+        tiers.peek()?;
+        let mut all = crate::host::HostStats::default();
+        for t in tiers {
+            all.add(&t.stats());
+        }
+        Some(all)
     }
 
     /// A run starting with the planned step, when the plan is a stable decode batch.
@@ -733,9 +771,13 @@ impl Worker {
         // step from its length at the first of them (itself included).
         let mut kv_tokens = 0u64;
         let n = u64::from(steps);
+        let mut offers = core::mem::take(&mut self.host_offers);
         for (rank, plan) in self.ranks.iter_mut().zip(&self.plans) {
-            for p in &plan.items {
+            offers.clear();
+            for (i, p) in plan.items.iter().enumerate() {
                 let r = &mut reqs[p.req as usize];
+                let computed_before = r.computed;
+                let registered_before = r.registered_blocks;
                 kv_tokens += n * (u64::from(r.computed) + 1) + n * (n - 1) / 2;
                 let prev = r.stamps.last_token;
                 let (first_seen, last_seen) = match &self.frontend {
@@ -764,10 +806,30 @@ impl Worker {
                 r.stamps.last_token = last_seen;
                 if let KvStore::Paged(pool) = &mut rank.kv {
                     kvops::register_full_blocks(pool, r);
+                    if rank.host.is_some() {
+                        // Each new block was filled by the step whose token completed it.
+                        let bs = pool.block_size();
+                        let upto = (r.registered_blocks as usize).min(r.hashes.len());
+                        for j in (registered_before as usize).min(upto)..upto {
+                            #[allow(clippy::cast_possible_truncation)] // Block indices fit u32.
+                            let filled =
+                                ((j as u32 + 1) * bs).saturating_sub(computed_before).clamp(1, steps);
+                            #[allow(clippy::cast_possible_truncation)] // Plan sizes fit u32.
+                            offers.push((run.ends[first + filled as usize - 2], i as u32, r.hashes[j]));
+                        }
+                    }
                 }
                 total += 1;
             }
+            if let Some(host) = rank.host.as_mut() {
+                // In the order stepping one step at a time offers them: by step, then plan.
+                offers.sort_unstable_by_key(|&(at, i, _)| (at, i));
+                for &(at, _, key) in &offers {
+                    host.offer(key, at);
+                }
+            }
         }
+        self.host_offers = offers;
         if self.frontend.is_none() {
             itl.add(first_end - self.last_step_end, common);
             let mut prev_end = first_end;
@@ -847,7 +909,7 @@ impl Worker {
                 } else {
                     self.stats.prefill_tokens += u64::from(p.new_tokens);
                 }
-                engine::after_compute(rank, r, p);
+                engine::after_compute(rank, r, p, now);
                 if r.pending_tokens() == 0 && r.phase == Phase::Prefill {
                     // The prompt is done: its KV stays here as the source of the transfer;
                     // the bootstrap token is not shown to the client.
@@ -925,9 +987,7 @@ fn accept_drafts(
         extra += 1;
         done = r.emit_token(now);
     }
-    if let KvStore::Paged(pool) = &mut rank.kv {
-        kvops::register_full_blocks(pool, r);
-    }
+    engine::register_and_offer(rank, r, now);
     return_draft_slots(rank, r, drafts - extra);
     (extra, done)
 }

@@ -5,6 +5,7 @@
 
 use servesim_core::engine::{Backend, BatchWait, SchedulerConfig, SglangKnobs, Speculation};
 use servesim_core::frontend::FrontendSpec;
+use servesim_core::host::{HostSpec, HostTier};
 use servesim_core::metrics::{Fleet, Sla};
 use servesim_core::request::Status;
 use servesim_core::router::Router;
@@ -30,6 +31,8 @@ struct Case {
     recv_interval: u32,
     speculation: Speculation,
     plan_ahead: bool,
+    prompt_pool: u32,
+    host: Option<HostSpec>,
 }
 
 impl Default for Case {
@@ -50,6 +53,8 @@ impl Default for Case {
             recv_interval: 1,
             speculation: Speculation::default(),
             plan_ahead: false,
+            prompt_pool: 0,
+            host: None,
         }
     }
 }
@@ -86,7 +91,11 @@ fn start(c: Case) -> Simulation {
     let radix = c.backend == Backend::Sglang;
     // SGLang's radix cache counts tokens: the same memory as blocks x block size.
     let (blocks, bs) = if radix { (c.blocks * c.block_size, 1) } else { (c.blocks, c.block_size) };
-    let workers = vec![Worker::new(0, cfg, make_ranks(c.dp, blocks, bs, true, radix), 0)];
+    let mut ranks = make_ranks(c.dp, blocks, bs, true, radix);
+    for r in &mut ranks {
+        r.host = c.host.map(|h| Box::new(HostTier::new(h)));
+    }
+    let workers = vec![Worker::new(0, cfg, ranks, 0)];
     let setup = SimSetup {
         seed: 1,
         traffic: TrafficSpec {
@@ -94,7 +103,7 @@ fn start(c: Case) -> Simulation {
                 input_tokens: LengthDist::Fixed(c.input),
                 output_tokens: LengthDist::Fixed(c.output),
                 shared_prefix_tokens: 0,
-                prompt_pool: 0,
+                prompt_pool: c.prompt_pool,
             },
             load: c.load,
             stop: Stop { max_requests: c.requests, max_sessions: u32::MAX },
@@ -118,6 +127,71 @@ fn start(c: Case) -> Simulation {
         pd: None,
     };
     Simulation::new(setup, vec![timer()])
+}
+
+#[test]
+fn a_prefix_evicted_from_gpu_memory_is_restored_from_the_host_tier() {
+    // Two prompts of 100 tokens (a pool of two), one client at a time, and a GPU pool of 7
+    // blocks of 16 tokens: exactly one request's 105 tokens, so each prompt evicts the other's
+    // six full blocks. The host tier copies each full block (1 MB) at 10 GB/s: 0.1 ms a block.
+    let host = HostSpec {
+        capacity_blocks: 64,
+        block_bytes: 1_000_000,
+        d2h_bytes_per_s: Some(1e10),
+        h2d_bytes_per_s: Some(1e10),
+        first_byte: SimDur::ZERO,
+    };
+    let case = |host| Case { requests: 3, prompt_pool: 2, blocks: 7, host, ..Case::default() };
+    let without = run(case(None));
+    let with = run(case(Some(host)));
+    let ttfts = |r: &RunResult| -> Vec<u64> {
+        r.records.iter().map(|q| (q.stamps.first_token - q.arrival).as_ns() / 10_000).collect()
+    };
+    // The first two prompts are cold: 1 ms + 100 x 0.01 ms. The pool's second pass drew the
+    // first prompt again (seed 1), whose blocks the second request evicted from GPU memory.
+    // (In units of 0.01 ms.)
+    assert_eq!(ttfts(&without), [200, 200, 200]);
+    // With the host tier, its six blocks (96 tokens, all but the last token's block) come back
+    // over the link in 0.6 ms, and the step computes the other 4 tokens: 1 ms + 0.04 ms.
+    assert_eq!(ttfts(&with), [200, 200, 60 + 104]);
+    let st = with.worker_stats[0].host.unwrap();
+    assert_eq!((st.restores, st.restored_blocks, st.written_blocks, st.evicted_blocks), (1, 6, 12, 0));
+    assert_eq!(st.restore_wait_ns, 600_000);
+    assert_eq!(
+        with.records.iter().map(|q| q.first_admission_reused.unwrap()).collect::<Vec<_>>(),
+        [0, 0, 96]
+    );
+    assert!(without.worker_stats[0].host.is_none());
+}
+
+#[test]
+fn a_restore_waits_for_the_host_link_and_its_first_byte() {
+    // As above with a slow link (1 GB/s: 1 ms a block), 0.05 ms to its first byte, and writes
+    // at once.
+    let host = HostSpec {
+        capacity_blocks: 64,
+        block_bytes: 1_000_000,
+        d2h_bytes_per_s: None,
+        h2d_bytes_per_s: Some(1e9),
+        first_byte: SimDur::from_ns(50_000),
+    };
+    let r = run(Case { requests: 3, prompt_pool: 2, blocks: 7, host: Some(host), ..Case::default() });
+    let st = r.worker_stats[0].host.unwrap();
+    assert_eq!((st.restores, st.restored_blocks), (1, 6));
+    // 6 ms on the link and 0.05 ms to its first byte, then the 4-token step.
+    let third = r.records.get(2).unwrap();
+    assert_eq!((third.stamps.first_token - third.arrival).as_ns(), 6_050_000 + 1_040_000);
+    // Fast-forwarding decode runs gives the same results as stepping.
+    let stepped = run(Case {
+        requests: 3,
+        prompt_pool: 2,
+        blocks: 7,
+        host: Some(host),
+        fast_forward: false,
+        ..Case::default()
+    });
+    assert_eq!(format!("{:?}", stepped.summary), format!("{:?}", r.summary));
+    assert_eq!(stepped.worker_stats[0].host, r.worker_stats[0].host);
 }
 
 #[test]

@@ -391,6 +391,32 @@ pub struct KvCacheConfig {
     pub bytes_per_token: Option<u64>,
     /// `capacity`.
     pub capacity: Capacity,
+    /// `host_offload` (G2): a host-memory KV tier per attention-DP rank.
+    pub host_offload: Option<HostOffloadConfig>,
+}
+
+/// `kv_cache.host_offload`: vLLM's KV offloading to CPU memory (its `OffloadingConnector`,
+/// `--kv-offloading-size`), AISimulate's G2 tier with `scope: dp_rank_local`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostOffloadConfig {
+    /// How much host memory each rank's tier has.
+    pub size: HostSize,
+    /// `d2h_bandwidth_gbps` (32; 0 = unlimited): each GPU's device-to-host link, decimal GB/s.
+    pub d2h_bandwidth_gbps: f64,
+    /// `h2d_bandwidth_gbps` (32; 0 = unlimited): each GPU's host-to-device link.
+    pub h2d_bandwidth_gbps: f64,
+    /// `latency_to_first_byte_ms` (0).
+    pub latency_to_first_byte_ms: f64,
+}
+
+/// The size of a host tier.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HostSize {
+    /// `num_host_blocks`: blocks per attention-DP rank (AISimulate).
+    Blocks(u32),
+    /// `size_gib` (servesim extension): GiB over the worker's tensor-parallel GPUs, as vLLM's
+    /// `--kv-offloading-size` counts it.
+    Gib(f64),
 }
 
 /// `engine.workers.<role>`.

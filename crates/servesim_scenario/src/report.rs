@@ -8,6 +8,7 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use servesim_core::frontend::FrontendStats;
+use servesim_core::host::HostStats;
 use servesim_core::metrics::{Dist, Summary};
 use servesim_core::record::{Record, RecordLog};
 use servesim_core::request::{ReqSeq, Status, NEVER};
@@ -561,6 +562,9 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(f) = frontend_section(r) {
         section["frontend"] = f;
     }
+    if let Some(h) = host_section(p, r) {
+        section["host_offload"] = h;
+    }
     if let Some(s) = speculation_section(p, r) {
         section["speculation"] = s;
     }
@@ -636,6 +640,53 @@ fn frontend_section(r: &RunResult) -> Option<Value> {
         .collect::<Vec<_>>()
         .into();
     Some(total)
+}
+
+/// The host KV tiers (G2), when the workers keep them: their size and links, and what they
+/// wrote, evicted and restored over the run.
+#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
+fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let role = p.roles.first()?;
+    let spec = p.host_spec(role)?;
+    let block_size = u64::from(role.config.kv_cache.block_size);
+    let describe = |h: &HostStats| {
+        json!({
+            "written_blocks": h.written_blocks,
+            "dropped_blocks": h.dropped_blocks,
+            "evicted_blocks": h.evicted_blocks,
+            "restores": h.restores,
+            "restored_blocks": h.restored_blocks,
+            "restored_tokens": h.restored_blocks * block_size,
+            "mean_restore_wait_ms": if h.restores > 0 { h.restore_wait_ns as f64 / h.restores as f64 / 1e6 } else { 0.0 },
+            "resident_blocks": h.resident_blocks,
+        })
+    };
+    let per_worker: Vec<(usize, HostStats)> =
+        r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.host.map(|h| (w, h))).collect();
+    let mut all = HostStats::default();
+    for (_, h) in &per_worker {
+        all.add(h);
+    }
+    let mut out = describe(&all);
+    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
+    out["scope"] = json!("dp_rank_local");
+    out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
+    out["block_bytes_per_gpu"] = json!(spec.block_bytes);
+    out["capacity_gib_per_gpu"] =
+        json!(u64::from(spec.capacity_blocks) as f64 * spec.block_bytes as f64 / (1u64 << 30) as f64);
+    out["d2h_bandwidth_gbps"] = json!(gbps(spec.d2h_bytes_per_s));
+    out["h2d_bandwidth_gbps"] = json!(gbps(spec.h2d_bytes_per_s));
+    out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
+    out["workers"] = per_worker
+        .iter()
+        .map(|(w, h)| {
+            let mut v = describe(h);
+            v["worker"] = json!(w);
+            v
+        })
+        .collect::<Vec<_>>()
+        .into();
+    Some(out)
 }
 
 /// Pretty JSON text of prediction.json (two-space indent, trailing newline).
@@ -748,6 +799,21 @@ pub fn summary_table(p: &Prediction) -> String {
             fe["busy_fraction"].as_f64().unwrap_or(0.0) * 100.0,
             fe["mean_request_wait_ms"].as_f64().unwrap_or(0.0),
             fe["mean_token_delay_ms"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    let host = &p.json["servesim"]["host_offload"];
+    if host.is_object() {
+        let n = |k: &str| host[k].as_u64().unwrap_or(0);
+        out.push_str(&format!(
+            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written, {} evicted, {} dropped; {} blocks a rank\n",
+            n("restores"),
+            n("restored_blocks"),
+            n("restored_tokens"),
+            host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0),
+            n("written_blocks"),
+            n("evicted_blocks"),
+            n("dropped_blocks"),
+            n("capacity_blocks_per_rank"),
         ));
     }
     for t in p.json["servesim"]["timing"].as_array().into_iter().flatten() {

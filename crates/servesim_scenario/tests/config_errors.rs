@@ -171,6 +171,44 @@ const CASES: &[(&str, i32, &[&str])] = &[
         "engine:\n  model: meta-llama/Llama-3.1-70B-Instruct\n  hardware: h100_sxm\n  mode: disaggregated\n  workers: {prefill: {parallelism: {tensor: 8}}, decode: {}}\n",
         3,
         &["decode workers", "does not fit"],
+    ),    // Host offload (G2): vLLM aggregated only, sized one way, with prefix caching.
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
+        2,
+        &["engine.workers.aggregated.kv_cache.host_offload (line 5", "simulated for vLLM only"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  mode: disaggregated\n  workers: {prefill: {}, decode: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
+        2,
+        &["engine.workers.decode.kv_cache.host_offload", "aggregated workers only"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        prefix_caching: false\n        host_offload: {num_host_blocks: 10}\n",
+        2,
+        &["kv_cache.host_offload (line 9", "needs prefix_caching: true"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, size_gib: 4, scope: cluster_shared, h2d_bandwidth_gbps: -1, shared_d2h_bandwidth_gbps: 80, num_blocks: 3}\n",
+        2,
+        &[
+            "num_host_blocks or size_gib, not both",
+            "host_offload.scope",
+            "use dp_rank_local",
+            "host_offload.h2d_bandwidth_gbps",
+            "between 0 and 1000000, got -1",
+            "host_offload.shared_d2h_bandwidth_gbps",
+            "host_offload.num_blocks",
+        ],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {d2h_bandwidth_gbps: 16}}}}\n",
+        2,
+        &["kv_cache.host_offload (line 5", "needs num_host_blocks (blocks a rank holds) or size_gib"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 0.001}}}}\n",
+        3,
+        &["kv_cache.host_offload holds no block", "tensor-parallel GPUs"],
     ),
 ];
 
@@ -197,6 +235,13 @@ fn an_invalid_nextn_beside_an_ngram_block_is_reported_once() {
 #[test]
 fn a_valid_base_is_valid() {
     assert_eq!(errors(&format!("{BASE}  workers: {{aggregated: {{}}}}\n")).0, 0);
+    assert_eq!(
+        errors(&format!(
+            "{BASE}  backend: vllm\n  workers: {{aggregated: {{kv_cache: {{host_offload: {{size_gib: 8, scope: dp_rank_local, latency_to_first_byte_ms: 0.01}}}}}}}}\n"
+        ))
+        .0,
+        0
+    );
     assert_eq!(
         errors(&format!("{BASE}  mode: disaggregated\n  workers: {{prefill: {{}}, decode: {{}}}}\n")).0,
         0

@@ -81,7 +81,12 @@ pub fn admission_cost(pool: &BlockPool, probe: Probe, new_tokens: u32) -> u64 {
 /// `hit + new_tokens` tokens. The caller has checked [`admission_cost`] fits.
 pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: u32, scratch: &[u32]) {
     reserve(pool, req, probe, new_tokens, scratch);
-    let reused = probe.hit_tokens.min(req.input_tokens);
+    count_reuse(req, probe.hit_tokens);
+}
+
+/// Counts `tokens` of the prompt as served from cache at this admission.
+pub fn count_reuse(req: &mut Request, tokens: u32) {
+    let reused = tokens.min(req.input_tokens);
     if req.first_admission_reused.is_none() {
         req.first_admission_reused = Some(reused);
     }

@@ -318,6 +318,8 @@ pub struct RankPlan {
     pub items: Vec<Planned>,
     /// Requests preempted while forming this plan.
     pub preemptions: u32,
+    /// Restores from the host tier started while forming this plan, with when each ends.
+    pub restores: Vec<(ReqId, crate::units::SimTime)>,
 }
 
 impl RankPlan {
@@ -325,6 +327,7 @@ impl RankPlan {
     pub fn clear(&mut self) {
         self.items.clear();
         self.preemptions = 0;
+        self.restores.clear();
     }
 }
 
@@ -427,8 +430,14 @@ pub struct Rank {
     pub handoffs: VecDeque<ReqId>,
     /// P/D decode side: requests with KV reserved while their KV arrives.
     pub loading: Vec<ReqId>,
+    /// Requests holding GPU blocks while their prefix is restored from the host tier, with the
+    /// first block restored and how many.
+    pub restoring: Vec<(ReqId, u32, u32)>,
     /// KV cache of this rank.
     pub kv: KvStore,
+    /// The rank's host-memory KV tier (G2), when it has one (boxed: most ranks have none, and
+    /// a rank's hot fields stay together).
+    pub host: Option<alloc::boxed::Box<crate::host::HostTier>>,
     /// Policy state.
     pub state: PolicyState,
     /// Scratch buffer for prefix lookups.
@@ -444,7 +453,9 @@ impl Rank {
             running: Vec::new(),
             handoffs: VecDeque::new(),
             loading: Vec::new(),
+            restoring: Vec::new(),
             kv,
+            host: None,
             state: PolicyState::default(),
             scratch: Vec::new(),
         }
@@ -453,7 +464,49 @@ impl Rank {
     /// Requests queued, running, or being handed to this rank.
     #[must_use]
     pub fn load(&self) -> usize {
-        self.waiting.len() + self.running.len() + self.handoffs.len() + self.loading.len()
+        self.waiting.len()
+            + self.running.len()
+            + self.handoffs.len()
+            + self.loading.len()
+            + self.restoring.len()
+    }
+}
+
+/// Ends the host-tier restore of request `id` on its rank: its restored blocks are computed
+/// and enter the prefix cache, and it goes back to the front of the waiting queue (vLLM
+/// prepends the requests it skipped while their KV loaded) to compute the rest of its prompt.
+pub fn finish_restore(rank: &mut Rank, req: &mut Request, id: ReqId) {
+    let Some(i) = rank.restoring.iter().position(|x| x.0 == id) else { return };
+    let (_, from, blocks) = rank.restoring.swap_remove(i);
+    let (Some(host), KvStore::Paged(pool)) = (rank.host.as_deref_mut(), &mut rank.kv) else { return };
+    let to = (from as usize + blocks as usize).min(req.hashes.len());
+    host.end_restore(&req.hashes[(from as usize).min(to)..to]);
+    req.computed += blocks * pool.block_size();
+    // The restored blocks are in host memory already: registering them offers nothing new.
+    kvops::register_full_blocks(pool, req);
+    rank.waiting.push_front(id);
+}
+
+/// Registers a paged rank's newly full blocks of `req` in its prefix index and offers them
+/// to its host tier, if it has one, as filled by the step that ended at `at`.
+pub fn register_and_offer(rank: &mut Rank, req: &mut Request, at: crate::units::SimTime) {
+    let KvStore::Paged(pool) = &mut rank.kv else { return };
+    let from = req.registered_blocks;
+    kvops::register_full_blocks(pool, req);
+    if let Some(host) = rank.host.as_deref_mut() {
+        offer_blocks(host, req, from, at);
+    }
+}
+
+/// Offers a host tier `req`'s registered blocks from block `from` on, filled (or, for prefix
+/// hits, found) at `at`.
+// Out of line: inlined into a step's loop over its requests, its loop cost that loop's
+// registers on ranks without a tier too.
+#[inline(never)]
+fn offer_blocks(host: &mut crate::host::HostTier, req: &Request, from: u32, at: crate::units::SimTime) {
+    let upto = (req.registered_blocks as usize).min(req.hashes.len());
+    for &h in &req.hashes[(from as usize).min(upto)..upto] {
+        host.offer(h, at);
     }
 }
 
@@ -467,11 +520,11 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     }
 }
 
-/// Records that a planned chunk was computed (`req.computed` already advanced): new full
-/// blocks or prompt tokens become reusable.
-pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned) {
+/// Records that a planned chunk was computed (`req.computed` already advanced) in the step
+/// that ended at `at`: new full blocks or prompt tokens become reusable.
+pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned, at: crate::units::SimTime) {
     match &mut rank.kv {
-        KvStore::Paged(pool) => kvops::register_full_blocks(pool, req),
+        KvStore::Paged(_) => register_and_offer(rank, req, at),
         KvStore::Radix(cache) => {
             if !planned.decode {
                 sglang::cache_computed(cache, req);

@@ -10,6 +10,10 @@
 //!   the blocks needed now are allocated. No admissions in a step that preempted.
 //! - `prefill_schedule_interval` N > 1 (attention DP): new prompts only every N-th step.
 //! - With speculative decoding a decode also takes its draft tokens' budget and KV slots.
+//! - With a host tier (KV offloading), a prompt's GPU prefix hit is continued with the blocks
+//!   host memory holds: the request takes GPU blocks for them and waits, outside the queue and
+//!   without budget, while they are copied back (`WAITING_FOR_REMOTE_KVS`); the requests
+//!   behind it are scheduled meanwhile ([`crate::host`]).
 
 use crate::engine::kvops;
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
@@ -17,7 +21,7 @@ use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, kv, scratch, state, .. } = rank;
+    let Rank { waiting, running, kv, scratch, state, host, restoring, .. } = rank;
     let KvStore::Paged(pool) = kv else { return };
     state.steps += 1;
     let mut budget = cfg.max_batched_tokens;
@@ -91,6 +95,35 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             continue;
         }
         let probe = kvops::probe(pool, r, scratch);
+        if let Some(host) = host.as_mut() {
+            // The blocks after the GPU hit that host memory holds, short of the last token
+            // (a forward pass must compute one to sample from).
+            let bs = pool.block_size();
+            let from = probe.hit_tokens / bs;
+            let most = ((r.known_tokens().saturating_sub(1)) / bs) as usize;
+            let keys = r.hashes.get(from as usize..r.hashes.len().min(most)).unwrap_or(&[]);
+            #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
+            let found = host.match_prefix(keys, host.clock()) as u32;
+            if found > 0 {
+                let tokens = found * bs;
+                if kvops::admission_cost(pool, probe, tokens) > u64::from(pool.num_free()) {
+                    break;
+                }
+                kvops::reserve(pool, r, probe, tokens, scratch);
+                kvops::count_reuse(r, probe.hit_tokens + tokens);
+                let now = host.clock();
+                // vLLM stores every block of a request the tier lacks, its prefix hits too.
+                for &h in &r.hashes[..from as usize] {
+                    host.offer(h, now);
+                }
+                let keys = &r.hashes[from as usize..(from + found) as usize];
+                let done = host.begin_restore(keys, now);
+                waiting.pop_front();
+                restoring.push((id, from, found));
+                plan.restores.push((id, done));
+                continue;
+            }
+        }
         let remaining = r.known_tokens() - probe.hit_tokens;
         if !cfg.chunked_prefill && remaining > budget {
             break;
@@ -100,6 +133,12 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             break;
         }
         kvops::admit(pool, r, probe, n, scratch);
+        if let Some(host) = host.as_mut() {
+            let now = host.clock();
+            for &h in &r.hashes[..(probe.hit_tokens / pool.block_size()) as usize] {
+                host.offer(h, now);
+            }
+        }
         r.status = Status::Running;
         waiting.pop_front();
         running.push(id);

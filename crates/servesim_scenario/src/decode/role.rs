@@ -5,8 +5,8 @@ use servesim_core::engine::Backend;
 use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeKernel};
 
 use crate::config::{
-    Capacity, FpmSource, FrontendConfig, KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig,
-    RoleConfig, SchedulerKnobs, TimingConfig, TimingKind, TransferMode, Workers,
+    Capacity, FpmSource, FrontendConfig, HostOffloadConfig, HostSize, KvCacheConfig, KvTransferConfig, Mode,
+    ParallelismConfig, RoleConfig, SchedulerKnobs, TimingConfig, TimingKind, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -131,7 +131,7 @@ fn decode_role(
         dp,
         prefill,
     );
-    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, backend);
+    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, defaults);
     let timing = match f.take("timing") {
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
@@ -460,8 +460,9 @@ fn decode_kv_cache(
     entry: Option<(&Node, String)>,
     path: &str,
     cx: &mut Cx,
-    backend: Backend,
+    defaults: RoleDefaults,
 ) -> Option<KvCacheConfig> {
+    let RoleDefaults { backend, mode } = defaults;
     let default_block = match backend {
         Backend::Vllm => 64,
         Backend::Sglang => 1,
@@ -472,6 +473,7 @@ fn decode_kv_cache(
         prefix_caching: true,
         bytes_per_token: None,
         capacity: Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 },
+        host_offload: None,
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -495,7 +497,31 @@ fn decode_kv_cache(
         Some((n, p)) => decode_capacity(n, &p, cx),
         None => Some(defaults.capacity),
     };
-    for k in ["host_offload", "g3_offload", "state_cache", "prefix_match_unit"] {
+    let host_offload = match f.take("host_offload") {
+        Some((n, p)) if backend != Backend::Vllm => {
+            cx.unsupported(
+                &p,
+                n,
+                "'host_offload' (KV offloading to host memory) is simulated for vLLM only (its OffloadingConnector)",
+            );
+            None
+        }
+        Some((n, p)) if mode == Mode::Disaggregated => {
+            cx.unsupported(&p, n, "'host_offload' is simulated for aggregated workers only");
+            None
+        }
+        Some((n, p)) if prefix_caching == Some(false) => {
+            cx.domain(
+                &p,
+                n,
+                "'host_offload' needs prefix_caching: true (offloaded blocks are found by their hashes)",
+            );
+            None
+        }
+        Some((n, p)) => decode_host_offload(n, &p, cx),
+        None => None,
+    };
+    for k in ["g3_offload", "state_cache", "prefix_match_unit"] {
         if let Some((n, p)) = f.take(k) {
             cx.unsupported(
                 &p,
@@ -523,8 +549,84 @@ fn decode_kv_cache(
         prefix_caching: prefix_caching?,
         bytes_per_token: bytes_per_token?,
         capacity: capacity?,
+        host_offload,
     })
 }
+
+/// `kv_cache.host_offload` (vLLM, aggregated): its size and its links.
+fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<HostOffloadConfig> {
+    let before = cx.diags.len();
+    let mut f = Fields::of(node, path, cx)?;
+    let blocks = f.take("num_host_blocks").and_then(|(n, p)| u32_in(n, &p, cx, 1, u32::MAX));
+    let gib = f.take("size_gib").and_then(|(n, p)| positive(n, &p, cx));
+    let size = match (blocks, gib) {
+        (Some(b), None) => Some(HostSize::Blocks(b)),
+        (None, Some(g)) => Some(HostSize::Gib(g)),
+        (Some(_), Some(_)) => {
+            cx.schema(path, node, "give num_host_blocks or size_gib, not both");
+            None
+        }
+        (None, None) => {
+            if cx.diags.len() == before {
+                cx.schema(path, node, "needs num_host_blocks (blocks a rank holds) or size_gib");
+            }
+            None
+        }
+    };
+    if let Some((n, p)) = f.take("scope") {
+        if choice(n, &p, cx, &["dp_rank_local", "cluster_shared"]) == Some("cluster_shared") {
+            cx.unsupported(
+                &p,
+                n,
+                "a host tier shared by the cluster is not simulated yet; use dp_rank_local",
+            );
+        }
+    }
+    for k in ["shared_d2h_bandwidth_gbps", "shared_h2d_bandwidth_gbps"] {
+        if let Some((n, p)) = f.take(k) {
+            cx.unsupported(
+                &p,
+                n,
+                format!("'{k}' applies to a cluster-shared host tier, which is not simulated yet"),
+            );
+        }
+    }
+    let gbps = |f: &mut Fields, k: &str, cx: &mut Cx| {
+        f.take(k).map_or(Some(DEFAULT_HOST_LINK_GBPS), |(n, p)| number_in(n, &p, cx, 0.0, 1e6))
+    };
+    let d2h = gbps(&mut f, "d2h_bandwidth_gbps", cx);
+    let h2d = gbps(&mut f, "h2d_bandwidth_gbps", cx);
+    let latency =
+        f.take("latency_to_first_byte_ms").map_or(Some(0.0), |(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    f.finish(
+        cx,
+        &[
+            "num_host_blocks",
+            "size_gib",
+            "scope",
+            "d2h_bandwidth_gbps",
+            "h2d_bandwidth_gbps",
+            "latency_to_first_byte_ms",
+            "shared_d2h_bandwidth_gbps",
+            "shared_h2d_bandwidth_gbps",
+        ],
+        "",
+    );
+    if cx.diags.len() != before {
+        return None;
+    }
+    Some(HostOffloadConfig {
+        size: size?,
+        d2h_bandwidth_gbps: d2h?,
+        h2d_bandwidth_gbps: h2d?,
+        latency_to_first_byte_ms: latency?,
+    })
+}
+
+/// A host tier's link bandwidth when none is given, decimal GB/s: AISimulate's default for
+/// `d2h_bandwidth_gbps` and `h2d_bandwidth_gbps` (REF §5.3), about what a PCIe 5.0 x16 link
+/// moves in one direction.
+const DEFAULT_HOST_LINK_GBPS: f64 = 32.0;
 
 fn decode_capacity(node: &Node, path: &str, cx: &mut Cx) -> Option<Capacity> {
     let mut f = Fields::of(node, path, cx)?;

@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
+use servesim_core::host::{HostSpec, HostTier};
 use servesim_core::metrics::Fleet;
 use servesim_core::router::Router;
 use servesim_core::sim::{make_ranks, Limits, PdSetup, SimSetup, Simulation};
@@ -487,6 +488,24 @@ impl Prepared {
         .with_prompt_token(SimDur::from_secs_f64(prompt_token_s))
     }
 
+    /// `role`'s host KV tier per attention-DP rank (`kv_cache.host_offload`), if it has one:
+    /// blocks of `block_size` tokens of one GPU's KV shard, each GPU moving its own shard over
+    /// its own link.
+    #[must_use]
+    pub fn host_spec(&self, role: &PreparedRole) -> Option<HostSpec> {
+        let h = role.config.kv_cache.host_offload?;
+        let block_bytes = u64::from(role.config.kv_cache.block_size) * role.memory.kv_bytes_per_token.max(1);
+        let capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, role.config.parallelism.tensor);
+        let link = |gbps: f64| (gbps > 0.0).then_some(gbps * 1e9);
+        Some(HostSpec {
+            capacity_blocks,
+            block_bytes,
+            d2h_bytes_per_s: link(h.d2h_bandwidth_gbps),
+            h2d_bytes_per_s: link(h.h2d_bandwidth_gbps),
+            first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
+        })
+    }
+
     /// Whether `role`'s engine plans each step while the one before it runs
     /// (`scheduler.plan_ahead`; by default vLLM's async scheduling).
     #[must_use]
@@ -555,14 +574,18 @@ impl Prepared {
                 speculation: self.speculation(),
                 plan_ahead: self.plans_ahead(role),
             };
+            let host = self.host_spec(role);
             for _ in 0..rc.parallelism.replicas {
-                let ranks = make_ranks(
+                let mut ranks = make_ranks(
                     role.parallelism.attention_data,
                     role.blocks_per_rank,
                     rc.kv_cache.block_size,
                     rc.kv_cache.prefix_caching,
                     backend == servesim_core::engine::Backend::Sglang,
                 );
+                for r in &mut ranks {
+                    r.host = host.map(|h| Box::new(HostTier::new(h)));
+                }
                 #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
                 let id = workers.len() as u32;
                 workers.push(Worker::new(id, cfg.clone(), ranks, ti));

@@ -12,7 +12,9 @@ use servesim_perf::tables::Family;
 
 use super::{Files, PreparedRole, RoleTiming, ScenarioError};
 use crate::catalog::Catalog;
-use crate::config::{Capacity, ContextLength, EngineConfig, RoleConfig, SpeculationConfig, TimingKind};
+use crate::config::{
+    Capacity, ContextLength, EngineConfig, HostSize, RoleConfig, SpeculationConfig, TimingKind,
+};
 use crate::decode::role::{default_memory_fraction, sglang_since_0_5_3};
 use crate::diag::{Cx, DiagKind};
 use crate::node::{Node, Origin};
@@ -216,6 +218,17 @@ pub(super) fn prepare_role(
             message: format!("{name} workers: the KV cache holds no block"),
         });
     }
+    if let Some(h) = role.kv_cache.host_offload {
+        let block_bytes = block * memory.kv_bytes_per_token.max(1);
+        if host_capacity_blocks(h.size, block_bytes, par.tensor) == 0 {
+            return Err(ScenarioError::Resource {
+                message: format!(
+                    "{name} workers: kv_cache.host_offload holds no block: a block of {} tokens takes {block_bytes} bytes on each of the {} tensor-parallel GPUs",
+                    role.kv_cache.block_size, par.tensor
+                ),
+            });
+        }
+    }
     let max_sequences = role.scheduler.max_sequences.unwrap_or_else(|| match engine.backend {
         Backend::Vllm | Backend::TrtLlm => default_sequences,
         Backend::Sglang => {
@@ -364,4 +377,23 @@ fn batch_defaults(backend: Backend, hw: &Hardware) -> (u32, u32) {
 fn sglang_max_running_requests(kv_tokens: u64, context_len: u64) -> u32 {
     let pool = (kv_tokens.saturating_mul(512) / context_len.max(1)).clamp(2048, 4096);
     u32::try_from(pool.min(kv_tokens / 2).max(1)).unwrap_or(u32::MAX)
+}
+
+/// Blocks a rank's host tier holds: `num_host_blocks` as given, or `size_gib` shared by the
+/// worker's tensor-parallel GPUs (vLLM's `--kv-offloading-size` is their sum), each holding its
+/// own shard of every block (`block_bytes` a GPU).
+#[must_use]
+pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32) -> u32 {
+    match size {
+        HostSize::Blocks(b) => b,
+        HostSize::Gib(gib) => {
+            #[allow(clippy::cast_precision_loss)] // GiB counts and block sizes are far below 2^53.
+            let per_gpu = gib * memory::GIB as f64 / f64::from(tensor.max(1));
+            #[allow(clippy::cast_precision_loss)]
+            let blocks = (per_gpu / block_bytes.max(1) as f64).floor();
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Clamped to u32.
+            let b = blocks.clamp(0.0, f64::from(u32::MAX)) as u32;
+            b
+        }
+    }
 }

@@ -1,0 +1,208 @@
+//! The host tier against a naive model: a list in LRU order, searched linearly.
+
+use alloc::vec::Vec;
+
+use proptest::prelude::*;
+
+use super::{transfer, HostSpec, HostStats, HostTier};
+use crate::units::{SimDur, SimTime};
+
+/// One held block of the naive model.
+#[derive(Clone, Debug, PartialEq)]
+struct Held {
+    key: u64,
+    ready_at: SimTime,
+    readers: u32,
+}
+
+/// The naive tier: `held` in LRU order (front evicted first).
+struct Naive {
+    spec: HostSpec,
+    held: Vec<Held>,
+    d2h_free: SimTime,
+    h2d_free: SimTime,
+    stats: HostStats,
+}
+
+impl Naive {
+    fn offer(&mut self, key: u64, at: SimTime) {
+        if self.held.iter().any(|h| h.key == key) {
+            return;
+        }
+        if self.held.len() >= self.spec.capacity_blocks as usize {
+            let idle = |h: &Held| h.readers == 0 && h.ready_at <= at;
+            let Some(victim) = self.held.iter().position(idle) else {
+                self.stats.dropped_blocks += 1;
+                return;
+            };
+            // Busy blocks passed over on the way move to the back, in order.
+            let passed: Vec<Held> = self.held.drain(..victim).collect();
+            self.held.remove(0);
+            self.held.extend(passed);
+            self.stats.evicted_blocks += 1;
+        }
+        let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
+        self.d2h_free = done;
+        self.held.push(Held { key, ready_at: done + self.spec.first_byte, readers: 0 });
+        self.stats.written_blocks += 1;
+    }
+
+    fn restore(&mut self, keys: &[u64], now: SimTime) -> SimTime {
+        for k in keys {
+            let i = self.held.iter().position(|h| h.key == *k).expect("restored blocks are held");
+            let mut h = self.held.remove(i);
+            h.readers += 1;
+            self.held.push(h);
+        }
+        let bytes = self.spec.block_bytes * keys.len() as u64;
+        let link_done = now.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
+        self.h2d_free = link_done;
+        self.stats.restores += 1;
+        self.stats.restored_blocks += keys.len() as u64;
+        let done = link_done + self.spec.first_byte;
+        self.stats.restore_wait_ns += done.since(now).as_ns();
+        done
+    }
+
+    fn end(&mut self, keys: &[u64]) {
+        for k in keys {
+            if let Some(h) = self.held.iter_mut().find(|h| h.key == *k) {
+                h.readers -= 1;
+            }
+        }
+    }
+}
+
+/// The tier's held blocks in LRU order, from its queue.
+fn lru_order(t: &HostTier) -> Vec<Held> {
+    t.lru
+        .iter()
+        .filter_map(|&(slot, epoch)| {
+            let e = &t.entries[slot as usize];
+            (e.live && e.epoch == epoch).then_some(Held {
+                key: e.key,
+                ready_at: e.ready_at,
+                readers: e.readers,
+            })
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Offer block `key` after `dt` ns.
+    Offer { key: u64, dt: u64 },
+    /// After `dt` ns, restore the held prefix of these candidate keys.
+    Restore { keys: Vec<u64>, dt: u64 },
+    /// End the n-th restore in flight.
+    End { n: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..24, 0u64..3_000).prop_map(|(key, dt)| Op::Offer { key, dt }),
+        2 => (proptest::collection::vec(0u64..24, 1..6), 0u64..3_000).prop_map(|(keys, dt)| Op::Restore { keys, dt }),
+        1 => (0usize..4).prop_map(|n| Op::End { n }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn the_tier_keeps_what_a_naive_lru_list_keeps(
+        capacity in 1u32..10,
+        d2h in prop_oneof![Just(None), (1u32..4).prop_map(|g| Some(f64::from(g) * 1e6))],
+        h2d in prop_oneof![Just(None), (1u32..4).prop_map(|g| Some(f64::from(g) * 1e6))],
+        first_byte in 0u64..500,
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let spec = HostSpec {
+            capacity_blocks: capacity,
+            block_bytes: 1000,
+            d2h_bytes_per_s: d2h,
+            h2d_bytes_per_s: h2d,
+            first_byte: SimDur::from_ns(first_byte),
+        };
+        let mut tier = HostTier::new(spec);
+        let mut naive = Naive {
+            spec,
+            held: Vec::new(),
+            d2h_free: SimTime::ZERO,
+            h2d_free: SimTime::ZERO,
+            stats: HostStats { capacity_blocks: u64::from(capacity), ..HostStats::default() },
+        };
+        let mut now = SimTime::ZERO;
+        let mut reading: Vec<Vec<u64>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Offer { key, dt } => {
+                    now += SimDur::from_ns(dt);
+                    tier.offer(key, now);
+                    naive.offer(key, now);
+                }
+                Op::Restore { keys, dt } => {
+                    now += SimDur::from_ns(dt);
+                    let n = tier.match_prefix(&keys, now);
+                    let want = keys.iter().take_while(|k| naive.held.iter().any(|h| h.key == **k && h.ready_at <= now)).count();
+                    prop_assert_eq!(n, want);
+                    if n > 0 {
+                        let done = tier.begin_restore(&keys[..n], now);
+                        prop_assert_eq!(done, naive.restore(&keys[..n], now));
+                        reading.push(keys[..n].to_vec());
+                    }
+                }
+                Op::End { n } => {
+                    if !reading.is_empty() {
+                        let keys = reading.remove(n % reading.len());
+                        tier.end_restore(&keys);
+                        naive.end(&keys);
+                    }
+                }
+            }
+            prop_assert!(tier.resident() <= capacity as usize);
+            prop_assert_eq!(lru_order(&tier), naive.held.clone());
+            prop_assert_eq!(tier.stats(), HostStats { resident_blocks: naive.held.len() as u64, ..naive.stats });
+        }
+    }
+}
+
+#[test]
+fn a_restore_waits_for_the_link_and_its_first_byte() {
+    // 2 MB blocks over 32 GB/s take 62.5 µs each; the second restore queues behind the first.
+    let spec = HostSpec {
+        capacity_blocks: 8,
+        block_bytes: 2_000_000,
+        d2h_bytes_per_s: Some(32e9),
+        h2d_bytes_per_s: Some(32e9),
+        first_byte: SimDur::from_ns(1_000),
+    };
+    let mut t = HostTier::new(spec);
+    t.offer(1, SimTime::ZERO);
+    t.offer(2, SimTime::ZERO);
+    // The second write waits for the first: ready at 2 × 62.5 µs + 1 µs.
+    assert!(!t.holds(2, SimTime::from_ns(125_000)));
+    assert!(t.holds(2, SimTime::from_ns(126_000)));
+    let now = SimTime::from_ns(200_000);
+    assert_eq!(t.match_prefix(&[1, 2, 3], now), 2);
+    assert_eq!(t.begin_restore(&[1, 2], now), SimTime::from_ns(200_000 + 125_000 + 1_000));
+    assert_eq!(t.begin_restore(&[1], now), SimTime::from_ns(200_000 + 125_000 + 62_500 + 1_000));
+}
+
+#[test]
+fn blocks_being_read_are_not_evicted_and_a_full_busy_tier_drops_writes() {
+    let spec = HostSpec {
+        capacity_blocks: 2,
+        block_bytes: 1,
+        d2h_bytes_per_s: None,
+        h2d_bytes_per_s: None,
+        first_byte: SimDur::ZERO,
+    };
+    let mut t = HostTier::new(spec);
+    t.offer(1, SimTime::ZERO);
+    t.offer(2, SimTime::ZERO);
+    let _ = t.begin_restore(&[1, 2], SimTime::ZERO);
+    t.offer(3, SimTime::ZERO);
+    assert_eq!((t.stats().dropped_blocks, t.resident()), (1, 2));
+    t.end_restore(&[1]);
+    t.offer(3, SimTime::ZERO);
+    assert!(t.holds(3, SimTime::ZERO) && t.holds(2, SimTime::ZERO) && !t.holds(1, SimTime::ZERO));
+}
