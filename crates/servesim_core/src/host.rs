@@ -9,12 +9,17 @@
 //!   over the rank's device-to-host link, one block after another (first come, first served),
 //!   and the block can be found from the moment its copy ends.
 //! - **Room.** The tier holds `capacity_blocks` blocks and evicts the least recently used one
-//!   to make room. A block still being written or being read back is never evicted (vLLM's
-//!   manager holds a reference on both); a write that finds every block busy is dropped.
-//! - **Reads.** At admission the scheduler continues a request's GPU prefix hit with the
-//!   blocks found here ([`HostTier::match_prefix`]) and restores them over the host-to-device
-//!   link ([`HostTier::begin_restore`]); the request waits, holding its GPU blocks, until the
-//!   copy ends (vLLM's `WAITING_FOR_REMOTE_KVS`), then computes the rest of its prompt.
+//!   to make room. A block still being written or being read back is never evicted and keeps
+//!   its place (vLLM's `LRUOffloadingManager` holds a reference on both and passes over
+//!   them); a write that finds every block busy is dropped.
+//! - **Reads.** Each time the scheduler considers a waiting request it marks all of the
+//!   request's blocks the tier holds as used, its first block last, so a prompt's head outlives
+//!   its tail ([`HostTier::touch`], vLLM's `touch`). At admission it continues the request's GPU
+//!   prefix hit with the blocks found here ([`HostTier::match_prefix`]) and restores them over
+//!   the host-to-device link ([`HostTier::begin_restore`]); the request waits, holding its GPU
+//!   blocks, until the copy ends (vLLM's `WAITING_FOR_REMOTE_KVS`), then computes the rest of
+//!   its prompt. A request whose blocks another restore is reading waits for that one instead
+//!   ([`HostTier::any_being_read`]): they reach GPU memory once.
 //!
 //! Each link moves `block_bytes` per block at its bandwidth (unlimited when none is given); a
 //! transfer's first byte arrives `first_byte` after it starts, a latency the link does not
@@ -201,27 +206,47 @@ impl HostTier {
     }
 
     /// Frees the least recently used block that is neither being written at `at` nor read;
-    /// busy blocks met on the way move to the back of the queue. `None` when all are busy.
+    /// busy blocks keep their places. `None` when all are busy.
     fn evict(&mut self, at: SimTime) -> Option<u32> {
-        let mut tries = self.lru.len();
-        while tries > 0 {
-            tries -= 1;
-            let (slot, epoch) = self.lru.pop_front()?;
-            let e = &mut self.entries[slot as usize];
-            if !e.live || e.epoch != epoch {
-                continue;
+        // Dead entries at the front go; busy ones are passed over where they stand.
+        while let Some(&(slot, epoch)) = self.lru.front() {
+            let e = &self.entries[slot as usize];
+            if e.live && e.epoch == epoch {
+                break;
             }
-            if e.readers > 0 || e.ready_at > at {
-                self.lru.push_back((slot, epoch));
-                continue;
-            }
-            e.live = false;
-            let key = e.key;
-            self.index.remove(&key);
-            self.stats.evicted_blocks += 1;
-            return Some(slot);
+            self.lru.pop_front();
         }
-        None
+        let entries = &self.entries;
+        let i = self.lru.iter().position(|&(slot, epoch)| {
+            let e = &entries[slot as usize];
+            e.live && e.epoch == epoch && e.readers == 0 && e.ready_at <= at
+        })?;
+        let (slot, _) = self.lru.remove(i)?;
+        let e = &mut self.entries[slot as usize];
+        e.live = false;
+        let key = e.key;
+        self.index.remove(&key);
+        self.stats.evicted_blocks += 1;
+        Some(slot)
+    }
+
+    /// Marks the held blocks among `keys` (a request's blocks in order) as just used, the
+    /// first last, so that it is the most recently used.
+    pub fn touch(&mut self, keys: &[u64]) {
+        for k in keys.iter().rev() {
+            if let Some(&slot) = self.index.get(k) {
+                let e = &mut self.entries[slot as usize];
+                e.epoch = e.epoch.wrapping_add(1);
+                self.lru.push_back((slot, e.epoch));
+            }
+        }
+        self.compact();
+    }
+
+    /// Whether a restore is reading any of `keys`.
+    #[must_use]
+    pub fn any_being_read(&self, keys: &[u64]) -> bool {
+        keys.iter().any(|k| self.index.get(k).is_some_and(|&s| self.entries[s as usize].readers > 0))
     }
 
     /// How many of `keys`, from the first, are held with their copies ended by `now`.

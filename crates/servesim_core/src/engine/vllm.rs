@@ -17,7 +17,8 @@
 
 use crate::engine::kvops;
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
-use crate::request::{Request, Status};
+use crate::request::{ReqId, Request, Status};
+use alloc::vec::Vec;
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
@@ -77,12 +78,16 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     {
         return;
     }
+    // Requests passed over this step (their host blocks are being read for another), put
+    // back at the front afterwards as vLLM prepends its skipped requests.
+    let mut skipped: Vec<ReqId> = Vec::new();
     while budget > 0 && (running.len() as u64) < u64::from(cfg.max_sequences) {
         let Some(&id) = waiting.front() else { break };
         let r = &mut reqs[id as usize];
         if !r.blocks.is_empty() {
-            // A P/D handoff whose KV arrived: its blocks are reserved; compute what is left
-            // (the last prompt token) to sample the first output token.
+            // A P/D handoff whose KV arrived, or a prompt restored from the host tier: its
+            // blocks are reserved; compute what is left (for a handoff, the last prompt token,
+            // to sample the first output token).
             let n = r.pending_tokens().min(budget);
             if !kvops::try_grow(pool, r, r.computed + n) {
                 break;
@@ -96,14 +101,26 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         }
         let probe = kvops::probe(pool, r, scratch);
         if let Some(host) = host.as_mut() {
-            // The blocks after the GPU hit that host memory holds, short of the last token
-            // (a forward pass must compute one to sample from).
+            // vLLM's connector marks every block of the request it holds as used, then
+            // continues the GPU hit with the blocks it holds, short of the last token (a
+            // forward pass must compute one to sample from).
+            host.touch(&r.hashes);
             let bs = pool.block_size();
             let from = probe.hit_tokens / bs;
             let most = ((r.known_tokens().saturating_sub(1)) / bs) as usize;
             let keys = r.hashes.get(from as usize..r.hashes.len().min(most)).unwrap_or(&[]);
             #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
             let found = host.match_prefix(keys, host.clock()) as u32;
+            // Its blocks are on their way for another request, or as many requests restore as
+            // may run (vLLM's `max_concurrent_loads`): try again next step.
+            if found > 0
+                && (host.any_being_read(&keys[..found as usize])
+                    || restoring.len() as u64 >= u64::from(cfg.max_sequences))
+            {
+                waiting.pop_front();
+                skipped.push(id);
+                continue;
+            }
             if found > 0 {
                 let tokens = found * bs;
                 if kvops::admission_cost(pool, probe, tokens) > u64::from(pool.num_free()) {
@@ -144,5 +161,95 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         running.push(id);
         plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
         budget -= n;
+    }
+    for id in skipped.into_iter().rev() {
+        waiting.push_front(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Segment;
+    use crate::engine::{Backend, KvStore, Rank};
+    use crate::host::{HostSpec, HostTier};
+    use crate::kv::BlockPool;
+    use crate::request::RequestSpec;
+    use crate::units::{SimDur, SimTime};
+    use alloc::boxed::Box;
+    use alloc::vec;
+
+    /// A request whose prompt is `len` tokens of content stream `stream`, in blocks of 16.
+    fn req(stream: u64, len: u32) -> Request {
+        let mut r = Request::new(
+            RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt: vec![Segment { id: stream, len }],
+                output_tokens: 4,
+                output_stream: stream + 1000,
+                session: None,
+                public_tokens: crate::request::ALL_SHARED,
+            },
+            16,
+        );
+        r.hash_known_blocks();
+        r
+    }
+
+    fn cfg() -> SchedulerConfig {
+        SchedulerConfig {
+            backend: Backend::Vllm,
+            max_batched_tokens: 8192,
+            max_sequences: 16,
+            chunked_prefill: true,
+            prefill_schedule_interval: 1,
+            sglang: crate::engine::SglangKnobs::default(),
+            batch_wait: crate::engine::BatchWait::default(),
+            adp_balance: None,
+            frontend: crate::frontend::FrontendSpec::default(),
+            plan_ahead: false,
+            speculation: crate::engine::Speculation::default(),
+        }
+    }
+
+    #[test]
+    fn a_prompt_whose_blocks_another_request_is_restoring_waits_and_the_queue_behind_runs() {
+        // Requests 0 and 1 share a 100-token prompt whose six full blocks only host memory
+        // holds; request 2 has a prompt of its own. 1 MB blocks at 1 GB/s: 1 ms a block.
+        let spec = HostSpec {
+            capacity_blocks: 64,
+            block_bytes: 1_000_000,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: Some(1e9),
+            first_byte: SimDur::ZERO,
+        };
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(100, 16, true)));
+        let mut host = HostTier::new(spec);
+        let mut reqs = vec![req(7, 100), req(7, 100), req(9, 100)];
+        for &h in &reqs[0].hashes {
+            host.offer(h, SimTime::ZERO);
+        }
+        rank.host = Some(Box::new(host));
+        rank.waiting.extend([0, 1, 2]);
+        let mut plan = RankPlan::default();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        // Request 0 restores its six blocks (6 ms); request 1 waits for them at the front of
+        // the queue; request 2 is prefilled meanwhile.
+        assert_eq!(plan.restores, [(0, SimTime::from_ns(6_000_000))]);
+        assert_eq!(rank.restoring, [(0, 0, 6)]);
+        assert_eq!(plan.items.len(), 1);
+        assert_eq!((plan.items[0].req, plan.items[0].new_tokens), (2, 100));
+        assert_eq!(rank.waiting, [1]);
+        assert_eq!(reqs[0].first_admission_reused, Some(96));
+        // Once the blocks are back they are in the GPU prefix cache: request 0 computes its
+        // last 4 tokens and request 1 reuses all six blocks from GPU memory.
+        crate::engine::finish_restore(&mut rank, &mut reqs[0], 0);
+        assert_eq!(rank.waiting, [0, 1]);
+        plan.clear();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        let items: Vec<(u32, u32)> = plan.items.iter().map(|p| (p.req, p.new_tokens)).collect();
+        assert!(items.contains(&(0, 4)) && items.contains(&(1, 4)), "{items:?}");
+        assert_eq!(reqs[1].first_admission_reused, Some(96));
+        assert!(plan.restores.is_empty());
     }
 }

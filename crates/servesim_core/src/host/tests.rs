@@ -35,10 +35,7 @@ impl Naive {
                 self.stats.dropped_blocks += 1;
                 return;
             };
-            // Busy blocks passed over on the way move to the back, in order.
-            let passed: Vec<Held> = self.held.drain(..victim).collect();
-            self.held.remove(0);
-            self.held.extend(passed);
+            self.held.remove(victim);
             self.stats.evicted_blocks += 1;
         }
         let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
@@ -62,6 +59,15 @@ impl Naive {
         let done = link_done + self.spec.first_byte;
         self.stats.restore_wait_ns += done.since(now).as_ns();
         done
+    }
+
+    fn touch(&mut self, keys: &[u64]) {
+        for k in keys.iter().rev() {
+            if let Some(i) = self.held.iter().position(|h| h.key == *k) {
+                let h = self.held.remove(i);
+                self.held.push(h);
+            }
+        }
     }
 
     fn end(&mut self, keys: &[u64]) {
@@ -96,6 +102,8 @@ enum Op {
     Restore { keys: Vec<u64>, dt: u64 },
     /// End the n-th restore in flight.
     End { n: usize },
+    /// Touch these keys.
+    Touch { keys: Vec<u64> },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -103,6 +111,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u64..24, 0u64..3_000).prop_map(|(key, dt)| Op::Offer { key, dt }),
         2 => (proptest::collection::vec(0u64..24, 1..6), 0u64..3_000).prop_map(|(keys, dt)| Op::Restore { keys, dt }),
         1 => (0usize..4).prop_map(|n| Op::End { n }),
+        1 => proptest::collection::vec(0u64..24, 1..6).prop_map(|keys| Op::Touch { keys }),
     ]
 }
 
@@ -149,6 +158,12 @@ proptest! {
                         prop_assert_eq!(done, naive.restore(&keys[..n], now));
                         reading.push(keys[..n].to_vec());
                     }
+                }
+                Op::Touch { keys } => {
+                    let busy = keys.iter().any(|k| naive.held.iter().any(|h| h.key == *k && h.readers > 0));
+                    prop_assert_eq!(tier.any_being_read(&keys), busy);
+                    tier.touch(&keys);
+                    naive.touch(&keys);
                 }
                 Op::End { n } => {
                     if !reading.is_empty() {
