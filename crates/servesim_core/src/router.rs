@@ -4,11 +4,14 @@
 //! - `LeastLoaded`: fewest requests queued or running (ties: lowest index).
 //! - `KvAware`: Dynamo's KV-router cost (REF §5.4), lowest cost wins, ties broken at random
 //!   from the routing stream, or softmax sampling when `temperature > 0`:
-//!   `cost = prefill_load_scale × max(0, prefill_blocks − credit × decay × overlap_blocks)
+//!   `cost = prefill_load_scale × max(0, prefill_blocks − credit × decay × overlap_blocks
+//!          − host_cache_hit_weight × host_overlap_blocks)
 //!          + decode_blocks + active_request_weight × active_requests`,
 //!   `decay = 1 / (1 + credit_decay × active_prefill_blocks / request_blocks)`.
 //!   `prefill_blocks` is the worker's outstanding prefill work plus this request, in KV blocks;
-//!   `decode_blocks` the blocks it holds plus those this request would add.
+//!   `decode_blocks` the blocks it holds plus those this request would add;
+//!   `host_overlap_blocks` the blocks after the GPU hit that the worker's host tier holds (as
+//!   its rank reported them at its last step, as the router learns them from KV events).
 //! - `SessionAffinity`: every turn of a session to the worker of its first turn (first turns
 //!   and standalone requests go to the least-loaded worker).
 
@@ -32,6 +35,9 @@ pub struct KvAwareConfig {
     pub active_request_weight: f64,
     /// `overlap_score_credit_decay` (0.0): how fast credit fades as prefill work piles up.
     pub overlap_credit_decay: f64,
+    /// `host_cache_hit_weight` (0.75, Dynamo's default as REF §5.4 reports it): blocks of
+    /// prefill credited per block a worker's host tier holds beyond its GPU hit.
+    pub host_cache_hit_weight: f64,
 }
 
 impl Default for KvAwareConfig {
@@ -42,6 +48,7 @@ impl Default for KvAwareConfig {
             temperature: 0.0,
             active_request_weight: 0.0,
             overlap_credit_decay: 0.0,
+            host_cache_hit_weight: 0.75,
         }
     }
 }
@@ -131,6 +138,22 @@ fn overlap_tokens(req: &Request, w: &Worker) -> u32 {
     w.ranks.iter().map(|r| r.kv.cached_prefix_tokens(req)).max().unwrap_or(0).min(req.input_tokens)
 }
 
+/// The most blocks of `req`'s prompt a rank of `w` holds in its host tier right after what its
+/// GPU holds (0 without host tiers).
+fn host_overlap_blocks(req: &Request, w: &Worker) -> usize {
+    let mut best = 0;
+    for r in &w.ranks {
+        let Some(host) = r.host.as_deref() else { continue };
+        let bs = r.kv.block_size().max(1);
+        let from = (r.kv.cached_prefix_tokens(req) / bs) as usize;
+        // As at admission: short of the last prompt token's block.
+        let most = (req.input_tokens.saturating_sub(1) / bs) as usize;
+        let keys = req.hashes.get(from..req.hashes.len().min(most)).unwrap_or(&[]);
+        best = best.max(host.match_prefix(keys, host.clock()));
+    }
+    best
+}
+
 /// Prefill tokens the worker still has to compute for the requests it holds.
 fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
     let queued = w.ranks.iter().flat_map(|r| r.waiting.iter().chain(&r.running));
@@ -161,7 +184,9 @@ fn kv_aware(
         let overlap = f64::from(overlap_tokens(req, w)) / bs;
         let active_prefill = pending_prefill_tokens(w, reqs) as f64 / bs;
         let decay = 1.0 / (1.0 + cfg.overlap_credit_decay * active_prefill / request_blocks);
-        let credit = cfg.overlap_score_credit * decay * overlap;
+        #[allow(clippy::cast_precision_loss)] // Block counts are far below 2^52.
+        let host = cfg.host_cache_hit_weight * host_overlap_blocks(req, w) as f64;
+        let credit = cfg.overlap_score_credit * decay * overlap + host;
         let prefill_blocks = active_prefill + request_blocks;
         let decode_blocks = f64::from(w.kv_blocks_used()) + (request_blocks - overlap).max(0.0);
         let cost = cfg.prefill_load_scale * (prefill_blocks - credit).max(0.0)
@@ -194,4 +219,79 @@ fn kv_aware(
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let overlap_tokens = ((overlaps[w] * bs) as u32).min(req.input_tokens);
     Placement { worker: w, overlap_tokens }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Segment;
+    use crate::engine::{Backend, SchedulerConfig};
+    use crate::host::{HostSpec, HostTier};
+    use crate::request::RequestSpec;
+    use crate::sim::make_ranks;
+    use crate::units::{SimDur, SimTime};
+    use alloc::boxed::Box;
+    use alloc::vec;
+
+    fn worker(id: u32) -> Worker {
+        let cfg = SchedulerConfig {
+            backend: Backend::Vllm,
+            max_batched_tokens: 8192,
+            max_sequences: 16,
+            chunked_prefill: true,
+            prefill_schedule_interval: 1,
+            sglang: crate::engine::SglangKnobs::default(),
+            batch_wait: crate::engine::BatchWait::default(),
+            adp_balance: None,
+            frontend: crate::frontend::FrontendSpec::default(),
+            plan_ahead: false,
+            speculation: crate::engine::Speculation::default(),
+        };
+        let mut ranks = make_ranks(1, 100, 16, true, false);
+        let spec = HostSpec {
+            capacity_blocks: 64,
+            block_bytes: 1,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: None,
+            first_byte: SimDur::ZERO,
+        };
+        ranks[0].host = Some(Box::new(HostTier::new(spec)));
+        Worker::new(id, cfg, ranks, 0)
+    }
+
+    #[test]
+    fn the_kv_aware_router_credits_blocks_a_host_tier_holds() {
+        let mut req = Request::new(
+            RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt: vec![Segment { id: 5, len: 100 }],
+                output_tokens: 4,
+                output_stream: 6,
+                session: None,
+                public_tokens: crate::request::ALL_SHARED,
+            },
+            16,
+        );
+        req.hash_known_blocks();
+        // Worker 2 of three holds the prompt's six full blocks in host memory, none on GPU.
+        let mut workers = vec![worker(0), worker(1), worker(2)];
+        let host = workers[2].ranks[0].host.as_deref_mut().unwrap();
+        for &h in &req.hashes {
+            host.offer(h, SimTime::ZERO);
+        }
+        for seed in 0..8 {
+            let rng = || crate::rng::Rng::stream(seed, crate::rng::Stream::Routing);
+            let mut router = Router::KvAware { cfg: KvAwareConfig::default(), rng: rng() };
+            assert_eq!(router.route(&req, &workers, &[]).worker, 2, "seed {seed}");
+        }
+        // Without the credit the three costs tie and the pick is random.
+        let blind = KvAwareConfig { host_cache_hit_weight: 0.0, ..KvAwareConfig::default() };
+        let picks: Vec<usize> = (0..16)
+            .map(|seed| {
+                let rng = crate::rng::Rng::stream(seed, crate::rng::Stream::Routing);
+                Router::KvAware { cfg: blind, rng }.route(&req, &workers, &[]).worker
+            })
+            .collect();
+        assert!(picks.iter().any(|&w| w != 2), "ties go anywhere: {picks:?}");
+    }
 }

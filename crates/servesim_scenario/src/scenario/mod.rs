@@ -460,6 +460,7 @@ impl Prepared {
                 // Decode routers are overlap-blind: the prompt's KV arrives with the request.
                 if decode {
                     cfg.overlap_score_credit = 0.0;
+                    cfg.host_cache_hit_weight = 0.0;
                 }
                 Router::KvAware { cfg, rng: rng() }
             }
