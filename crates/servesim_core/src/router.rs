@@ -225,7 +225,7 @@ fn kv_aware(
 mod tests {
     use super::*;
     use crate::content::Segment;
-    use crate::engine::{Backend, SchedulerConfig};
+    use crate::engine::Backend;
     use crate::host::{HostSpec, HostTier};
     use crate::request::RequestSpec;
     use crate::sim::make_ranks;
@@ -234,19 +234,7 @@ mod tests {
     use alloc::vec;
 
     fn worker(id: u32) -> Worker {
-        let cfg = SchedulerConfig {
-            backend: Backend::Vllm,
-            max_batched_tokens: 8192,
-            max_sequences: 16,
-            chunked_prefill: true,
-            prefill_schedule_interval: 1,
-            sglang: crate::engine::SglangKnobs::default(),
-            batch_wait: crate::engine::BatchWait::default(),
-            adp_balance: None,
-            frontend: crate::frontend::FrontendSpec::default(),
-            plan_ahead: false,
-            speculation: crate::engine::Speculation::default(),
-        };
+        let cfg = crate::engine::test_config(Backend::Vllm);
         let mut ranks = make_ranks(1, 100, 16, true, false);
         let spec = HostSpec {
             capacity_blocks: 64,

@@ -630,16 +630,21 @@ fn frontend_section(r: &RunResult) -> Option<Value> {
         all.token_delay_ns += f.token_delay_ns;
     }
     let mut total = describe(&all);
-    total["workers"] = per_worker
+    total["workers"] = workers_json(&per_worker, describe);
+    Some(total)
+}
+
+/// Each worker's figures, as `describe` gives them, with its index.
+fn workers_json<T>(per_worker: &[(usize, T)], describe: impl Fn(&T) -> Value) -> Value {
+    per_worker
         .iter()
-        .map(|(w, f)| {
-            let mut v = describe(f);
+        .map(|(w, x)| {
+            let mut v = describe(x);
             v["worker"] = json!(w);
             v
         })
         .collect::<Vec<_>>()
-        .into();
-    Some(total)
+        .into()
 }
 
 /// The host KV tiers (G2), when the workers keep them: their size and links, and what they
@@ -677,15 +682,7 @@ fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     out["d2h_bandwidth_gbps"] = json!(gbps(spec.d2h_bytes_per_s));
     out["h2d_bandwidth_gbps"] = json!(gbps(spec.h2d_bytes_per_s));
     out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
-    out["workers"] = per_worker
-        .iter()
-        .map(|(w, h)| {
-            let mut v = describe(h);
-            v["worker"] = json!(w);
-            v
-        })
-        .collect::<Vec<_>>()
-        .into();
+    out["workers"] = workers_json(&per_worker, describe);
     Some(out)
 }
 

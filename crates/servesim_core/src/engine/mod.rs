@@ -657,6 +657,25 @@ pub fn release(rank: &mut Rank, req: &mut Request) {
     }
 }
 
+/// A scheduler configuration for unit tests: 8,192 tokens and 16 sequences a step, chunked
+/// prefill, everything else off.
+#[cfg(test)]
+pub(crate) fn test_config(backend: Backend) -> SchedulerConfig {
+    SchedulerConfig {
+        backend,
+        max_batched_tokens: 8192,
+        max_sequences: 16,
+        chunked_prefill: true,
+        prefill_schedule_interval: 1,
+        sglang: SglangKnobs::default(),
+        batch_wait: BatchWait::default(),
+        adp_balance: None,
+        frontend: crate::frontend::FrontendSpec::default(),
+        plan_ahead: false,
+        speculation: Speculation::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Backend, Speculation};

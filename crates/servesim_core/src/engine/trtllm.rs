@@ -206,17 +206,9 @@ mod tests {
 
     fn cfg(wait: BatchWait) -> SchedulerConfig {
         SchedulerConfig {
-            backend: Backend::TrtLlm,
             max_batched_tokens: 1000,
-            max_sequences: 16,
-            chunked_prefill: true,
-            prefill_schedule_interval: 1,
-            sglang: crate::engine::SglangKnobs::default(),
             batch_wait: wait,
-            adp_balance: None,
-            frontend: crate::frontend::FrontendSpec::default(),
-            plan_ahead: false,
-            speculation: crate::engine::Speculation::default(),
+            ..crate::engine::test_config(Backend::TrtLlm)
         }
     }
 

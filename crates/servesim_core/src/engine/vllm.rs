@@ -197,19 +197,7 @@ mod tests {
     }
 
     fn cfg() -> SchedulerConfig {
-        SchedulerConfig {
-            backend: Backend::Vllm,
-            max_batched_tokens: 8192,
-            max_sequences: 16,
-            chunked_prefill: true,
-            prefill_schedule_interval: 1,
-            sglang: crate::engine::SglangKnobs::default(),
-            batch_wait: crate::engine::BatchWait::default(),
-            adp_balance: None,
-            frontend: crate::frontend::FrontendSpec::default(),
-            plan_ahead: false,
-            speculation: crate::engine::Speculation::default(),
-        }
+        crate::engine::test_config(Backend::Vllm)
     }
 
     #[test]
