@@ -380,19 +380,7 @@ mod tests {
         let mut rank = Rank::new(KvStore::Radix(cache));
         let mut reqs = vec![req(1, 400, 11), req(7, 500, 12)];
         rank.waiting.extend([0, 1]);
-        let mut cfg = SchedulerConfig {
-            backend: Backend::Sglang,
-            max_batched_tokens: 8192,
-            max_sequences: 1,
-            chunked_prefill: true,
-            prefill_schedule_interval: 1,
-            sglang: SglangKnobs::default(),
-            batch_wait: BatchWait::default(),
-            adp_balance: None,
-            frontend: crate::frontend::FrontendSpec::default(),
-            plan_ahead: false,
-            speculation: crate::engine::Speculation::default(),
-        };
+        let mut cfg = SchedulerConfig { max_sequences: 1, ..crate::engine::test_config(Backend::Sglang) };
         let mut plan = RankPlan::default();
         let mut fifo_rank = rank.clone();
         let mut fifo_reqs = reqs.clone();
