@@ -583,6 +583,18 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   const dir = scratchDir('preset-');
   execFileSync(BIN, ['predict', '-c', 'tests/scenarios/pd_vllm.yaml', '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
   assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
+  assert.equal(await page.textContent('#host-tier'), 'none');
+  // KV offloading to host memory: the summary says what the tier restored.
+  const pd = await page.textContent('#prediction-json');
+  await page.selectOption('#preset', '7');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, pd, { timeout: 60000 });
+  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/vllm_host_offload.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
+  assert.equal(await page.textContent('#prediction-json'), cli);
+  const host = JSON.parse(cli).servesim.host_offload;
+  assert.match(await page.textContent('#host-tier'),
+    new RegExp(`^${host.restores} restores of [0-9,]+ tokens · ${host.mean_restore_wait_ms.toFixed(2)} ms wait on average · `));
   await page.close();
 });
 

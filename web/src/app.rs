@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 7] = [
+pub const PRESETS: [(&str, &str); 8] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -41,6 +41,10 @@ pub const PRESETS: [(&str, &str); 7] = [
     (
         "DeepSeek-V3 (MLA), DP8 + EP8 on H200, SGLang",
         include_str!("../../tests/scenarios/mla_deepseek_dp8_ep8.yaml"),
+    ),
+    (
+        "Long conversations offloading KV to host memory (G2), vLLM",
+        include_str!("../../tests/scenarios/vllm_host_offload.yaml"),
     ),
 ];
 
