@@ -461,7 +461,8 @@ impl Rank {
         }
     }
 
-    /// Requests queued, running, or being handed to this rank.
+    /// Requests queued, running, being handed to this rank or restoring their prefix from its
+    /// host tier.
     #[must_use]
     pub fn load(&self) -> usize {
         self.waiting.len()
