@@ -208,20 +208,24 @@ impl HostTier {
     /// Frees the least recently used block that is neither being written at `at` nor read;
     /// busy blocks keep their places. `None` when all are busy.
     fn evict(&mut self, at: SimTime) -> Option<u32> {
-        // Dead entries at the front go; busy ones are passed over where they stand.
-        while let Some(&(slot, epoch)) = self.lru.front() {
+        let idle = |e: &Entry, epoch: u32| e.live && e.epoch == epoch && e.readers == 0 && e.ready_at <= at;
+        // Dead entries at the front go; the front block is most often the one to evict.
+        let slot = loop {
+            let &(slot, epoch) = self.lru.front()?;
             let e = &self.entries[slot as usize];
-            if e.live && e.epoch == epoch {
-                break;
+            if !e.live || e.epoch != epoch {
+                self.lru.pop_front();
+                continue;
             }
-            self.lru.pop_front();
-        }
-        let entries = &self.entries;
-        let i = self.lru.iter().position(|&(slot, epoch)| {
-            let e = &entries[slot as usize];
-            e.live && e.epoch == epoch && e.readers == 0 && e.ready_at <= at
-        })?;
-        let (slot, _) = self.lru.remove(i)?;
+            if idle(e, epoch) {
+                self.lru.pop_front();
+                break slot;
+            }
+            // Busy blocks are passed over where they stand.
+            let entries = &self.entries;
+            let i = self.lru.iter().position(|&(slot, epoch)| idle(&entries[slot as usize], epoch))?;
+            break self.lru.remove(i)?.0;
+        };
         let e = &mut self.entries[slot as usize];
         e.live = false;
         let key = e.key;
