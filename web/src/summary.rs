@@ -102,10 +102,13 @@ pub fn frontend(p: &Value) -> String {
         return "not simulated".into();
     }
     let pct = |v: &Value| v.as_f64().map_or_else(|| "–".into(), |x| format!("{:.0}%", 100.0 * x));
+    let processes = match f["processes"].as_u64() {
+        Some(1) => "1 process".to_string(),
+        _ => format!("{} processes", fmt_num(&f["processes"], 0)),
+    };
     format!(
-        "{} busy ({} processes) · requests wait {} ms · tokens {} ms late",
+        "{} busy ({processes}) · requests wait {} ms · tokens {} ms late",
         pct(&f["busy_fraction"]),
-        fmt_num(&f["processes"], 0),
         fmt_num(&f["mean_request_wait_ms"], 2),
         fmt_num(&f["mean_token_delay_ms"], 2)
     )
@@ -241,6 +244,10 @@ mod tests {
             frontend(&queued),
             "85% busy (2 processes) · requests wait 1.50 ms · tokens 12.25 ms late"
         );
+        let one = serde_json::json!({"servesim": {"frontend": {
+            "processes": 1, "busy_fraction": 0.2, "mean_request_wait_ms": 1.0, "mean_token_delay_ms": 2.0
+        }}});
+        assert!(frontend(&one).starts_with("20% busy (1 process) ·"), "{}", frontend(&one));
         assert_eq!(speculation(&p), "off");
         assert_eq!(host_tier(&p), "none");
         let g2 = serde_json::json!({"servesim": {"host_offload": {
