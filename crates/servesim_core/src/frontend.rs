@@ -83,6 +83,18 @@ pub struct FrontendStats {
     pub token_delay_ns: u64,
 }
 
+impl FrontendStats {
+    /// Adds another replica's counters.
+    pub fn add(&mut self, o: &FrontendStats) {
+        self.processes += o.processes;
+        self.busy_ns += o.busy_ns;
+        self.requests += o.requests;
+        self.request_wait_ns += o.request_wait_ns;
+        self.tokens += o.tokens;
+        self.token_delay_ns += o.token_delay_ns;
+    }
+}
+
 /// The serving processes of one replica: when each is next free.
 #[derive(Clone, Debug)]
 pub struct Frontend {

@@ -205,6 +205,13 @@ impl HostTier {
         self.compact();
     }
 
+    /// Offers blocks `keys`, in order, all filled (or found) at `at`.
+    pub fn offer_all(&mut self, keys: &[u64], at: SimTime) {
+        for &k in keys {
+            self.offer(k, at);
+        }
+    }
+
     /// Frees the least recently used block that is neither being written at `at` nor read;
     /// busy blocks keep their places. `None` when all are busy.
     fn evict(&mut self, at: SimTime) -> Option<u32> {

@@ -622,12 +622,7 @@ fn frontend_section(r: &RunResult) -> Option<Value> {
     };
     let mut all = FrontendStats::default();
     for (_, f) in &per_worker {
-        all.processes += f.processes;
-        all.busy_ns += f.busy_ns;
-        all.requests += f.requests;
-        all.request_wait_ns += f.request_wait_ns;
-        all.tokens += f.tokens;
-        all.token_delay_ns += f.token_delay_ns;
+        all.add(f);
     }
     let mut total = describe(&all);
     total["workers"] = workers_json(&per_worker, describe);

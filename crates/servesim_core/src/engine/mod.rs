@@ -506,9 +506,7 @@ pub fn register_and_offer(rank: &mut Rank, req: &mut Request, at: crate::units::
 #[inline(never)]
 fn offer_blocks(host: &mut crate::host::HostTier, req: &Request, from: u32, at: crate::units::SimTime) {
     let upto = (req.registered_blocks as usize).min(req.hashes.len());
-    for &h in &req.hashes[(from as usize).min(upto)..upto] {
-        host.offer(h, at);
-    }
+    host.offer_all(&req.hashes[(from as usize).min(upto)..upto], at);
 }
 
 /// Forms the next step's plan for one rank under `cfg`'s engine semantics.

@@ -17,6 +17,8 @@
 
 use crate::engine::kvops;
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig};
+use crate::host::HostTier;
+use crate::kv::BlockPool;
 use crate::request::{ReqId, Request, Status};
 use alloc::vec::Vec;
 
@@ -100,45 +102,22 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             continue;
         }
         let probe = kvops::probe(pool, r, scratch);
-        if let Some(host) = host.as_mut() {
-            // vLLM's connector marks every block of the request it holds as used, then
-            // continues the GPU hit with the blocks it holds, short of the last token (a
-            // forward pass must compute one to sample from).
-            host.touch(&r.hashes);
-            let bs = pool.block_size();
-            let from = probe.hit_tokens / bs;
-            let most = ((r.known_tokens().saturating_sub(1)) / bs) as usize;
-            let keys = r.hashes.get(from as usize..r.hashes.len().min(most)).unwrap_or(&[]);
-            #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
-            let found = host.match_prefix(keys, host.clock()) as u32;
-            // Its blocks are on their way for another request, or as many requests restore as
-            // may run (vLLM's `max_concurrent_loads`): try again next step.
-            if found > 0
-                && (host.any_being_read(&keys[..found as usize])
-                    || restoring.len() as u64 >= u64::from(cfg.max_sequences))
-            {
-                waiting.pop_front();
-                skipped.push(id);
-                continue;
-            }
-            if found > 0 {
-                let tokens = found * bs;
-                if kvops::admission_cost(pool, probe, tokens) > u64::from(pool.num_free()) {
-                    break;
+        if let Some(host) = host.as_deref_mut() {
+            let busy = restoring.len() as u64 >= u64::from(cfg.max_sequences);
+            match restore_from_host(host, pool, r, probe, scratch, busy) {
+                Restore::None => {}
+                Restore::Wait => {
+                    waiting.pop_front();
+                    skipped.push(id);
+                    continue;
                 }
-                kvops::reserve(pool, r, probe, tokens, scratch);
-                kvops::count_reuse(r, probe.hit_tokens + tokens);
-                let now = host.clock();
-                // vLLM stores every block of a request the tier lacks, its prefix hits too.
-                for &h in &r.hashes[..from as usize] {
-                    host.offer(h, now);
+                Restore::NoRoom => break,
+                Restore::Started { from, blocks, done } => {
+                    waiting.pop_front();
+                    restoring.push((id, from, blocks));
+                    plan.restores.push((id, done));
+                    continue;
                 }
-                let keys = &r.hashes[from as usize..(from + found) as usize];
-                let done = host.begin_restore(keys, now);
-                waiting.pop_front();
-                restoring.push((id, from, found));
-                plan.restores.push((id, done));
-                continue;
             }
         }
         let remaining = r.known_tokens() - probe.hit_tokens;
@@ -150,11 +129,9 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
             break;
         }
         kvops::admit(pool, r, probe, n, scratch);
-        if let Some(host) = host.as_mut() {
-            let now = host.clock();
-            for &h in &r.hashes[..(probe.hit_tokens / pool.block_size()) as usize] {
-                host.offer(h, now);
-            }
+        if let Some(host) = host.as_deref_mut() {
+            // vLLM stores every block of a request the tier lacks, its prefix hits too.
+            host.offer_all(&r.hashes[..(probe.hit_tokens / pool.block_size()) as usize], host.clock());
         }
         r.status = Status::Running;
         waiting.pop_front();
@@ -165,6 +142,58 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     for id in skipped.into_iter().rev() {
         waiting.push_front(id);
     }
+}
+
+/// What the host tier does for a waiting request at admission.
+enum Restore {
+    /// It holds nothing past the GPU hit: admit as usual.
+    None,
+    /// Its blocks are being read for another request, or as many requests restore as may run
+    /// (vLLM's `max_concurrent_loads`): pass it over this step.
+    Wait,
+    /// GPU memory cannot hold the blocks to restore yet.
+    NoRoom,
+    /// `blocks` blocks from block `from` come back at `done`; the request holds their GPU blocks.
+    Started { from: u32, blocks: u32, done: crate::units::SimTime },
+}
+
+/// vLLM's connector marks every block of the request it holds as used, then continues the
+/// GPU hit `probe` with the blocks it holds, short of the last token (a forward pass must
+/// compute one to sample from), and starts restoring them when GPU memory has room. `busy`:
+/// the rank restores as many requests as may run.
+fn restore_from_host(
+    host: &mut HostTier,
+    pool: &mut BlockPool,
+    r: &mut Request,
+    probe: kvops::Probe,
+    scratch: &[u32],
+    busy: bool,
+) -> Restore {
+    host.touch(&r.hashes);
+    let bs = pool.block_size();
+    let from = probe.hit_tokens / bs;
+    let most = ((r.known_tokens().saturating_sub(1)) / bs) as usize;
+    let keys = r.hashes.get(from as usize..r.hashes.len().min(most)).unwrap_or(&[]);
+    let now = host.clock();
+    let found = host.match_prefix(keys, now);
+    if found == 0 {
+        return Restore::None;
+    }
+    if busy || host.any_being_read(&keys[..found]) {
+        return Restore::Wait;
+    }
+    #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
+    let blocks = found as u32;
+    let tokens = blocks * bs;
+    if kvops::admission_cost(pool, probe, tokens) > u64::from(pool.num_free()) {
+        return Restore::NoRoom;
+    }
+    kvops::reserve(pool, r, probe, tokens, scratch);
+    kvops::count_reuse(r, probe.hit_tokens + tokens);
+    // vLLM stores every block of a request the tier lacks, its prefix hits too.
+    host.offer_all(&r.hashes[..from as usize], now);
+    let done = host.begin_restore(&r.hashes[from as usize..(from + blocks) as usize], now);
+    Restore::Started { from, blocks, done }
 }
 
 #[cfg(test)]
