@@ -55,6 +55,18 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0)
         );
     }
+    for pool in extra["planner"]["pools"].as_array().into_iter().flatten() {
+        out += &format!(
+            "planner {}: {} -> {} workers, peak {}, {} up, {} down, {:.3} worker-s\n",
+            pool["role"].as_str().unwrap_or(""),
+            pool["initial_workers"],
+            pool["final_workers"],
+            pool["peak_workers"],
+            pool["scale_ups"],
+            pool["scale_downs"],
+            pool["worker_seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
     if let Some(g) = s.goodput {
         out += &format!(
             "goodput: {} requests, {:.4} req/s, {:.2} output tok/s\n",
@@ -109,6 +121,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("pd_sglang_kv_aware", "tests/scenarios/pd_sglang_kv_aware.yaml"),
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
+    ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
 ];
 
 #[test]

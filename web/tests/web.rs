@@ -128,6 +128,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/scenarios/vllm_host_offload.yaml"),
             include_str!("../../tests/golden/vllm_host_offload.prediction.json"),
         ),
+        (
+            include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
+            include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"),
+        ),
     ];
     let files = data();
     for (i, (config, want)) in cases.into_iter().enumerate() {

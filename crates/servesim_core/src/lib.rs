@@ -24,6 +24,7 @@ pub mod frontend;
 pub mod host;
 pub mod kv;
 pub mod metrics;
+pub mod planner;
 pub mod queue;
 pub mod radix;
 pub mod record;

@@ -99,7 +99,14 @@ impl Router {
         let n = workers.len().max(1);
         match self {
             Router::RoundRobin { next } => {
-                let w = *next % n;
+                // Workers the planner has off, starting or draining are passed over.
+                let mut w = *next % n;
+                for _ in 0..n {
+                    if workers.get(w).is_none_or(|x| x.accepting) {
+                        break;
+                    }
+                    w = (w + 1) % n;
+                }
                 *next = w + 1;
                 Placement { worker: w, overlap_tokens: overlap_tokens(req, &workers[w]) }
             }
@@ -109,7 +116,14 @@ impl Router {
             }
             Router::SessionAffinity { homes } => {
                 let w = match req.spec.session {
-                    Some((s, _)) => *homes.entry(s).or_insert_with(|| least_loaded(workers)),
+                    Some((s, _)) => {
+                        let home = homes.entry(s).or_insert_with(|| least_loaded(workers));
+                        // A session whose worker was scaled down moves to a serving one.
+                        if !workers[*home].accepting {
+                            *home = least_loaded(workers);
+                        }
+                        *home
+                    }
                     None => least_loaded(workers),
                 };
                 Placement { worker: w, overlap_tokens: overlap_tokens(req, &workers[w]) }
@@ -124,13 +138,13 @@ fn active(w: &Worker) -> usize {
 }
 
 fn least_loaded(workers: &[Worker]) -> usize {
-    let mut best = 0;
+    let mut best: Option<usize> = None;
     for (i, w) in workers.iter().enumerate() {
-        if active(w) < active(&workers[best]) {
-            best = i;
+        if w.accepting && best.is_none_or(|b| active(w) < active(&workers[b])) {
+            best = Some(i);
         }
     }
-    best
+    best.unwrap_or(0)
 }
 
 /// Leading prompt tokens cached on the worker (best rank).
@@ -155,7 +169,7 @@ fn host_overlap_blocks(req: &Request, w: &Worker) -> usize {
 }
 
 /// Prefill tokens the worker still has to compute for the requests it holds.
-fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
+pub(crate) fn pending_prefill_tokens(w: &Worker, reqs: &[Request]) -> u64 {
     let queued = w.ranks.iter().flat_map(|r| r.waiting.iter().chain(&r.running));
     let mut t = 0u64;
     for id in queued.copied().chain(w.unreceived()) {
@@ -181,6 +195,12 @@ fn kv_aware(
     let mut costs = Vec::with_capacity(workers.len());
     let mut overlaps = Vec::with_capacity(workers.len());
     for w in workers {
+        if !w.accepting {
+            // Never chosen: the tie and softmax picks below skip infinite costs.
+            costs.push(f64::INFINITY);
+            overlaps.push(0.0);
+            continue;
+        }
         let overlap = f64::from(overlap_tokens(req, w)) / bs;
         let active_prefill = pending_prefill_tokens(w, reqs) as f64 / bs;
         let decay = 1.0 / (1.0 + cfg.overlap_credit_decay * active_prefill / request_blocks);
@@ -196,14 +216,18 @@ fn kv_aware(
         overlaps.push(overlap);
     }
     let min = costs.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = costs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let max = costs.iter().copied().filter(|c| c.is_finite()).fold(f64::NEG_INFINITY, f64::max);
     let w = if cfg.temperature > 0.0 && max > min {
         // Softmax over min-max normalised costs: lower cost, higher probability.
-        let weights: Vec<f64> =
-            costs.iter().map(|c| libm::exp(-((c - min) / (max - min)) / cfg.temperature)).collect();
+        let weights: Vec<f64> = costs
+            .iter()
+            .map(
+                |c| if c.is_finite() { libm::exp(-((c - min) / (max - min)) / cfg.temperature) } else { 0.0 },
+            )
+            .collect();
         let total: f64 = weights.iter().sum();
         let mut x = rng.next_f64() * total;
-        let mut pick = weights.len() - 1;
+        let mut pick = costs.iter().rposition(|c| c.is_finite()).unwrap_or(weights.len() - 1);
         for (i, wt) in weights.iter().enumerate() {
             if x < *wt {
                 pick = i;
@@ -281,5 +305,47 @@ mod tests {
             })
             .collect();
         assert!(picks.iter().any(|&w| w != 2), "ties go anywhere: {picks:?}");
+    }
+
+    #[test]
+    fn every_policy_passes_over_workers_that_take_no_requests() {
+        let req = |session: Option<(u32, u32)>| {
+            let mut r = Request::new(
+                RequestSpec {
+                    arrival: SimTime::ZERO,
+                    prompt: vec![Segment { id: 9, len: 40 }],
+                    output_tokens: 4,
+                    output_stream: 1,
+                    session,
+                    public_tokens: crate::request::ALL_SHARED,
+                },
+                16,
+            );
+            r.hash_known_blocks();
+            r
+        };
+        let mut workers = vec![worker(0), worker(1), worker(2), worker(3)];
+        workers[1].accepting = false;
+        workers[3].accepting = false;
+        let mut rr = Router::round_robin();
+        let picks: Vec<usize> = (0..6).map(|_| rr.route(&req(None), &workers, &[]).worker).collect();
+        assert_eq!(picks, [0, 2, 0, 2, 0, 2]);
+        assert!([0, 2].contains(&Router::LeastLoaded.route(&req(None), &workers, &[]).worker));
+        for seed in 0..16 {
+            let rng = crate::rng::Rng::stream(seed, crate::rng::Stream::Routing);
+            for temperature in [0.0, 0.5] {
+                let cfg = KvAwareConfig { temperature, ..KvAwareConfig::default() };
+                let w = Router::KvAware { cfg, rng: rng.clone() }.route(&req(None), &workers, &[]).worker;
+                assert!([0, 2].contains(&w), "seed {seed}, temperature {temperature}: {w}");
+            }
+        }
+        // A session whose worker stops taking requests moves to one that does, and stays.
+        let mut affinity = Router::SessionAffinity { homes: BTreeMap::new() };
+        let home = affinity.route(&req(Some((7, 0))), &workers, &[]).worker;
+        workers[home].accepting = false;
+        let moved = affinity.route(&req(Some((7, 1))), &workers, &[]).worker;
+        assert!(moved != home && workers[moved].accepting);
+        workers[home].accepting = true;
+        assert_eq!(affinity.route(&req(Some((7, 2))), &workers, &[]).worker, moved);
     }
 }

@@ -12,7 +12,9 @@ use alloc::vec::Vec;
 
 use crate::engine::{Backend, KvStore, Rank};
 use crate::frontend::Frontend;
+use crate::host::{HostSpec, HostTier};
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
+use crate::planner::{Action, LoadSample, Planner, PlannerSpec, PoolRole, SlotState};
 use crate::queue::{event_key, EventQueue};
 use crate::record::{Record, RecordLog};
 use crate::request::{ReqId, Request, Status};
@@ -148,6 +150,46 @@ pub struct SimSetup {
     /// Mean delay between a request's arrival and its dispatch (the serving frontend); each
     /// request draws its own ([`Traffic::with_frontend`]).
     pub frontend_delay: SimDur,
+    /// The autoscaling planner, if any: `workers` then holds every slot its pools may fill.
+    pub planner: Option<PlannerSetup>,
+}
+
+/// The autoscaling planner of a run.
+pub struct PlannerSetup {
+    /// Its settings and pools.
+    pub spec: PlannerSpec,
+    /// How each pool (by index in `spec.pools`) builds the ranks of a worker it starts.
+    pub ranks: Vec<RankTemplate>,
+}
+
+/// How to build one worker's ranks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankTemplate {
+    /// Attention-DP ranks.
+    pub dp: u32,
+    /// KV blocks per rank.
+    pub blocks_per_rank: u32,
+    /// Tokens per block.
+    pub block_size: u32,
+    /// Prefix caching on.
+    pub prefix_caching: bool,
+    /// A radix tree (SGLang) instead of a block pool.
+    pub radix: bool,
+    /// A host tier per rank.
+    pub host: Option<HostSpec>,
+}
+
+impl RankTemplate {
+    /// Fresh ranks: empty KV caches and host tiers.
+    #[must_use]
+    pub fn build(&self) -> Vec<Rank> {
+        let mut ranks =
+            make_ranks(self.dp, self.blocks_per_rank, self.block_size, self.prefix_caching, self.radix);
+        for r in &mut ranks {
+            r.host = self.host.map(|h| Box::new(HostTier::new(h)));
+        }
+        ranks
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -162,6 +204,8 @@ enum Event {
     Dispatch { worker: u32, id: ReqId },
     /// A request's prefix is back in GPU memory from the worker's host tier.
     Restored { worker: u32, id: ReqId },
+    /// A worker the planner started has loaded and serves.
+    Ready { worker: u32 },
 }
 
 /// Prefill/decode disaggregation of a run.
@@ -197,6 +241,8 @@ pub struct RunResult {
     pub events: u64,
     /// Each timer's report (by timer index: one per worker role).
     pub timers: Vec<Option<crate::timing::TimerReport>>,
+    /// The autoscaling planner's decisions and pool counts, if it ran.
+    pub planner: Option<Planner>,
 }
 
 /// One simulation run.
@@ -234,6 +280,13 @@ pub struct Simulation {
     next_arrival_event: SimTime,
     stopped: Option<StopReason>,
     outcome: StepOutcome,
+    autoscale: Option<Box<Autoscale>>,
+}
+
+/// The planner and how it builds the workers it starts.
+struct Autoscale {
+    planner: Planner,
+    ranks: Vec<RankTemplate>,
 }
 
 /// At most this many time-series points are kept (the interval doubles beyond it).
@@ -247,6 +300,14 @@ impl Simulation {
         let prefix_caching =
             setup.workers.iter().any(|w| w.ranks.first().is_some_and(|r| r.kv.prefix_caching()));
         let hash_all = setup.workers.iter().any(|w| w.ranks.iter().any(|r| r.host.is_some()));
+        let mut workers = setup.workers;
+        let autoscale = setup.planner.map(|p| {
+            let planner = Planner::new(p.spec, workers.len());
+            for (slot, w) in workers.iter_mut().enumerate() {
+                w.accepting = planner.state(slot) == SlotState::Serving;
+            }
+            Box::new(Autoscale { planner, ranks: p.ranks })
+        });
         let mut sim = Simulation {
             now: SimTime::ZERO,
             queue: EventQueue::new(),
@@ -254,7 +315,7 @@ impl Simulation {
             free: Vec::new(),
             records: RecordLog::default(),
             traffic: Traffic::with_frontend(setup.traffic, setup.seed, setup.frontend_delay),
-            workers: setup.workers,
+            workers,
             timers,
             router: setup.router,
             itl: ItlSamples::default(),
@@ -275,6 +336,7 @@ impl Simulation {
             next_arrival_event: SimTime::MAX,
             stopped: None,
             outcome: StepOutcome::default(),
+            autoscale,
         };
         sim.schedule_next_arrival();
         sim
@@ -385,13 +447,22 @@ impl Simulation {
                 self.stopped = Some(StopReason::EventLimit);
                 break;
             }
-            while self.series.due() <= t {
+            let planner_due = self.autoscale.as_ref().map(|a| a.planner.due()).filter(|&d| d <= t);
+            // Samples in time order: the series' before a planner tick materialises later state.
+            while self.series.due() <= planner_due.unwrap_or(t) {
                 let due = self.series.due();
                 for w in &mut self.workers {
                     w.materialize(due, None, &mut self.requests, &mut self.itl);
                 }
                 let sample = self.workers.iter().map(sample_of).collect();
                 self.series.record(sample);
+            }
+            if let Some(due) = planner_due {
+                // The tick may start a worker sooner than `t`: look at the queue again. Ticks
+                // spend the slice's budget, so a slice of idle ticks still ends.
+                self.planner_tick(due);
+                budget -= 1;
+                continue;
             }
             let Some((t, key, ev)) = self.queue.pop_keyed() else { break };
             self.now = t;
@@ -408,6 +479,7 @@ impl Simulation {
                 Event::TransferDone { slot, generation } => self.on_transfer_done(slot as usize, generation),
                 Event::Dispatch { worker, id } => self.on_dispatch(worker as usize, id),
                 Event::Restored { worker, id } => self.on_restored(worker as usize, id),
+                Event::Ready { worker } => self.on_ready(worker as usize),
             }
             if self.queue.peek_time() != Some(self.now) {
                 self.settle()?;
@@ -437,7 +509,34 @@ impl Simulation {
                 self.records.set(r.seq, Record::from(r));
             }
         }
-        let summary = metrics::summarize(&self.records, &mut self.itl, self.sla, self.fleet);
+        let mut summary = metrics::summarize(&self.records, &mut self.itl, self.sla, self.fleet);
+        if let Some(a) = &self.autoscale {
+            // Worker-seconds integrate provisioned workers (starting, serving, draining) up to
+            // the report's duration, instead of count x duration.
+            let end = self
+                .records
+                .iter()
+                .filter(|r| {
+                    r.status == Status::Completed
+                        && r.stamps.first_admit != crate::request::NEVER
+                        && r.emitted > 0
+                })
+                .map(|r| r.stamps.last_token)
+                .max()
+                .unwrap_or(SimTime::ZERO);
+            let (mut prefill, mut decode) = (0.0, 0.0);
+            for (spec, report) in a.planner.reports() {
+                match spec.role {
+                    PoolRole::Prefill => prefill += report.worker_seconds(end),
+                    PoolRole::Aggregated | PoolRole::Decode => decode += report.worker_seconds(end),
+                }
+            }
+            summary.prefill_worker_seconds = prefill;
+            summary.decode_worker_seconds = decode;
+            summary.gpu_hours = (prefill * f64::from(summary.prefill_gpus_per_worker)
+                + decode * f64::from(summary.decode_gpus_per_worker))
+                / 3600.0;
+        }
         RunResult {
             summary,
             worker_stats: self
@@ -445,7 +544,7 @@ impl Simulation {
                 .iter()
                 .map(|w| WorkerStats {
                     frontend: w.frontend.as_ref().map(Frontend::stats),
-                    kv_evicted_tokens: w.ranks.iter().map(|r| r.kv.evicted_tokens()).sum(),
+                    kv_evicted_tokens: w.kv_evicted_tokens(),
                     host: w.host_stats(),
                     ..w.stats
                 })
@@ -455,6 +554,67 @@ impl Simulation {
             stop: self.stopped.unwrap_or(StopReason::EventLimit),
             events: self.events,
             timers: self.timers.iter().map(|t| t.report()).collect(),
+            planner: self.autoscale.map(|a| a.planner),
+        }
+    }
+
+    /// Samples the serving workers' load for the planner at `due` and carries out what it
+    /// decides.
+    fn planner_tick(&mut self, due: SimTime) {
+        let Some(a) = self.autoscale.as_mut() else { return };
+        let mut loads = Vec::new();
+        for (slot, w) in self.workers.iter_mut().enumerate() {
+            if !w.accepting {
+                continue;
+            }
+            w.materialize(due, None, &mut self.requests, &mut self.itl);
+            #[allow(clippy::cast_precision_loss)] // Token counts are far below 2^52.
+            loads.push(LoadSample {
+                slot,
+                active_prefill_tokens: crate::router::pending_prefill_tokens(w, &self.requests) as f64,
+                active_decode_blocks: f64::from(w.kv_blocks_used()),
+                ..LoadSample::default()
+            });
+        }
+        for action in a.planner.sample(due, loads) {
+            match action {
+                Action::Start { slot, ready } => {
+                    let Some(template) = a.planner.pool_of(slot).and_then(|p| a.ranks.get(p)) else {
+                        continue;
+                    };
+                    let w = &mut self.workers[slot];
+                    w.provision(template.build());
+                    if ready <= due {
+                        w.accepting = true;
+                    } else {
+                        #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+                        self.queue.push_keyed(ready, event_key(due, 0), Event::Ready { worker: slot as u32 });
+                    }
+                }
+                Action::Drain { slot } => self.workers[slot].accepting = false,
+            }
+        }
+        self.retire_idle(due);
+    }
+
+    /// A started worker serves.
+    fn on_ready(&mut self, w: usize) {
+        if let Some(a) = self.autoscale.as_mut() {
+            a.planner.ready(self.now, w);
+            self.workers[w].accepting = a.planner.state(w) == SlotState::Serving;
+        }
+    }
+
+    /// Draining workers that hold nothing any more leave.
+    fn retire_idle(&mut self, at: SimTime) {
+        let Some(a) = self.autoscale.as_mut() else { return };
+        if !a.planner.any_draining() {
+            return;
+        }
+        for (slot, w) in self.workers.iter().enumerate() {
+            if a.planner.state(slot) == SlotState::Draining && w.is_idle() {
+                a.planner.retire(at, slot);
+            }
         }
     }
 
@@ -551,6 +711,21 @@ impl Simulation {
     fn on_step_done(&mut self, w: u32) {
         let wi = w as usize;
         self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
+        if let Some(a) = self.autoscale.as_mut() {
+            // First tokens: the TTFT the router last saw for the worker that prefilled each.
+            for &id in &self.outcome.emitted {
+                let r = &self.requests[id as usize];
+                if r.emitted == 1 {
+                    let seen = if r.stamps.first_token == crate::request::NEVER {
+                        self.now
+                    } else {
+                        r.stamps.first_token
+                    };
+                    let slot = r.prefill_worker.map_or(wi, |p| p as usize);
+                    a.planner.observe_ttft(slot, seen.since(r.spec.arrival).as_ms_f64(), r.input_tokens);
+                }
+            }
+        }
         let finished = core::mem::take(&mut self.outcome.finished);
         for &id in &finished {
             self.complete(id);
@@ -581,6 +756,13 @@ impl Simulation {
         // The client is done when it has the last token, which a busy serving process may
         // write after the engine emitted it.
         let seen = if r.stamps.last_token == crate::request::NEVER { self.now } else { r.stamps.last_token };
+        if let Some(a) = self.autoscale.as_mut() {
+            let first = r.stamps.first_token;
+            if r.emitted > 1 && first != crate::request::NEVER {
+                a.planner
+                    .observe_itl(r.worker as usize, seen.since(first).as_ms_f64() / f64::from(r.emitted - 1));
+            }
+        }
         self.traffic.on_request_done(seen.max(self.now), session, r.content());
         r.release_content();
         self.records.set(r.seq, Record::from(&*r));
@@ -830,6 +1012,14 @@ impl Simulation {
             None => false,
         };
         self.dirty[dw] = true;
+        if let Some(a) = self.autoscale.as_mut() {
+            // SGLang and TensorRT-LLM hand the prefill's first token over with the KV.
+            let r = &self.requests[id as usize];
+            if r.emitted == 1 {
+                let ttft = r.stamps.first_token.since(r.spec.arrival).as_ms_f64();
+                a.planner.observe_ttft(p, ttft, r.input_tokens);
+            }
+        }
         if finished {
             self.complete(id);
             self.try_reserve(dw);
@@ -869,6 +1059,7 @@ impl Simulation {
                 self.queue.push_keyed(at, event_key(self.now, 0), Event::Restored { worker: wi, id });
             }
         }
+        self.retire_idle(self.now);
         Ok(())
     }
 }

@@ -265,6 +265,9 @@ pub struct TrafficSpec {
     /// engines do. The results are identical either way (a test checks); off, blocks only
     /// their own request can contain are not indexed, which is faster.
     pub all_content_shared: bool,
+    /// Open loops: the rate (jobs per second) from each time on, ascending; the load's own
+    /// rate applies before the first. Empty: the load's rate throughout.
+    pub rate_changes: Vec<(SimTime, f64)>,
 }
 
 impl TrafficSpec {
@@ -496,6 +499,9 @@ impl Traffic {
             if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
                 let next = match self.spec.load {
                     Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
+                    _ if !self.spec.rate_changes.is_empty() => {
+                        self.scheduled_start(self.last_open_start.max(at))
+                    }
                     _ => self.open_loop_gap().map(|g| self.last_open_start.max(at) + g),
                 };
                 if let Some(next) = next {
@@ -535,6 +541,34 @@ impl Traffic {
             }
             Load::Concurrency(_) | Load::TraceTimestamps { .. } => return None,
         })
+    }
+
+    /// The next open-loop job start after `from` under a rate schedule: a gap of unit mean
+    /// (exponential, constant or gamma) is the work to do at the rate in force, carried across
+    /// rate changes (a non-homogeneous process by time rescaling).
+    fn scheduled_start(&mut self, from: SimTime) -> Option<SimTime> {
+        let (base, mut work) = match self.spec.load {
+            Load::Poisson(rate) => (rate, self.arrivals.exponential(1.0)),
+            Load::ConstantRate(rate) => (rate, 1.0),
+            Load::Gamma { rate, cv } => (rate, self.arrivals.gamma(1.0 / (cv * cv), cv * cv)),
+            Load::Concurrency(_) | Load::TraceTimestamps { .. } => return None,
+        };
+        let changes = &self.spec.rate_changes;
+        let mut t = from;
+        let mut k = changes.partition_point(|c| c.0 <= t);
+        loop {
+            let rate = if k == 0 { base } else { changes[k - 1].1 };
+            let Some(&(end, _)) = changes.get(k) else {
+                return Some(t + SimDur::from_secs_f64(work / rate));
+            };
+            let span = end.since(t).as_secs_f64() * rate;
+            if work <= span {
+                return Some(t + SimDur::from_secs_f64(work / rate));
+            }
+            work -= span;
+            t = end;
+            k += 1;
+        }
     }
 
     fn speedup(&self) -> f64 {

@@ -106,6 +106,11 @@ pub struct Worker {
     pub generation: u64,
     /// The serving processes in front of the engine, when they do work worth simulating.
     pub frontend: Option<Frontend>,
+    /// Whether routers may place new requests here (false while the planner has it off,
+    /// starting or draining).
+    pub accepting: bool,
+    /// Counters of the KV pools and host tiers a restart replaced.
+    retired: (u64, Option<crate::host::HostStats>),
     /// Tokens of the step being finished that the serving processes still have to write,
     /// with when each request's previous token reached its client.
     delivering: Vec<(ReqId, SimTime)>,
@@ -157,6 +162,8 @@ impl Worker {
         Worker {
             id,
             frontend,
+            accepting: true,
+            retired: (0, None),
             delivering: Vec::new(),
             cfg,
             ranks,
@@ -454,11 +461,44 @@ impl Worker {
     pub fn host_stats(&self) -> Option<crate::host::HostStats> {
         let mut tiers = self.ranks.iter().filter_map(|r| r.host.as_ref()).peekable();
         tiers.peek()?;
-        let mut all = crate::host::HostStats::default();
+        let mut all = self.retired.1.unwrap_or_default();
         for t in tiers {
             all.add(&t.stats());
         }
         Some(all)
+    }
+
+    /// Cached KV tokens dropped to make room, over every KV pool this worker had.
+    #[must_use]
+    pub fn kv_evicted_tokens(&self) -> u64 {
+        self.retired.0 + self.ranks.iter().map(|r| r.kv.evicted_tokens()).sum::<u64>()
+    }
+
+    /// True when the worker holds nothing: no step in flight, no request queued, running or
+    /// in its serving processes, no KV kept for a transfer.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        !self.busy
+            && self.run.is_none()
+            && self.unreceived_len() == 0
+            && self.ranks.iter().all(|r| r.load() == 0 && r.kv.used_units() == 0)
+    }
+
+    /// Gives the worker fresh ranks, as a process the planner starts has an empty KV cache
+    /// and host tier; the counters of the ranks it replaces stay in the reports.
+    pub fn provision(&mut self, ranks: Vec<Rank>) {
+        let evicted = self.kv_evicted_tokens();
+        if let Some(mut old) = self.host_stats() {
+            // Capacity is the new tier's, not a sum over lifetimes.
+            old.capacity_blocks = 0;
+            self.retired.1 = Some(old);
+        }
+        self.retired.0 = evicted;
+        let n = ranks.len();
+        self.ranks = ranks;
+        self.plans = (0..n).map(|_| RankPlan::default()).collect();
+        self.loads = (0..n).map(|_| RankLoad::default()).collect();
+        self.adp = engine::AdpBalanceState::default();
     }
 
     /// Applies the step (or the rest of the run) that ends at `now`.

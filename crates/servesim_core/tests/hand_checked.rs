@@ -108,6 +108,7 @@ fn start(c: Case) -> Simulation {
             load: c.load,
             stop: Stop { max_requests: c.requests, max_sessions: u32::MAX },
             all_content_shared: false,
+            rate_changes: Vec::new(),
         },
         workers,
         router: Router::round_robin(),
@@ -124,6 +125,7 @@ fn start(c: Case) -> Simulation {
         context_limit: None,
         fast_forward: c.fast_forward,
         frontend_delay: SimDur::ZERO,
+        planner: None,
         pd: None,
     };
     Simulation::new(setup, vec![timer()])
@@ -531,6 +533,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
             load: Load::Concurrency(requests),
             stop: Stop { max_requests: requests, max_sessions: u32::MAX },
             all_content_shared: false,
+            rate_changes: Vec::new(),
         },
         workers,
         router: Router::round_robin(),
@@ -547,6 +550,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
         context_limit: None,
         fast_forward: true,
         frontend_delay: SimDur::ZERO,
+        planner: None,
         pd: Some(PdSetup {
             prefill_workers: 1,
             decode_router: Router::round_robin(),

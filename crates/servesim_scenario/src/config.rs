@@ -18,6 +18,62 @@ pub struct Config {
     pub router: RouterConfig,
     /// Service-level evaluation.
     pub evaluation: EvaluationConfig,
+    /// `planner` when `policy: enabled`: the built-in autoscaling planner.
+    pub planner: Option<PlannerConfig>,
+}
+
+/// `planner` with `policy: enabled`: Dynamo's load-based scaling (`servesim_core::planner`).
+/// Keys that tune throughput-based scaling (its interval, load predictors) are accepted and
+/// have no effect, as in Dynamo with `enable_throughput_scaling: false`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlannerConfig {
+    /// `load_adjustment_interval_seconds` (5): time between scaling decisions.
+    pub interval_seconds: f64,
+    /// `load_scaling_down_sensitivity` (80, percent): the scale-down boundary.
+    pub down_sensitivity_pct: f64,
+    /// `load_min_observations` (5): observations a regression needs before deciding.
+    pub min_observations: u32,
+    /// `max_num_fpm_samples` (64): observations each regression keeps.
+    pub window: u32,
+    /// `max_num_gpus` (8): GPUs all pools may hold at once.
+    pub max_gpus: u32,
+    /// `min_num_gpus` (-1: none): GPUs all pools keep at least.
+    pub min_gpus: Option<u32>,
+    /// `min_workers` (1): fewest workers a pool keeps.
+    pub min_workers: u32,
+    /// `prefill_min_workers` (`min_workers`).
+    pub prefill_min_workers: Option<u32>,
+    /// `decode_min_workers` (`min_workers`).
+    pub decode_min_workers: Option<u32>,
+}
+
+impl PlannerConfig {
+    /// The fewest workers pool `role` (aggregated, prefill or decode) keeps.
+    #[must_use]
+    pub fn min_workers_of(&self, role: &str) -> u32 {
+        match role {
+            "prefill" => self.prefill_min_workers.unwrap_or(self.min_workers),
+            "decode" => self.decode_min_workers.unwrap_or(self.min_workers),
+            _ => self.min_workers,
+        }
+    }
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        // AISimulate's defaults (REF §1.3); the window is its max_num_fpm_samples.
+        PlannerConfig {
+            interval_seconds: 5.0,
+            down_sensitivity_pct: 80.0,
+            min_observations: 5,
+            window: 64,
+            max_gpus: 8,
+            min_gpus: None,
+            min_workers: 1,
+            prefill_min_workers: None,
+            decode_min_workers: None,
+        }
+    }
 }
 
 /// `traffic`.
@@ -91,6 +147,9 @@ pub enum TraceFormatConfig {
 pub struct LoadConfig {
     /// The pacing.
     pub kind: LoadKind,
+    /// `rate_schedule` (servesim extension, open loops): `(at_seconds, rate)` from which each
+    /// rate applies, ascending; the load's own rate applies before the first.
+    pub rate_schedule: Vec<(f64, f64)>,
     /// `seed`: root seed of the run (AISimulate uses it for `poisson`; servesim for every
     /// random stream). Default 42.
     pub seed: u64,
@@ -434,6 +493,8 @@ pub struct RoleConfig {
     pub timing: TimingConfig,
     /// `frontend` (servesim extension): the serving processes' host work.
     pub frontend: FrontendConfig,
+    /// `startup_seconds` (0): how long a worker the planner adds takes to serve.
+    pub startup_seconds: f64,
 }
 
 /// `engine.workers.<role>.frontend` (servesim extension): the API-server processes in front

@@ -19,6 +19,7 @@ fn spec(load: Load, n: u32) -> TrafficSpec {
         load,
         stop: Stop { max_requests: n, max_sessions: u32::MAX },
         all_content_shared: false,
+        rate_changes: Vec::new(),
     }
 }
 
@@ -27,6 +28,33 @@ fn constant_rate_is_evenly_spaced() {
     let times = arrival_times(&spec(Load::ConstantRate(4.0), 5), 1);
     let ns: Vec<u64> = times.iter().map(|t| t.as_ns()).collect();
     assert_eq!(ns, [0, 250_000_000, 500_000_000, 750_000_000, 1_000_000_000]);
+}
+
+#[test]
+fn a_rate_schedule_changes_the_pace_at_its_times_and_carries_a_gap_across_them() {
+    // 1 a second, 4 a second from 2.5 s: the gap that spans the change is half a unit at
+    // each rate (0.5 s, then 0.125 s), and arrivals go on every 0.25 s.
+    let mut s = spec(Load::ConstantRate(1.0), 6);
+    s.rate_changes = vec![(SimTime::from_ms(2500), 4.0)];
+    let ms: Vec<u64> = arrival_times(&s, 1).iter().map(|t| t.as_ns() / 1_000_000).collect();
+    assert_eq!(ms, [0, 1000, 2000, 2625, 2875, 3125]);
+    // Poisson: the counts follow each segment's rate (2 a second for 100 s, 20 a second
+    // for 100 s, then 5 a second).
+    let mut s = spec(Load::Poisson(2.0), 3000);
+    s.rate_changes = vec![(SimTime::from_ms(100_000), 20.0), (SimTime::from_ms(200_000), 5.0)];
+    let t = arrival_times(&s, 5);
+    let count =
+        |a: u64, b: u64| t.iter().filter(|x| (a * 1000..b * 1000).contains(&(x.as_ns() / 1_000_000))).count();
+    let (first, second, third) = (count(0, 100), count(100, 200), count(200, 300));
+    assert!((170..=230).contains(&first), "{first}");
+    assert!((1850..=2150).contains(&second), "{second}");
+    assert!((400..=600).contains(&third), "{third}");
+    // Gamma gaps keep their burstiness within a segment and their mean rate.
+    let mut s = spec(Load::Gamma { rate: 10.0, cv: 2.0 }, 4000);
+    s.rate_changes = vec![(SimTime::from_ms(50_000), 40.0)];
+    let t = arrival_times(&s, 5);
+    let before = t.iter().filter(|x| x.as_ns() < 50_000_000_000).count();
+    assert!((400..=600).contains(&before), "{before}");
 }
 
 #[test]
@@ -101,6 +129,7 @@ fn session_spec(turns: u32, ratio: f64) -> TrafficSpec {
         load: Load::Concurrency(2),
         stop: Stop { max_requests: u32::MAX, max_sessions: 3 },
         all_content_shared: false,
+        rate_changes: Vec::new(),
     }
 }
 
@@ -198,6 +227,7 @@ fn a_trace_row_shares_the_ids_another_row_starts_with() {
             load: Load::TraceTimestamps { speedup: 1.0 },
             stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
             all_content_shared: false,
+            rate_changes: Vec::new(),
         },
         1,
     );
@@ -212,6 +242,7 @@ fn trace_timestamps_with_speedup_and_session_delays() {
         load: Load::TraceTimestamps { speedup: 2.0 },
         stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
         all_content_shared: false,
+        rate_changes: Vec::new(),
     };
     let mut t = Traffic::new(spec, 1);
     assert_eq!(t.total(), 4);

@@ -3,8 +3,8 @@
 
 use servesim_core::metrics::Sla;
 
-use crate::config::{Config, EvaluationConfig, RouterConfig, RouterPolicy};
-use crate::diag::{choice, number_in, positive, string, Cx, Fields};
+use crate::config::{Config, EvaluationConfig, PlannerConfig, RouterConfig, RouterPolicy};
+use crate::diag::{boolean, choice, int_in, number_in, positive, string, u32_in, Cx, Fields};
 use crate::node::{Node, Value};
 
 pub(crate) mod engine;
@@ -42,9 +42,7 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
         Some((n, p)) => decode_router(n, &p, cx),
         None => Some(RouterConfig { policy: RouterPolicy::RoundRobin }),
     };
-    if let Some((n, p)) = f.take("planner") {
-        decode_planner(n, &p, cx);
-    }
+    let planner = f.take("planner").and_then(|(n, p)| decode_planner(n, &p, cx));
     let evaluation = match f.take("evaluation") {
         Some((n, p)) => decode_evaluation(n, &p, cx),
         None => Some(EvaluationConfig::default()),
@@ -66,7 +64,7 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
     if cx.diags.len() > before {
         return None;
     }
-    let config = Config { traffic, engine, router, evaluation };
+    let config = Config { traffic, engine, router, evaluation, planner };
     Some(config)
 }
 
@@ -141,20 +139,170 @@ fn node_type(node: &Node, path: &str, cx: &mut Cx) -> Option<String> {
     }
 }
 
-fn decode_planner(node: &Node, path: &str, cx: &mut Cx) {
-    let Some(mut f) = Fields::of(node, path, cx) else { return };
-    if let Some((n, p)) = f.take("policy") {
-        if choice(n, &p, cx, &["disabled", "enabled"]) == Some("enabled") {
-            cx.unsupported(&p, n, "the autoscaling planner is not simulated by servesim yet");
+/// Keys of `planner` that tune throughput-based scaling only: accepted (and type-checked)
+/// with load-based scaling, where Dynamo ignores them too.
+const THROUGHPUT_PLANNER_KEYS: &[&str] = &[
+    "throughput_adjustment_interval_seconds",
+    "load_predictor",
+    "load_predictor_log1p",
+    "prophet_window_size",
+    "kalman_q_level",
+    "kalman_q_trend",
+    "kalman_r",
+    "kalman_min_points",
+    "target",
+];
+
+const PLANNER_KEYS: &[&str] = &[
+    "policy",
+    "enable_load_scaling",
+    "enable_throughput_scaling",
+    "load_adjustment_interval_seconds",
+    "load_scaling_down_sensitivity",
+    "load_min_observations",
+    "max_num_fpm_samples",
+    "fpm_sample_bucket_size",
+    "max_num_gpus",
+    "min_num_gpus",
+    "min_workers",
+    "prefill_min_workers",
+    "decode_min_workers",
+    "scaling_policy",
+    "fpm_sampling",
+    "load_sensitivity",
+    "throughput_adjustment_interval_seconds",
+    "load_predictor",
+    "load_predictor_log1p",
+    "prophet_window_size",
+    "kalman_q_level",
+    "kalman_q_trend",
+    "kalman_r",
+    "kalman_min_points",
+    "target",
+];
+
+/// `planner`: `None` when disabled (or invalid; problems go to `cx`).
+fn decode_planner(node: &Node, path: &str, cx: &mut Cx) -> Option<PlannerConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let mut enabled = match f.take("policy") {
+        Some((n, p)) => choice(n, &p, cx, &["disabled", "enabled"]) == Some("enabled"),
+        None => false,
+    };
+    let mut pc = PlannerConfig::default();
+    // The recommend presets that name a load-based policy set its interval.
+    if let Some((n, p)) = f.take("scaling_policy") {
+        let all = [
+            "disabled",
+            "throughput_180_5",
+            "throughput_600_5",
+            "load_180_5",
+            "load_180_10",
+            "hybrid_180_5",
+            "hybrid_600_5",
+        ];
+        match choice(n, &p, cx, &all) {
+            Some("disabled") => enabled = false,
+            Some("load_180_5") => (enabled, pc.interval_seconds) = (true, 5.0),
+            Some("load_180_10") => (enabled, pc.interval_seconds) = (true, 10.0),
+            Some(_) => cx.unsupported(
+                &p,
+                n,
+                "throughput-based scaling (profiled interpolation and load prediction) is not \
+                 simulated yet; use load_180_5 or load_180_10 (load-based scaling)",
+            ),
+            None => {}
         }
     }
-    // Every other planner knob only matters when the planner is enabled.
-    if let Value::Map(items) = &node.value {
-        for (k, _, _) in items {
-            f.take(k);
+    for key in ["fpm_sampling", "load_sensitivity"] {
+        if let Some((n, p)) = f.take(key) {
+            cx.unsupported(
+                &p,
+                n,
+                "this preset is not modelled; set max_num_fpm_samples or \
+                 load_scaling_down_sensitivity directly",
+            );
         }
     }
-    f.finish(cx, &[], "");
+    if let Some((n, p)) = f.take("enable_throughput_scaling") {
+        if boolean(n, &p, cx) == Some(true) && enabled {
+            cx.unsupported(
+                &p,
+                n,
+                "throughput-based scaling (profiled interpolation and load prediction) is not \
+                 simulated yet; servesim's planner scales on load (enable_load_scaling)",
+            );
+        }
+    }
+    if let Some((n, p)) = f.take("enable_load_scaling") {
+        if boolean(n, &p, cx) == Some(false) && enabled {
+            cx.unsupported(
+                &p,
+                n,
+                "with load-based scaling off the planner has nothing servesim simulates \
+                 (throughput-based scaling is not modelled yet); set policy: disabled instead",
+            );
+        }
+    }
+    let mut take = |key: &str, cx: &mut Cx, lo: f64, hi: f64| {
+        f.take(key).and_then(|(n, p)| number_in(n, &p, cx, lo, hi))
+    };
+    if let Some(v) = take("load_adjustment_interval_seconds", cx, 0.1, 86_400.0) {
+        pc.interval_seconds = v;
+    }
+    if let Some(v) = take("load_scaling_down_sensitivity", cx, 0.0, 100.0) {
+        pc.down_sensitivity_pct = v;
+    }
+    let mut count =
+        |key: &str, cx: &mut Cx, lo: u32| f.take(key).and_then(|(n, p)| u32_in(n, &p, cx, lo, 1 << 20));
+    if let Some(v) = count("load_min_observations", cx, 1) {
+        pc.min_observations = v;
+    }
+    if let Some(v) = count("max_num_fpm_samples", cx, 1) {
+        pc.window = v;
+    }
+    if let Some(v) = count("max_num_gpus", cx, 1) {
+        pc.max_gpus = v;
+    }
+    if let Some(v) = count("min_workers", cx, 1) {
+        pc.min_workers = v;
+    }
+    pc.prefill_min_workers = count("prefill_min_workers", cx, 1);
+    pc.decode_min_workers = count("decode_min_workers", cx, 1);
+    if let Some((n, p)) = f.take("min_num_gpus") {
+        pc.min_gpus = int_in(n, &p, cx, -1, 1 << 20).and_then(|v| u32::try_from(v).ok());
+    }
+    if let Some((n, p)) = f.take("fpm_sample_bucket_size") {
+        // Dynamo requires a perfect square; servesim's regression does not bucket samples.
+        if let Some(v) = u32_in(n, &p, cx, 1, 1 << 20) {
+            let r = (1..=v).take_while(|r| r * r <= v).last().unwrap_or(1);
+            if r * r != v {
+                cx.domain(&p, n, format!("must be a perfect square (1, 4, 9, 16, ...), got {v}"));
+            }
+        }
+    }
+    for key in THROUGHPUT_PLANNER_KEYS {
+        f.take(key);
+    }
+    f.finish(cx, PLANNER_KEYS, "");
+    if !enabled {
+        return None;
+    }
+    if pc.max_gpus < pc.min_gpus.unwrap_or(0) {
+        cx.domain(
+            &join_path(path, "min_num_gpus"),
+            node,
+            format!("({}) is above max_num_gpus ({})", pc.min_gpus.unwrap_or(0), pc.max_gpus),
+        );
+    }
+    Some(pc)
+}
+
+fn join_path(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_string()
+    } else {
+        format!("{a}.{b}")
+    }
 }
 
 fn decode_evaluation(node: &Node, path: &str, cx: &mut Cx) -> Option<EvaluationConfig> {

@@ -165,19 +165,17 @@ fn decode_role(
         }
         None => None,
     };
-    if let Some((n, p)) = f.take("startup_seconds") {
-        cx.unsupported(
-            &p,
-            n,
-            "'startup_seconds' applies to autoscaled pools, which servesim does not simulate yet",
-        );
-    }
+    let startup_seconds = match f.take("startup_seconds") {
+        Some((n, p)) => number_in(n, &p, cx, 0.0, 1e6),
+        None => Some(0.0),
+    };
     f.finish(
         cx,
         &["parallelism", "scheduler", "kv_cache", "timing", "frontend", "hardware", "startup_seconds"],
         "",
     );
     Some(RoleConfig {
+        startup_seconds: startup_seconds?,
         hardware,
         parallelism: parallelism?,
         scheduler: scheduler?,

@@ -17,7 +17,7 @@ pub(super) fn default_traffic() -> TrafficConfig {
             shared_prefix_tokens: 0,
             prompt_pool: 0,
         },
-        load: LoadConfig { kind: LoadKind::Concurrency(10), seed: 42 },
+        load: LoadConfig { kind: LoadKind::Concurrency(10), rate_schedule: Vec::new(), seed: 42 },
         stop: StopConfig::default(),
     }
 }
@@ -305,6 +305,7 @@ const LOAD_KEYS: &[&str] = &[
     "fraction",
     "speedup",
     "cv",
+    "rate_schedule",
     "agentic_lanes",
     "agentic_snapshot",
     "agentic_warmup",
@@ -378,6 +379,16 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
             None => Some(LoadKind::TraceTimestamps { speedup: 1.0 }),
         },
     };
+    let rate_schedule = match f.take("rate_schedule") {
+        Some((n, p)) if matches!(kind, "poisson" | "constant_rate" | "gamma") => {
+            decode_rate_schedule(n, &p, cx, rate_key)
+        }
+        Some((n, p)) => {
+            cx.schema(&p, n, "applies to open-loop loads (poisson, constant_rate, gamma)");
+            None
+        }
+        None => Some(Vec::new()),
+    };
     for k in ["agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_profile"] {
         if let Some((n, p)) = f.take(k) {
             cx.unsupported(&p, n, "agentic pacing is not simulated by servesim yet");
@@ -389,7 +400,52 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         SourceKind::Trace => format!("to load type '{kind}' of a trace source"),
     };
     f.finish(cx, LOAD_KEYS, &context);
-    Some(LoadConfig { kind: out?, seed: seed? })
+    Some(LoadConfig { kind: out?, rate_schedule: rate_schedule?, seed: seed? })
+}
+
+/// `rate_schedule`: a list of `{at_seconds, <rate_key>}` with strictly increasing times.
+fn decode_rate_schedule(node: &Node, path: &str, cx: &mut Cx, rate_key: &str) -> Option<Vec<(f64, f64)>> {
+    let Value::Seq(items) = &node.value else {
+        cx.schema(
+            path,
+            node,
+            format!("expected a list of {{at_seconds, {rate_key}}}, found {}", node.value.kind()),
+        );
+        return None;
+    };
+    let before = cx.diags.len();
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let ip = format!("{path}[{i}]");
+        let Some(mut f) = Fields::of(item, &ip, cx) else { continue };
+        let at = match f.take("at_seconds") {
+            Some((n, p)) => {
+                let at = number_in(n, &p, cx, 0.0, 1e9);
+                if let (Some(a), Some(&(prev, _))) = (at, out.last()) {
+                    if a <= prev {
+                        cx.domain(&p, n, format!("must be later than the entry before it ({prev} s)"));
+                    }
+                }
+                at
+            }
+            None => {
+                cx.schema(&crate::diag::join(&ip, "at_seconds"), item, "required");
+                None
+            }
+        };
+        let rate = match f.take(rate_key) {
+            Some((n, p)) => positive(n, &p, cx),
+            None => {
+                cx.schema(&crate::diag::join(&ip, rate_key), item, "required");
+                None
+            }
+        };
+        f.finish(cx, &["at_seconds", rate_key], "");
+        if let (Some(a), Some(r)) = (at, rate) {
+            out.push((a, r));
+        }
+    }
+    (cx.diags.len() == before).then_some(out)
 }
 
 fn decode_stop(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Option<StopConfig> {

@@ -573,6 +573,16 @@ pub fn operating(p: &Prepared) -> Result<Operating, ScenarioError> {
 /// # Errors
 /// Traffic the estimate cannot describe, or a step the timing model cannot time.
 pub fn estimate(p: &Prepared) -> Result<Estimate, ScenarioError> {
+    if p.config.planner.is_some() {
+        return Err(run_error(
+            "estimate sizes a fixed fleet; the autoscaling planner's fleet needs a replay (servesim predict)",
+        ));
+    }
+    if !p.traffic.rate_changes.is_empty() {
+        return Err(run_error(
+            "estimate assumes one steady rate; a rate_schedule needs a replay (servesim predict)",
+        ));
+    }
     estimate_at(p, workload(p)?, operating(p)?)
 }
 

@@ -676,6 +676,8 @@ mod tests {
         assert!(e("optimization: {target: min_gpus}").contains("needs evaluation.sla"));
         assert!(e("optimization: {budget: 3}").contains("optimization.budget"));
         assert!(e("a: {range: {min: 1, max: 1000}}\nb: {range: {min: 1, max: 1000}}").contains("more than"));
+        assert!(e("planner: {policy: enabled}").contains("planner.policy"));
+        assert!(spec("planner: {policy: disabled}").is_ok());
     }
 
     #[test]

@@ -274,6 +274,18 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
                     }
                 }
             }
+            // The search sizes fixed fleets; a planner would move the GPU count it ranks on.
+            "planner"
+                if v.get("policy").is_some_and(|p| matches!(&p.value, Value::Str(s) if s == "enabled")) =>
+            {
+                return Err(spec_error(
+                    source,
+                    "planner.policy",
+                    &v.get("policy").map_or_else(|| o.clone(), |p| p.origin.clone()),
+                    "recommend searches fixed fleets; the autoscaling planner is not searched yet \
+                     (run the chosen config with the planner in servesim predict)",
+                ));
+            }
             _ => base_entries.push((k.clone(), o.clone(), v.clone())),
         }
     }

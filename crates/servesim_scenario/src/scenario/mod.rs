@@ -7,10 +7,11 @@ use std::rc::Rc;
 
 use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
-use servesim_core::host::{HostSpec, HostTier};
+use servesim_core::host::HostSpec;
 use servesim_core::metrics::Fleet;
+use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
 use servesim_core::router::Router;
-use servesim_core::sim::{make_ranks, Limits, PdSetup, SimSetup, Simulation};
+use servesim_core::sim::{Limits, PdSetup, PlannerSetup, RankTemplate, SimSetup, Simulation};
 use servesim_core::timing::StepTimer;
 use servesim_core::traffic::TrafficSpec;
 use servesim_core::transfer::TransferNet;
@@ -393,6 +394,12 @@ pub fn prepare(
             return Err(config_error(source, cx.diags));
         }
     }
+    if let Some(pc) = &config.planner {
+        check_planner(pc, &roles, root, &mut cx);
+        if !cx.diags.is_empty() {
+            return Err(config_error(source, cx.diags));
+        }
+    }
     // The decode (or aggregated) role's KV capacity sizes kv_capacity_fraction loads.
     let Some(load_role) = roles.last() else {
         return Err(ScenarioError::Run { message: "no worker role".into() });
@@ -433,6 +440,39 @@ pub fn prepare(
         fast_forward: true,
         frontend_delay,
     })
+}
+
+/// The planner's pools must start within its GPU budget and at their minimum size.
+fn check_planner(pc: &crate::config::PlannerConfig, roles: &[PreparedRole], root: &Node, cx: &mut Cx) {
+    let at = |path: &str| origin_of(root, path);
+    let initial: u32 = roles.iter().map(|r| r.config.parallelism.replicas * r.parallelism.gpus()).sum();
+    if initial > pc.max_gpus {
+        let path = "planner.max_num_gpus";
+        cx.report(
+            DiagKind::Domain,
+            path,
+            &at(path),
+            format!(
+                "({}) is below the {initial} GPUs the configured workers start with; raise it or \
+                 start with fewer replicas",
+                pc.max_gpus
+            ),
+        );
+    }
+    let names: &[&str] = if roles.len() == 2 { &["prefill", "decode"] } else { &["aggregated"] };
+    for (role, name) in roles.iter().zip(names) {
+        let min = pc.min_workers_of(name);
+        let replicas = role.config.parallelism.replicas;
+        if replicas < min {
+            let path = format!("engine.workers.{name}.parallelism.replicas");
+            cx.report(
+                DiagKind::Domain,
+                &path,
+                &at(&path),
+                format!("({replicas}) is below the planner's minimum of {min} workers for this pool"),
+            );
+        }
+    }
 }
 
 impl Prepared {
@@ -560,6 +600,8 @@ impl Prepared {
         let backend = self.config.engine.backend;
         let mut workers: Vec<Worker> = Vec::new();
         let mut timers: Vec<Box<dyn StepTimer>> = Vec::new();
+        let mut pools = Vec::new();
+        let mut templates = Vec::new();
         for (ti, role) in self.roles.iter().enumerate() {
             let rc = &role.config;
             let cfg = SchedulerConfig {
@@ -575,21 +617,43 @@ impl Prepared {
                 speculation: self.speculation(),
                 plan_ahead: self.plans_ahead(role),
             };
-            let host = self.host_spec(role);
-            for _ in 0..rc.parallelism.replicas {
-                let mut ranks = make_ranks(
-                    role.parallelism.attention_data,
-                    role.blocks_per_rank,
-                    rc.kv_cache.block_size,
-                    rc.kv_cache.prefix_caching,
-                    backend == servesim_core::engine::Backend::Sglang,
-                );
-                for r in &mut ranks {
-                    r.host = host.map(|h| Box::new(HostTier::new(h)));
-                }
+            let template = RankTemplate {
+                dp: role.parallelism.attention_data,
+                blocks_per_rank: role.blocks_per_rank,
+                block_size: rc.kv_cache.block_size,
+                prefix_caching: rc.kv_cache.prefix_caching,
+                radix: backend == servesim_core::engine::Backend::Sglang,
+                host: self.host_spec(role),
+            };
+            let first_slot = workers.len();
+            let slots = self.slots(role);
+            for k in 0..slots {
+                // Slots beyond the configured replicas get their ranks when the planner starts them.
+                let ranks = if k < rc.parallelism.replicas as usize { template.build() } else { Vec::new() };
                 #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
                 let id = workers.len() as u32;
                 workers.push(Worker::new(id, cfg.clone(), ranks, ti));
+            }
+            if let Some(pc) = &self.config.planner {
+                let name = match (self.roles.len(), ti) {
+                    (2, 0) => "prefill",
+                    (2, _) => "decode",
+                    _ => "aggregated",
+                };
+                pools.push(PoolSpec {
+                    role: match name {
+                        "prefill" => PoolRole::Prefill,
+                        "decode" => PoolRole::Decode,
+                        _ => PoolRole::Aggregated,
+                    },
+                    first_slot,
+                    slots,
+                    initial: rc.parallelism.replicas as usize,
+                    min_workers: pc.min_workers_of(name) as usize,
+                    gpus_per_worker: role.parallelism.gpus(),
+                    startup: SimDur::from_secs_f64(rc.startup_seconds),
+                });
+                templates.push(template);
             }
             timers.push(self.timer(role));
         }
@@ -615,8 +679,7 @@ impl Prepared {
                 // its own link in parallel).
                 #[allow(clippy::cast_precision_loss)]
                 let bytes_per_token = t.bytes_per_token.unwrap_or(p.memory.kv_bytes_per_token) as f64;
-                let np = p.config.parallelism.replicas as usize;
-                let nd = d.config.parallelism.replicas as usize;
+                let (np, nd) = (self.slots(p), self.slots(d));
                 Some(PdSetup {
                     prefill_workers: np,
                     decode_router: self.router(true),
@@ -644,8 +707,45 @@ impl Prepared {
             fast_forward: self.fast_forward,
             frontend_delay: self.frontend_delay,
             pd,
+            planner: self.config.planner.map(|pc| PlannerSetup {
+                spec: PlannerSpec {
+                    interval: SimDur::from_secs_f64(pc.interval_seconds),
+                    window: pc.window as usize,
+                    min_observations: pc.min_observations as usize,
+                    down_sensitivity: pc.down_sensitivity_pct / 100.0,
+                    ttft_target_ms: self.planner_targets().0,
+                    itl_target_ms: self.planner_targets().1,
+                    max_gpus: pc.max_gpus,
+                    min_gpus: pc.min_gpus.unwrap_or(0),
+                    pools,
+                },
+                ranks: templates,
+            }),
         };
         Simulation::new(setup, timers)
+    }
+
+    /// Worker slots of `role`: its replicas, or as many workers as the planner's GPU budget
+    /// holds when it scales the pool and the other pool keeps its minimum.
+    #[must_use]
+    pub fn slots(&self, role: &PreparedRole) -> usize {
+        let replicas = role.config.parallelism.replicas as usize;
+        let Some(pc) = &self.config.planner else { return replicas };
+        let others: u32 = self
+            .roles
+            .iter()
+            .filter(|r| r.name != role.name)
+            .map(|r| pc.min_workers_of(r.name) * r.parallelism.gpus())
+            .sum();
+        replicas.max((pc.max_gpus.saturating_sub(others) / role.parallelism.gpus().max(1)) as usize)
+    }
+
+    /// The TTFT and ITL (ms) the planner's regressions aim at: the SLA's, else Dynamo's
+    /// planner defaults (500 ms, 50 ms; `SLAPlannerDefaults` in `planner/defaults.py`).
+    #[must_use]
+    pub fn planner_targets(&self) -> (f64, f64) {
+        let sla = &self.config.evaluation.sla;
+        (sla.ttft_ms.unwrap_or(500.0), sla.itl_ms.unwrap_or(50.0))
     }
 
     /// Runs a stopped simulation's results into a prediction.

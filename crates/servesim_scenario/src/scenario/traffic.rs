@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use servesim_core::traffic::{Load, SessionSpec, Source, Stop, Trace, TrafficSpec};
-use servesim_core::units::SimDur;
+use servesim_core::units::{SimDur, SimTime};
 use servesim_data::trace::{ParsedTrace, TraceFormat};
 
 use super::{config_error, origin_of, Files, ScenarioError};
@@ -277,5 +277,12 @@ pub(super) fn build_traffic(
         load,
         stop: Stop { max_requests, max_sessions },
         all_content_shared: false,
+        rate_changes: config
+            .traffic
+            .load
+            .rate_schedule
+            .iter()
+            .map(|&(at, rate)| (SimTime::ZERO + SimDur::from_secs_f64(at), rate))
+            .collect(),
     })
 }
