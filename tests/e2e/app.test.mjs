@@ -470,7 +470,7 @@ test('the Features page shows the capability matrix of features.toml', async () 
 test('Predict draws every chart and a sortable, filterable request table with downloads', async () => {
   const page = await openPage();
   await waitDone(page);
-  for (const id of ['ttft-chart', 'offered-chart', 'ttft-cdf-chart', 'itl-cdf-chart', 'waiting-chart', 'running-chart', 'kv-chart', 'tokens-chart']) {
+  for (const id of ['ttft-chart', 'offered-chart', 'workers-chart', 'ttft-cdf-chart', 'itl-cdf-chart', 'waiting-chart', 'running-chart', 'kv-chart', 'tokens-chart']) {
     await page.waitForSelector(`#${id}[data-status="rendered"] .main-svg`, { timeout: 20000 });
   }
   assert.equal(await page.textContent('#request-count'), '100 of 100 shown');
@@ -595,6 +595,21 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   const host = JSON.parse(cli).servesim.host_offload;
   assert.match(await page.textContent('#host-tier'),
     new RegExp(`^${host.restores} restores of [0-9,]+ tokens · ${host.mean_restore_wait_ms.toFixed(2)} ms wait on average · `));
+  assert.equal(await page.textContent('#autoscaling'), 'off');
+  // Autoscaling through a traffic peak: the planner's fleet in the summary and on the chart.
+  await page.selectOption('#preset', '8');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, cli, { timeout: 60000 });
+  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/planner_vllm_ramp.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const ramp = readFileSync(join(dir, 'prediction.json'), 'utf8');
+  assert.equal(await page.textContent('#prediction-json'), ramp);
+  const pool = JSON.parse(ramp).servesim.planner.pools[0];
+  assert.equal(await page.textContent('#autoscaling'),
+    `aggregated 1 → ${pool.peak_workers} → ${pool.final_workers} workers, ${pool.scale_ups} up, ${pool.scale_downs} down`);
+  assert.match(await page.textContent('#gpus'), new RegExp(`^1 at start · ${pool.peak_workers} at most · ${pool.mean_workers.toFixed(2)} on average$`));
+  await page.waitForSelector('#workers-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
+  assert.equal(await page.locator('#workers-chart .scatterlayer .trace').count(), 2, 'serving and provisioned');
+  await page.screenshot({ path: join(ARTIFACTS, 'autoscaling.png'), fullPage: true });
   await page.close();
 });
 

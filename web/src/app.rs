@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 8] = [
+pub const PRESETS: [(&str, &str); 9] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -46,11 +46,16 @@ pub const PRESETS: [(&str, &str); 8] = [
         "Long conversations offloading KV to host memory (G2), vLLM",
         include_str!("../../tests/scenarios/vllm_host_offload.yaml"),
     ),
+    (
+        "Autoscaling through a traffic peak (Dynamo planner), vLLM",
+        include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
+    ),
 ];
 
 /// The Predict page's chart divs below the TTFT scatter, in order.
-const PREDICT_CHARTS: [&str; 7] = [
+const PREDICT_CHARTS: [&str; 8] = [
     "offered-chart",
+    "workers-chart",
     "ttft-cdf-chart",
     "itl-cdf-chart",
     "waiting-chart",
@@ -69,10 +74,11 @@ fn predict_charts(
     requests: &[crate::requests::Row],
     every: u64,
 ) -> Vec<(&'static str, charts::Figure)> {
-    let [offered, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
+    let [offered, workers, ttft_cdf, itl_cdf, waiting, running, kv, tokens] = PREDICT_CHARTS;
     vec![
         ("ttft-chart", charts::ttft_by_arrival(requests)),
         (offered, charts::offered_load(requests, LOAD_BINS, every)),
+        (workers, charts::fleet(prediction)),
         (ttft_cdf, charts::cdf(requests, "ttft_ms", "TTFT distribution", "TTFT (ms)")),
         (itl_cdf, charts::cdf(requests, "itl_ms", "Mean inter-token latency per request", "ITL (ms)")),
         (waiting, charts::worker_series(prediction, "waiting", "Queue depth per worker", "requests waiting")),

@@ -140,6 +140,47 @@ pub fn worker_series(prediction: &Value, field: &str, title: &str, unit: &str) -
     Figure { data: Value::Array(data), layout }
 }
 
+/// Workers of each pool over the run: serving, and provisioned (serving, starting or draining)
+/// as the autoscaling planner changed them; a fixed fleet is one flat line a role.
+#[must_use]
+pub fn fleet(prediction: &Value) -> Figure {
+    let end_s = prediction["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+    let mut data = Vec::new();
+    let pools = prediction["servesim"]["planner"]["pools"].as_array().map_or(&[][..], Vec::as_slice);
+    if pools.is_empty() {
+        for r in prediction["servesim"]["deployment"]["roles"].as_array().map_or(&[][..], Vec::as_slice) {
+            let name = r["role"].as_str().unwrap_or("workers").to_string();
+            data.push(json!({
+                "type": "scatter", "mode": "lines", "name": name, "x": [0.0, end_s], "y": [r["replicas"], r["replicas"]],
+                "line": {"width": 2, "shape": "hv"},
+            }));
+        }
+    }
+    for pool in pools {
+        let role = pool["role"].as_str().unwrap_or("workers");
+        let tl = &pool["timeline"];
+        let mut x: Vec<f64> = tl["time_ms"]
+            .as_array()
+            .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_f64).map(|ms| ms / 1000.0).collect());
+        x.push(end_s.max(x.last().copied().unwrap_or(0.0)));
+        for (key, label, dash) in [("serving", "serving", "solid"), ("provisioned", "provisioned", "dot")] {
+            let mut y: Vec<Value> = tl[key].as_array().cloned().unwrap_or_default();
+            if let Some(last) = y.last().cloned() {
+                y.push(last);
+            }
+            let name = format!("{role} {label}");
+            data.push(json!({
+                "type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
+                "line": {"width": 2, "shape": "hv", "dash": dash},
+                "hovertemplate": format!("{name}<br>%{{x:.1f}} s: %{{y}} workers<extra></extra>"),
+            }));
+        }
+    }
+    let mut layout = base_layout("Workers over time", "time (s)", "workers");
+    layout["showlegend"] = json!(data.len() > 1);
+    Figure { data: Value::Array(data), layout }
+}
+
 /// How each evaluation stage is drawn on the Pareto plot: (fidelity key, legend, colour, size).
 const STAGE_STYLE: [(&str, &str, &str, u32); 3] = [
     ("static", "static estimate", "#9ca3af", 6),
@@ -261,6 +302,27 @@ mod tests {
         assert_eq!(f.data[2]["customdata"], json!([1, 3]));
         assert_eq!(f.data[3]["x"], json!([5.0, 20.0]));
         assert_eq!(f.data[3]["y"], json!([200.0, 50.0]));
+    }
+
+    #[test]
+    fn the_fleet_chart_steps_with_the_planner_and_is_flat_without_it() {
+        let ramp: Value =
+            serde_json::from_str(include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"))
+                .unwrap();
+        let f = fleet(&ramp);
+        let tl = &ramp["servesim"]["planner"]["pools"][0]["timeline"];
+        let n = tl["time_ms"].as_array().unwrap().len();
+        assert_eq!(f.data.as_array().unwrap().len(), 2);
+        assert_eq!(f.data[0]["name"], "aggregated serving");
+        assert_eq!(f.data[0]["x"].as_array().unwrap().len(), n + 1, "held to the end of the run");
+        assert_eq!(f.data[1]["y"][n - 1], tl["provisioned"][n - 1]);
+        let peak = ramp["servesim"]["planner"]["pools"][0]["peak_workers"].as_u64().unwrap();
+        assert_eq!(f.data[1]["y"].as_array().unwrap().iter().filter_map(Value::as_u64).max(), Some(peak));
+        let pd: Value =
+            serde_json::from_str(include_str!("../../tests/golden/pd_vllm.prediction.json")).unwrap();
+        let flat = fleet(&pd);
+        assert_eq!(flat.data.as_array().unwrap().len(), 2);
+        assert_eq!(flat.data[0]["y"][0], flat.data[0]["y"][1]);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub const ENGINE: [Field; 7] = [
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last seven are SGLang's
 /// and TensorRT-LLM's (the validator says so at the field under another engine).
-pub const ROLE: [Field; 18] = [
+pub const ROLE: [Field; 19] = [
     field("parallelism.replicas", "Replicas", Kind::Int),
     field("parallelism.tensor", "Tensor parallel", Kind::Int),
     field("parallelism.pipeline", "Pipeline parallel", Kind::Int),
@@ -63,6 +63,7 @@ pub const ROLE: [Field; 18] = [
     field("scheduler.max_batched_tokens", "Max batched tokens", Kind::Int),
     field("kv_cache.prefix_caching", "Prefix caching", Kind::Bool),
     field("scheduler.async_scheduling", "Async scheduling", Kind::Bool),
+    field("startup_seconds", "Startup s (autoscaling)", Kind::Float),
     field("timing.allreduce", "All-reduce", Kind::Choice(&["custom", "nccl"])),
     field("timing.moe_kernel", "MoE kernels", Kind::Choice(&["default", "min_latency"])),
     field("scheduler.schedule_policy", "Policy (SGLang)", Kind::Choice(&["fifo", "lpm"])),
@@ -83,8 +84,8 @@ pub const FRONTEND: [Field; 4] = [
     field("frontend.chunk_us", "Frontend us / chunk", Kind::Float),
 ];
 
-/// Traffic, router and SLA fields (full paths).
-pub const TRAFFIC: [Field; 14] = [
+/// Traffic, router, SLA and autoscaling fields (full paths).
+pub const TRAFFIC: [Field; 16] = [
     field("traffic.source.type", "Source", Kind::Choice(&["synthetic", "synthetic-session", "trace"])),
     field("traffic.source.input_tokens", "Input tokens", Kind::Int),
     field("traffic.source.output_tokens", "Output tokens", Kind::Int),
@@ -110,10 +111,12 @@ pub const TRAFFIC: [Field; 14] = [
     field(
         "router.policy",
         "Router",
-        Kind::Choice(&["round_robin", "least_loaded", "kv_aware", "session_affinity"]),
+        Kind::Choice(&["round_robin", "least_loaded", "kv_aware", "kv_router", "session_affinity"]),
     ),
     field("evaluation.sla.ttft_ms", "SLA TTFT (ms)", Kind::Float),
     field("evaluation.sla.itl_ms", "SLA ITL (ms)", Kind::Float),
+    field("planner.policy", "Autoscaling (planner)", Kind::Choice(&["disabled", "enabled"])),
+    field("planner.max_num_gpus", "Planner max GPUs", Kind::Int),
 ];
 
 /// What a field shows for the value at its path: the text to edit, or `None` when the value

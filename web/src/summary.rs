@@ -147,6 +147,52 @@ pub fn host_tier(p: &Value) -> String {
     )
 }
 
+/// GPUs the run used: the deployment's, or with the autoscaling planner how many it started
+/// with, held at most and held on average.
+#[must_use]
+pub fn gpus(p: &Value) -> String {
+    let pools = p["servesim"]["planner"]["pools"].as_array().map_or(&[][..], Vec::as_slice);
+    if pools.is_empty() {
+        return fmt_num(&p["servesim"]["deployment"]["gpus"], 0);
+    }
+    let sum = |k: &str| -> f64 {
+        pools
+            .iter()
+            .map(|x| x[k].as_f64().unwrap_or(0.0) * x["gpus_per_worker"].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    format!(
+        "{} at start · {} at most · {} on average",
+        fmt_num(&Value::from(sum("initial_workers")), 0),
+        fmt_num(&Value::from(sum("peak_workers")), 0),
+        fmt_num(&Value::from(sum("mean_workers")), 2)
+    )
+}
+
+/// The autoscaling planner's work, as text (`off` when the fleet is fixed).
+#[must_use]
+pub fn autoscaling(p: &Value) -> String {
+    let pools = p["servesim"]["planner"]["pools"].as_array().map_or(&[][..], Vec::as_slice);
+    if pools.is_empty() {
+        return "off".into();
+    }
+    pools
+        .iter()
+        .map(|x| {
+            format!(
+                "{} {} → {} → {} workers, {} up, {} down",
+                x["role"].as_str().unwrap_or(""),
+                fmt_num(&x["initial_workers"], 0),
+                fmt_num(&x["peak_workers"], 0),
+                fmt_num(&x["final_workers"], 0),
+                fmt_num(&x["scale_ups"], 0),
+                fmt_num(&x["scale_downs"], 0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -156,7 +202,8 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
         <Show when=move || prediction.with(Option::is_some)>
             <div class="summary-grid">
                 <dl class="answer" id="run-facts">
-                    <dt>"GPUs"</dt><dd id="gpus">{with(|p| fmt_num(&p["servesim"]["deployment"]["gpus"], 0))}</dd>
+                    <dt>"GPUs"</dt><dd id="gpus">{with(gpus)}</dd>
+                    <dt>"Autoscaling"</dt><dd id="autoscaling">{with(autoscaling)}</dd>
                     <dt>"SLA attainment"</dt><dd id="sla-attainment">{with(attainment)}</dd>
                     <dt>"Goodput"</dt><dd id="goodput">{with(|p| match p["goodput_request_throughput_rps"].as_f64() {
                         Some(_) => format!("{} req/s · {} output tok/s", fmt_num(&p["goodput_request_throughput_rps"], 3), fmt_num(&p["goodput_output_throughput_tok_s"], 1)),
@@ -250,6 +297,27 @@ mod tests {
         assert!(frontend(&one).starts_with("20% busy (1 process) ·"), "{}", frontend(&one));
         assert_eq!(speculation(&p), "off");
         assert_eq!(host_tier(&p), "none");
+        assert_eq!(autoscaling(&p), "off");
+        assert_eq!(gpus(&p), fmt_num(&p["servesim"]["deployment"]["gpus"], 0));
+        let ramp: Value =
+            serde_json::from_str(include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"))
+                .unwrap();
+        let pool = &ramp["servesim"]["planner"]["pools"][0];
+        assert_eq!(
+            autoscaling(&ramp),
+            format!(
+                "aggregated 1 → {} → 1 workers, {} up, {} down",
+                pool["peak_workers"], pool["scale_ups"], pool["scale_downs"]
+            )
+        );
+        assert_eq!(
+            gpus(&ramp),
+            format!(
+                "1 at start · {} at most · {:.2} on average",
+                pool["peak_workers"],
+                pool["mean_workers"].as_f64().unwrap()
+            )
+        );
         let g2 = serde_json::json!({"servesim": {"host_offload": {
             "restores": 374, "restored_tokens": 2_160_960, "mean_restore_wait_ms": 25.587,
             "written_blocks": 15235, "evicted_blocks": 7043
