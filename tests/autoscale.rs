@@ -52,6 +52,11 @@ fn the_planner_grows_the_fleet_for_a_peak_and_shrinks_it_after_for_fewer_gpu_hou
     for d in decisions {
         assert_eq!(d["to"].as_i64().unwrap().abs_diff(d["from"].as_i64().unwrap()), 1, "{d}");
     }
+    // The serving frontends are those of the replicas the planner started (all four slots of
+    // the 4-GPU budget), each counted for the time it was provisioned.
+    let fe = &auto.json["servesim"]["frontend"];
+    assert_eq!(fe["workers"].as_array().unwrap().len() as u64, peak);
+    assert_eq!(fe["processes"].as_u64(), Some(peak));
     // GPU-hours integrate the provisioned workers (starting, serving, draining).
     let s = &auto.summary;
     let worker_seconds = integral(pool, s.duration_ms);

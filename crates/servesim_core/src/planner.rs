@@ -299,6 +299,8 @@ struct Pool {
 pub struct Planner {
     spec: PlannerSpec,
     states: Vec<SlotState>,
+    /// Since when each slot is provisioned (`None` while off), and its earlier provisioned time.
+    provisioned: Vec<(Option<SimTime>, SimDur)>,
     last: Vec<Last>,
     pools: Vec<Pool>,
     /// The interval's samples, oldest first: one list of serving workers' loads each.
@@ -341,10 +343,13 @@ impl Planner {
             });
         }
         let sample_every = SimDur::from_ns((spec.interval.as_ns() / u64::from(SAMPLES_PER_INTERVAL)).max(1));
+        let provisioned =
+            states.iter().map(|s| ((*s != SlotState::Off).then_some(SimTime::ZERO), SimDur::ZERO)).collect();
         Planner {
             spec,
             last: alloc::vec![Last::default(); slots],
             states,
+            provisioned,
             pools,
             buffer: VecDeque::new(),
             sample_every,
@@ -378,6 +383,14 @@ impl Planner {
     #[must_use]
     pub fn any_draining(&self) -> bool {
         self.draining > 0
+    }
+
+    /// How long slot `slot` was provisioned (starting, serving or draining) up to `end`.
+    #[must_use]
+    pub fn provisioned(&self, slot: usize, end: SimTime) -> SimDur {
+        self.provisioned.get(slot).map_or(SimDur::ZERO, |&(since, before)| {
+            before.saturating_add(since.map_or(SimDur::ZERO, |t| end.since(t.min(end))))
+        })
     }
 
     /// The decisions taken so far.
@@ -451,6 +464,11 @@ impl Planner {
         }
         *s = SlotState::Off;
         self.draining -= 1;
+        if let Some((since, before)) = self.provisioned.get_mut(slot) {
+            if let Some(t) = since.take() {
+                *before = before.saturating_add(now.since(t));
+            }
+        }
         if let Some(p) = self.pool_of(slot) {
             let report = &mut self.pools[p].report;
             if let Some(open) = report.provisioned.iter_mut().find(|i| i.1 == SimTime::MAX) {
@@ -594,6 +612,7 @@ impl Planner {
                 if spec.startup == SimDur::ZERO { SlotState::Serving } else { SlotState::Starting { ready } };
             self.start_counter += 1;
             self.last[slot] = Last::default();
+            self.provisioned[slot].0 = Some(now);
             let pool = &mut self.pools[p];
             pool.started[slot - spec.first_slot] = self.start_counter;
             pool.report.provisioned.push((now, SimTime::MAX));

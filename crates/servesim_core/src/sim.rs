@@ -510,20 +510,11 @@ impl Simulation {
             }
         }
         let mut summary = metrics::summarize(&self.records, &mut self.itl, self.sla, self.fleet);
+        // The end of the report's duration, as the report converts it back.
+        let end = SimTime::ZERO + SimDur::from_ms_f64(summary.duration_ms);
         if let Some(a) = &self.autoscale {
             // Worker-seconds integrate provisioned workers (starting, serving, draining) up to
             // the report's duration, instead of count x duration.
-            let end = self
-                .records
-                .iter()
-                .filter(|r| {
-                    r.status == Status::Completed
-                        && r.stamps.first_admit != crate::request::NEVER
-                        && r.emitted > 0
-                })
-                .map(|r| r.stamps.last_token)
-                .max()
-                .unwrap_or(SimTime::ZERO);
             let (mut prefill, mut decode) = (0.0, 0.0);
             for (spec, report) in a.planner.reports() {
                 match spec.role {
@@ -542,7 +533,9 @@ impl Simulation {
             worker_stats: self
                 .workers
                 .iter()
-                .map(|w| WorkerStats {
+                .enumerate()
+                .map(|(slot, w)| WorkerStats {
+                    provisioned: self.autoscale.as_ref().map(|a| a.planner.provisioned(slot, end)),
                     frontend: w.frontend.as_ref().map(Frontend::stats),
                     kv_evicted_tokens: w.kv_evicted_tokens(),
                     host: w.host_stats(),

@@ -44,6 +44,10 @@ pub struct WorkerStats {
     pub host: Option<crate::host::HostStats>,
     /// The steps by kind ([`StepKind::ALL`] order): their time and work.
     pub by_kind: [StepTally; 3],
+    /// How long the autoscaling planner kept the worker provisioned, up to the end of the
+    /// report's duration (filled in with the results; `None` in a fixed fleet, where every
+    /// worker serves throughout).
+    pub provisioned: Option<crate::units::SimDur>,
 }
 
 impl WorkerStats {

@@ -603,29 +603,41 @@ fn speculation_section(p: &Prepared, r: &RunResult) -> Option<Value> {
 }
 
 /// The serving processes' work over the run, when they were simulated: how busy they were,
-/// how long requests waited for them and how late they delivered tokens.
+/// how long requests waited for them and how late they delivered tokens. Under the
+/// autoscaling planner a worker's processes count for the time it was provisioned, and
+/// workers it never started are left out.
 #[allow(clippy::cast_precision_loss)]
 fn frontend_section(r: &RunResult) -> Option<Value> {
-    let per_worker: Vec<(usize, FrontendStats)> =
-        r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.frontend.map(|f| (w, f))).collect();
+    let duration_ns = r.summary.duration_ms * 1e6;
+    // Each worker's stats with its processes' time (ns x processes).
+    let per_worker: Vec<(usize, (FrontendStats, f64))> = r
+        .worker_stats
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.provisioned.is_none_or(|d| d.as_ns() > 0))
+        .filter_map(|(w, s)| {
+            let lived = s.provisioned.map_or(duration_ns, |d| d.as_ns() as f64);
+            s.frontend.map(|f| (w, (f, lived * f64::from(f.processes))))
+        })
+        .collect();
     if per_worker.is_empty() {
         return None;
     }
-    let duration_ns = r.summary.duration_ms * 1e6;
     let ratio = |a: u64, b: f64| if b > 0.0 { a as f64 / b } else { 0.0 };
-    let describe = |f: &FrontendStats| {
+    let describe = |(f, process_ns): &(FrontendStats, f64)| {
         json!({
             "processes": f.processes,
-            "busy_fraction": ratio(f.busy_ns, duration_ns * f64::from(f.processes)),
+            "busy_fraction": ratio(f.busy_ns, *process_ns),
             "requests": f.requests,
             "mean_request_wait_ms": ratio(f.request_wait_ns, f.requests as f64) / 1e6,
             "tokens": f.tokens,
             "mean_token_delay_ms": ratio(f.token_delay_ns, f.tokens as f64) / 1e6,
         })
     };
-    let mut all = FrontendStats::default();
-    for (_, f) in &per_worker {
-        all.add(f);
+    let mut all = (FrontendStats::default(), 0.0);
+    for (_, (f, process_ns)) in &per_worker {
+        all.0.add(f);
+        all.1 += process_ns;
     }
     let mut total = describe(&all);
     total["workers"] = workers_json(&per_worker, describe);
