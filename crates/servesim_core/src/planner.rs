@@ -191,20 +191,10 @@ pub enum Reason {
 /// Counts of one pool over the run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PoolReport {
-    /// Provisioned intervals `(from, to)` of its workers, `to` = [`SimTime::MAX`] while open.
-    pub provisioned: Vec<(SimTime, SimTime)>,
-    /// Serving workers after each change, as `(time, serving, provisioned)`.
+    /// Workers after each change, as `(time, serving, provisioned)`.
     pub timeline: Vec<(SimTime, u32, u32)>,
     /// Most workers provisioned at once.
     pub peak: usize,
-}
-
-impl PoolReport {
-    /// Worker-seconds provisioned from time zero up to `end`.
-    #[must_use]
-    pub fn worker_seconds(&self, end: SimTime) -> f64 {
-        self.provisioned.iter().map(|&(a, b)| b.min(end).since(a.min(end)).as_secs_f64()).sum()
-    }
 }
 
 /// A sliding-window least-squares line `y = slope x + intercept`
@@ -299,8 +289,8 @@ struct Pool {
 pub struct Planner {
     spec: PlannerSpec,
     states: Vec<SlotState>,
-    /// Since when each slot is provisioned (`None` while off), and its earlier provisioned time.
-    provisioned: Vec<(Option<SimTime>, SimDur)>,
+    /// Each slot's provisioned spans `(from, to)`, `to` = [`SimTime::MAX`] while open.
+    provisioned: Vec<Vec<(SimTime, SimTime)>>,
     last: Vec<Last>,
     pools: Vec<Pool>,
     /// The interval's samples, oldest first: one list of serving workers' loads each.
@@ -329,11 +319,7 @@ impl Planner {
             }
             let n = p.initial.min(p.slots);
             #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
-            let report = PoolReport {
-                provisioned: alloc::vec![(SimTime::ZERO, SimTime::MAX); n],
-                timeline: alloc::vec![(SimTime::ZERO, n as u32, n as u32)],
-                peak: n,
-            };
+            let report = PoolReport { timeline: alloc::vec![(SimTime::ZERO, n as u32, n as u32)], peak: n };
             pools.push(Pool {
                 spec: *p,
                 ttft: Regression::new(spec.window, spec.min_observations),
@@ -344,7 +330,16 @@ impl Planner {
         }
         let sample_every = SimDur::from_ns((spec.interval.as_ns() / u64::from(SAMPLES_PER_INTERVAL)).max(1));
         let provisioned =
-            states.iter().map(|s| ((*s != SlotState::Off).then_some(SimTime::ZERO), SimDur::ZERO)).collect();
+            states
+                .iter()
+                .map(|s| {
+                    if *s == SlotState::Off {
+                        Vec::new()
+                    } else {
+                        alloc::vec![(SimTime::ZERO, SimTime::MAX)]
+                    }
+                })
+                .collect();
         Planner {
             spec,
             last: alloc::vec![Last::default(); slots],
@@ -388,9 +383,17 @@ impl Planner {
     /// How long slot `slot` was provisioned (starting, serving or draining) up to `end`.
     #[must_use]
     pub fn provisioned(&self, slot: usize, end: SimTime) -> SimDur {
-        self.provisioned.get(slot).map_or(SimDur::ZERO, |&(since, before)| {
-            before.saturating_add(since.map_or(SimDur::ZERO, |t| end.since(t.min(end))))
-        })
+        let spans = self.provisioned.get(slot).map_or(&[][..], Vec::as_slice);
+        spans.iter().fold(SimDur::ZERO, |d, &(a, b)| d.saturating_add(b.min(end).since(a.min(end))))
+    }
+
+    /// Worker-seconds pool `pool` (index in [`PlannerSpec::pools`]) had provisioned up to `end`.
+    #[must_use]
+    pub fn worker_seconds(&self, pool: usize, end: SimTime) -> f64 {
+        let Some(p) = self.pools.get(pool) else { return 0.0 };
+        (p.spec.first_slot..p.spec.first_slot + p.spec.slots)
+            .map(|s| self.provisioned(s, end).as_secs_f64())
+            .sum()
     }
 
     /// The decisions taken so far.
@@ -464,16 +467,8 @@ impl Planner {
         }
         *s = SlotState::Off;
         self.draining -= 1;
-        if let Some((since, before)) = self.provisioned.get_mut(slot) {
-            if let Some(t) = since.take() {
-                *before = before.saturating_add(now.since(t));
-            }
-        }
-        if let Some(p) = self.pool_of(slot) {
-            let report = &mut self.pools[p].report;
-            if let Some(open) = report.provisioned.iter_mut().find(|i| i.1 == SimTime::MAX) {
-                open.1 = now;
-            }
+        if let Some(open) = self.provisioned.get_mut(slot).and_then(|v| v.last_mut()) {
+            open.1 = now;
         }
         self.record(now, slot);
     }
@@ -612,10 +607,9 @@ impl Planner {
                 if spec.startup == SimDur::ZERO { SlotState::Serving } else { SlotState::Starting { ready } };
             self.start_counter += 1;
             self.last[slot] = Last::default();
-            self.provisioned[slot].0 = Some(now);
+            self.provisioned[slot].push((now, SimTime::MAX));
             let pool = &mut self.pools[p];
             pool.started[slot - spec.first_slot] = self.start_counter;
-            pool.report.provisioned.push((now, SimTime::MAX));
             self.record(now, slot);
             actions.push(Action::Start { slot, ready });
         } else {

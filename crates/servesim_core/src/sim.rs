@@ -516,10 +516,10 @@ impl Simulation {
             // Worker-seconds integrate provisioned workers (starting, serving, draining) up to
             // the report's duration, instead of count x duration.
             let (mut prefill, mut decode) = (0.0, 0.0);
-            for (spec, report) in a.planner.reports() {
+            for (i, (spec, _)) in a.planner.reports().enumerate() {
                 match spec.role {
-                    PoolRole::Prefill => prefill += report.worker_seconds(end),
-                    PoolRole::Aggregated | PoolRole::Decode => decode += report.worker_seconds(end),
+                    PoolRole::Prefill => prefill += a.planner.worker_seconds(i, end),
+                    PoolRole::Aggregated | PoolRole::Decode => decode += a.planner.worker_seconds(i, end),
                 }
             }
             summary.prefill_worker_seconds = prefill;

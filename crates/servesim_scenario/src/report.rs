@@ -654,7 +654,8 @@ fn planner_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     let duration_s = r.summary.duration_ms / 1e3;
     let pools: Vec<Value> = planner
         .reports()
-        .map(|(pool, report)| {
+        .enumerate()
+        .map(|(i, (pool, report))| {
             let ups = planner
                 .decisions()
                 .iter()
@@ -665,7 +666,7 @@ fn planner_section(p: &Prepared, r: &RunResult) -> Option<Value> {
                 .iter()
                 .filter(|d| spec.pools.get(d.pool) == Some(pool) && d.to < d.from)
                 .count();
-            let worker_seconds = report.worker_seconds(end);
+            let worker_seconds = planner.worker_seconds(i, end);
             json!({
                 "role": pool.role.name(),
                 "gpus_per_worker": pool.gpus_per_worker,

@@ -201,10 +201,21 @@ fn an_aggregated_pool_grows_when_either_regression_asks_and_shrinks_only_when_bo
 
 #[test]
 fn provisioned_time_integrates_starting_serving_and_draining_workers() {
-    let mut report = PoolReport::default();
     let s = |x: u64| SimTime::from_ms(x * 1000);
-    report.provisioned = vec![(s(0), SimTime::MAX), (s(10), s(40)), (s(50), SimTime::MAX)];
-    // Up to 100 s: 100 + 30 + 50 worker-seconds; up to 20 s: 20 + 10.
-    assert!((report.worker_seconds(s(100)) - 180.0).abs() < 1e-9);
-    assert!((report.worker_seconds(s(20)) - 30.0).abs() < 1e-9);
+    let mut p = Planner::new(spec(vec![pool(PoolRole::Prefill, 0, 3, 1, 10)], 8), 3);
+    // Slot 1 starts at the first decision (its 10 s to start count), serves, drains and leaves.
+    let (a, at) = teach_ttft(&mut p, &[0], &[1000.0, 2000.0, 3000.0, 6000.0]);
+    assert!(matches!(a[..], [Action::Start { slot: 1, .. }]), "{a:?}");
+    p.ready(at.saturating_add(SimDur::from_ms(10_000)), 1);
+    p.states[1] = SlotState::Draining;
+    p.draining += 1;
+    let gone = at.saturating_add(SimDur::from_ms(30_000));
+    p.retire(gone, 1);
+    let end = s(100);
+    assert_eq!(p.provisioned(0, end), SimDur::from_ms(100_000));
+    assert_eq!(p.provisioned(1, end), SimDur::from_ms(30_000));
+    assert_eq!(p.provisioned(2, end), SimDur::ZERO);
+    assert!((p.worker_seconds(0, end) - 130.0).abs() < 1e-9);
+    // Up to a time before the start, only slot 0 counts.
+    assert!((p.worker_seconds(0, s(1)) - 1.0).abs() < 1e-9);
 }
