@@ -656,16 +656,9 @@ fn planner_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         .reports()
         .enumerate()
         .map(|(i, (pool, report))| {
-            let ups = planner
-                .decisions()
-                .iter()
-                .filter(|d| spec.pools.get(d.pool) == Some(pool) && d.to > d.from)
-                .count();
-            let downs = planner
-                .decisions()
-                .iter()
-                .filter(|d| spec.pools.get(d.pool) == Some(pool) && d.to < d.from)
-                .count();
+            let mine = || planner.decisions().iter().filter(move |d| d.pool == i);
+            let ups = mine().filter(|d| d.to > d.from).count();
+            let downs = mine().filter(|d| d.to < d.from).count();
             let worker_seconds = planner.worker_seconds(i, end);
             json!({
                 "role": pool.role.name(),

@@ -139,8 +139,8 @@ fn node_type(node: &Node, path: &str, cx: &mut Cx) -> Option<String> {
     }
 }
 
-/// Keys of `planner` that tune throughput-based scaling only: accepted (and type-checked)
-/// with load-based scaling, where Dynamo ignores them too.
+/// Keys of `planner` that tune throughput-based scaling only: accepted without effect, as
+/// Dynamo ignores them when only load-based scaling runs.
 const THROUGHPUT_PLANNER_KEYS: &[&str] = &[
     "throughput_adjustment_interval_seconds",
     "load_predictor",
@@ -153,6 +153,7 @@ const THROUGHPUT_PLANNER_KEYS: &[&str] = &[
     "target",
 ];
 
+/// Keys of `planner` that servesim's load-based scaling reads or checks.
 const PLANNER_KEYS: &[&str] = &[
     "policy",
     "enable_load_scaling",
@@ -170,15 +171,6 @@ const PLANNER_KEYS: &[&str] = &[
     "scaling_policy",
     "fpm_sampling",
     "load_sensitivity",
-    "throughput_adjustment_interval_seconds",
-    "load_predictor",
-    "load_predictor_log1p",
-    "prophet_window_size",
-    "kalman_q_level",
-    "kalman_q_trend",
-    "kalman_r",
-    "kalman_min_points",
-    "target",
 ];
 
 /// `planner`: `None` when disabled (or invalid; problems go to `cx`).
@@ -283,7 +275,8 @@ fn decode_planner(node: &Node, path: &str, cx: &mut Cx) -> Option<PlannerConfig>
     for key in THROUGHPUT_PLANNER_KEYS {
         f.take(key);
     }
-    f.finish(cx, PLANNER_KEYS, "");
+    let schema: Vec<&str> = PLANNER_KEYS.iter().chain(THROUGHPUT_PLANNER_KEYS).copied().collect();
+    f.finish(cx, &schema, "");
     if !enabled {
         return None;
     }

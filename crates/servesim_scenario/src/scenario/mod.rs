@@ -459,8 +459,8 @@ fn check_planner(pc: &crate::config::PlannerConfig, roles: &[PreparedRole], root
             ),
         );
     }
-    let names: &[&str] = if roles.len() == 2 { &["prefill", "decode"] } else { &["aggregated"] };
-    for (role, name) in roles.iter().zip(names) {
+    for role in roles {
+        let name = role.name;
         let min = pc.min_workers_of(name);
         let replicas = role.config.parallelism.replicas;
         if replicas < min {
@@ -635,11 +635,7 @@ impl Prepared {
                 workers.push(Worker::new(id, cfg.clone(), ranks, ti));
             }
             if let Some(pc) = &self.config.planner {
-                let name = match (self.roles.len(), ti) {
-                    (2, 0) => "prefill",
-                    (2, _) => "decode",
-                    _ => "aggregated",
-                };
+                let name = role.name;
                 pools.push(PoolSpec {
                     role: match name {
                         "prefill" => PoolRole::Prefill,
