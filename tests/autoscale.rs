@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
-use servesim_tests::predict_file_with;
+use servesim_tests::{config_refusal, predict_file_with};
 
 const RAMP: &str = "tests/scenarios/planner_vllm_ramp.yaml";
 const PD: &str = "tests/scenarios/planner_pd_trtllm.yaml";
@@ -138,13 +138,6 @@ fn both_pools_of_a_disaggregated_deployment_scale_within_one_gpu_budget() {
     assert!((s.decode_worker_seconds - integral(&pools[1], s.duration_ms)).abs() < 1e-6);
 }
 
-/// The error text of a refused config (exit 2).
-fn refusal(path: &str, sets: &[&str]) -> String {
-    let err = predict_file_with(path, sets).expect_err("refused");
-    assert_eq!(err.exit_code(), 2, "{sets:?}: {err}");
-    err.to_string()
-}
-
 #[test]
 fn planner_and_rate_schedule_mistakes_name_their_field() {
     for (sets, words) in [
@@ -163,7 +156,7 @@ fn planner_and_rate_schedule_mistakes_name_their_field() {
         (vec!["traffic.load.rate_schedule=[{at_seconds: 100}]"], "rate_schedule[0].requests_per_second"),
         (vec!["traffic.load.type=concurrency"], "traffic.load.rate_schedule"),
     ] {
-        let text = refusal(RAMP, &sets);
+        let text = config_refusal(RAMP, &sets);
         assert!(text.contains(words), "{sets:?}: {text}");
     }
     // Keys that tune throughput-based scaling only are accepted, as Dynamo accepts them

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use servesim_tests::{predict_file_with, repo_root};
+use servesim_tests::{config_refusal, predict_file_with, repo_root};
 
 fn shared_trace(name: &str) -> Option<String> {
     std::fs::read_to_string(repo_root().join("../shared/traces").join(name)).ok()
@@ -981,13 +981,6 @@ fn trtllm_attention_dp_balance_trades_ttft_for_decode_speed() {
         let text = config_refusal(path, &[set]);
         assert!(text.contains("attention_dp_config") && text.contains(words), "{set}: {text}");
     }
-}
-
-/// The error text of a config refused as a config error (exit 2), for checking what it names.
-fn config_refusal(path: &str, sets: &[&str]) -> String {
-    let err = predict_file_with(path, sets).expect_err("refused");
-    assert_eq!(err.exit_code(), 2, "{sets:?}: {err}");
-    err.to_string()
 }
 
 #[test]

@@ -119,6 +119,22 @@ pub fn predict_file_with(
     servesim_scenario::predict(&text, rel, &overrides, None, &DirFiles(dir))
 }
 
+/// The error text of a config [`predict_file_with`] refuses as a config error (exit 2), for
+/// checking what it names.
+///
+/// # Panics
+/// When the config runs, or fails otherwise.
+#[must_use]
+pub fn config_refusal(rel: &str, sets: &[&str]) -> String {
+    match predict_file_with(rel, sets) {
+        Ok(_) => panic!("{rel} with {sets:?} ran; a config error was expected"),
+        Err(err) => {
+            assert_eq!(err.exit_code(), 2, "{sets:?}: {err}");
+            err.to_string()
+        }
+    }
+}
+
 /// The YAML files a bench runs: those named on its command line, else every `*.yaml` in
 /// `default_dir` (relative to the repository), sorted.
 #[must_use]

@@ -541,30 +541,23 @@ impl Planner {
         };
         #[allow(clippy::cast_precision_loss)] // Worker counts are small.
         let shrink = (n as f64 - 1.0) / n as f64 * self.spec.down_sensitivity;
-        // Each regression's verdict: Some(true) up, Some(false) down, None neither (or no data).
-        let prefill = || -> (Option<bool>, f64) {
-            let Some(x) = pool.ttft.x_for(self.spec.ttft_target_ms) else { return (None, 0.0) };
-            let target = x - avg_isl;
+        // A regression's verdict on its load: Some(true) up, Some(false) down, None neither
+        // (or no data), with the target load per worker.
+        let verdict = |target: Option<f64>, load: fn(&LoadSample) -> f64| -> (Option<bool>, f64) {
+            let Some(target) = target else { return (None, 0.0) };
             if target <= 0.0 {
                 return (None, target);
             }
-            if recent.iter().all(|l| l.active_prefill_tokens > target) {
+            if recent.iter().all(|l| load(l) > target) {
                 return (Some(true), target);
             }
-            let down = n > 1 && recent.iter().all(|l| l.active_prefill_tokens < target * shrink);
+            let down = n > 1 && recent.iter().all(|l| load(l) < target * shrink);
             (down.then_some(false), target)
         };
-        let decode = || -> (Option<bool>, f64) {
-            let Some(target) = pool.itl.x_for(self.spec.itl_target_ms) else { return (None, 0.0) };
-            if target <= 0.0 {
-                return (None, target);
-            }
-            if recent.iter().all(|l| l.active_decode_blocks > target) {
-                return (Some(true), target);
-            }
-            let down = n > 1 && recent.iter().all(|l| l.active_decode_blocks < target * shrink);
-            (down.then_some(false), target)
-        };
+        let ttft_target = self.spec.ttft_target_ms;
+        let prefill =
+            || verdict(pool.ttft.x_for(ttft_target).map(|x| x - avg_isl), |l| l.active_prefill_tokens);
+        let decode = || verdict(pool.itl.x_for(self.spec.itl_target_ms), |l| l.active_decode_blocks);
         let (up, reason) = match spec.role {
             PoolRole::Prefill => match prefill() {
                 (Some(true), t) => (true, Reason::PrefillAbove { target: t }),
