@@ -132,6 +132,27 @@ fn both_pools_of_a_disaggregated_deployment_scale_within_one_gpu_budget() {
         held[i] = n;
         assert!(held[0] + held[1] <= 6, "{held:?}");
     }
+    // Worker slots are laid out pool by pool: the time series names each slot's role, and
+    // every request's decode worker is numbered within the decode pool.
+    let ts = p.json["servesim"]["time_series"]["workers"].as_array().unwrap();
+    let prefill_slots = pools[0]["max_workers"].as_u64().unwrap() as usize;
+    assert_eq!(ts.len() as u64, prefill_slots as u64 + pools[1]["max_workers"].as_u64().unwrap());
+    assert!(ts[..prefill_slots].iter().all(|w| w["role"] == "prefill"));
+    assert!(ts[prefill_slots..].iter().all(|w| w["role"] == "decode"));
+    let jsonl = servesim_scenario::report::to_jsonl(&p.requests);
+    let decode_slots = pools[1]["max_workers"].as_u64().unwrap();
+    let mut decode_workers = std::collections::BTreeSet::new();
+    for line in jsonl.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        decode_workers.insert(r["decode_worker_idx"].as_u64().unwrap());
+        assert!(r["prefill_worker_idx"].as_u64().unwrap() < prefill_slots as u64, "{r}");
+    }
+    // The first decode worker serves from the start; a second one after a scale-up.
+    assert_eq!(decode_workers.first(), Some(&0));
+    assert!(
+        decode_workers.len() > 1 && decode_workers.iter().all(|&w| w < decode_slots),
+        "{decode_workers:?}"
+    );
     // Worker-seconds of each pool are its own integral.
     let s = &p.summary;
     assert!((s.prefill_worker_seconds - integral(&pools[0], s.duration_ms)).abs() < 1e-6);

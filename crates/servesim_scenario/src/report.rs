@@ -353,20 +353,21 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
     m.insert("servesim".into(), servesim_section(p, &result));
 
     let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();
-    let requests =
-        Requests::new(result.records, p.disaggregated().then(|| p.roles[0].config.parallelism.replicas));
+    let requests = Requests::new(result.records, p.disaggregated().then(|| prefill_slots(p)));
     Prediction { json: Value::Object(m), requests, summary: result.summary, worker_steps }
 }
 
 /// The role (index into `p.roles`) worker `w` belongs to: workers are laid out role by
 /// role, the prefill pool first when disaggregated.
 pub(crate) fn role_of_worker(p: &Prepared, w: usize) -> usize {
-    let prefill = if p.disaggregated() {
-        p.roles.first().map_or(0, |x| x.config.parallelism.replicas as usize)
-    } else {
-        0
-    };
-    usize::from(p.disaggregated() && w >= prefill)
+    usize::from(p.disaggregated() && w >= prefill_slots(p) as usize)
+}
+
+/// Worker slots of the prefill pool (its replicas, or as many as the planner may start):
+/// decode workers are numbered after them.
+fn prefill_slots(p: &Prepared) -> u32 {
+    #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
+    p.roles.first().map_or(0, |x| p.slots(x) as u32)
 }
 
 /// Why requests were refused, so a run whose requests never ran says so: those longer (prompt
