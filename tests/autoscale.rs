@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
+use servesim_scenario::report::to_pretty_json;
 use servesim_tests::{config_refusal, predict_file_with};
 
 const RAMP: &str = "tests/scenarios/planner_vllm_ramp.yaml";
@@ -101,8 +102,16 @@ fn a_planner_that_can_never_scale_predicts_exactly_the_fixed_fleet() {
         let mut with = predict_file_with(path, &sets).unwrap();
         let without = predict_file_with(path, &["planner.policy=disabled"]).unwrap();
         assert!(planner(&with)["decisions"].as_array().unwrap().is_empty());
+        // What only a planner run reports: its section and each slot's provisioned time.
         with.json["servesim"].as_object_mut().unwrap().remove("planner");
-        assert_eq!(with.json, without.json, "{path}");
+        for w in with.json["servesim"]["time_series"]["workers"].as_array_mut().unwrap() {
+            assert!(w.as_object_mut().unwrap().remove("provisioned_ms").is_some());
+        }
+        let (a, b) = (to_pretty_json(&with.json), to_pretty_json(&without.json));
+        if let Some((k, (x, y))) = a.lines().zip(b.lines()).enumerate().find(|(_, (x, y))| x != y) {
+            panic!("{path}: line {}: {x:?} vs {y:?}", k + 1);
+        }
+        assert_eq!(a.len(), b.len(), "{path}");
         assert_eq!(with.requests, without.requests, "{path}");
     }
 }
@@ -139,6 +148,10 @@ fn both_pools_of_a_disaggregated_deployment_scale_within_one_gpu_budget() {
     assert_eq!(ts.len() as u64, prefill_slots as u64 + pools[1]["max_workers"].as_u64().unwrap());
     assert!(ts[..prefill_slots].iter().all(|w| w["role"] == "prefill"));
     assert!(ts[prefill_slots..].iter().all(|w| w["role"] == "decode"));
+    // New workers take the lowest free slot, so the slots ever started are as many as each
+    // pool's peak; the rest report no provisioned time (the page leaves them out).
+    let started = ts.iter().filter(|w| w["provisioned_ms"].as_f64().unwrap() > 0.0).count() as u64;
+    assert_eq!(started, pools.iter().map(|x| x["peak_workers"].as_u64().unwrap()).sum::<u64>());
     let jsonl = servesim_scenario::report::to_jsonl(&p.requests);
     let decode_slots = pools[1]["max_workers"].as_u64().unwrap();
     let mut decode_workers = std::collections::BTreeSet::new();

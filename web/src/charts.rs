@@ -114,6 +114,13 @@ pub fn offered_load(rows: &[Row], bins: usize, every: u64) -> Figure {
     }
 }
 
+/// Whether a time-series worker ever existed: a slot the autoscaling planner never started
+/// has `provisioned_ms` 0 and is left out of charts.
+#[must_use]
+pub fn ever_provisioned(worker: &Value) -> bool {
+    worker["provisioned_ms"].as_f64().is_none_or(|ms| ms > 0.0)
+}
+
 /// One line per worker of a time series in prediction.json (`servesim.time_series`):
 /// `waiting`, `running`, `kv_blocks_used` or `tokens_per_s`.
 #[must_use]
@@ -126,6 +133,7 @@ pub fn worker_series(prediction: &Value, field: &str, title: &str, unit: &str) -
         .as_array()
         .map_or(&[][..], Vec::as_slice)
         .iter()
+        .filter(|w| ever_provisioned(w))
         .map(|w| {
             let name = format!("{} {}", w["role"].as_str().unwrap_or("worker"), w["worker"]);
             json!({
@@ -318,6 +326,11 @@ mod tests {
         assert_eq!(f.data[1]["y"][n - 1], tl["provisioned"][n - 1]);
         let peak = ramp["servesim"]["planner"]["pools"][0]["peak_workers"].as_u64().unwrap();
         assert_eq!(f.data[1]["y"].as_array().unwrap().iter().filter_map(Value::as_u64).max(), Some(peak));
+        // Worker charts leave out slots the planner never started.
+        let mut trimmed = ramp.clone();
+        trimmed["servesim"]["time_series"]["workers"][3]["provisioned_ms"] = json!(0.0);
+        let lines = |p: &Value| worker_series(p, "running", "t", "u").data.as_array().unwrap().len();
+        assert_eq!(lines(&trimmed) + 1, lines(&ramp));
         let pd: Value =
             serde_json::from_str(include_str!("../../tests/golden/pd_vllm.prediction.json")).unwrap();
         let flat = fleet(&pd);

@@ -78,6 +78,7 @@ impl Timeline {
         let tracks = ts["workers"]
             .as_array()?
             .iter()
+            .filter(|w| crate::charts::ever_provisioned(w))
             .map(|w| WorkerTrack {
                 label: format!("{} {}", w["role"].as_str().unwrap_or("worker"), w["worker"]),
                 waiting: floats(&w["waiting"]),

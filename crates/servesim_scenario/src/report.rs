@@ -421,7 +421,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
             let role = p.roles.get(role_of_worker(p, w));
             let kv_total = role
                 .map_or(0, |r| u64::from(r.blocks_per_rank) * u64::from(r.config.parallelism.attention_data));
-            json!({
+            let mut entry = json!({
                 "worker": w,
                 "kv_blocks_total": kv_total,
                 "role": role.map_or("aggregated", |r| r.name),
@@ -437,7 +437,12 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "decode_tokens": st.decode_tokens,
                 "preemptions": st.preemptions,
                 "kv_evicted_tokens": st.kv_evicted_tokens,
-            })
+            });
+            // Under the planner: how long the slot was provisioned (0 for one never started).
+            if let Some(d) = st.provisioned {
+                entry["provisioned_ms"] = json!(d.as_ms_f64());
+            }
+            entry
         })
         .collect();
     let rejected = r.records.iter().filter(|q| q.status == Status::Rejected).count();
