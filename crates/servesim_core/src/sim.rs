@@ -12,9 +12,8 @@ use alloc::vec::Vec;
 
 use crate::engine::{Backend, KvStore, Rank};
 use crate::frontend::Frontend;
-use crate::host::{HostSpec, HostTier};
 use crate::metrics::{self, Fleet, ItlSamples, Sla, Summary, TimeSeries, WorkerSample};
-use crate::planner::{Action, LoadSample, Planner, PlannerSpec, PoolRole, SlotState};
+use crate::planner::SlotState;
 use crate::queue::{event_key, EventQueue};
 use crate::record::{Record, RecordLog};
 use crate::request::{ReqId, Request, Status};
@@ -24,6 +23,11 @@ use crate::traffic::{Traffic, TrafficSpec};
 use crate::transfer::TransferNet;
 use crate::units::{SimDur, SimTime};
 use crate::worker::{RunBounds, StepOutcome, Worker, WorkerStats};
+
+mod autoscale;
+
+use autoscale::Autoscale;
+pub use autoscale::{PlannerSetup, RankTemplate};
 
 /// Hard limits on a run. Hitting one ends the run early and is reported, never hidden.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,44 +158,6 @@ pub struct SimSetup {
     pub planner: Option<PlannerSetup>,
 }
 
-/// The autoscaling planner of a run.
-pub struct PlannerSetup {
-    /// Its settings and pools.
-    pub spec: PlannerSpec,
-    /// How each pool (by index in `spec.pools`) builds the ranks of a worker it starts.
-    pub ranks: Vec<RankTemplate>,
-}
-
-/// How to build one worker's ranks.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RankTemplate {
-    /// Attention-DP ranks.
-    pub dp: u32,
-    /// KV blocks per rank.
-    pub blocks_per_rank: u32,
-    /// Tokens per block.
-    pub block_size: u32,
-    /// Prefix caching on.
-    pub prefix_caching: bool,
-    /// A radix tree (SGLang) instead of a block pool.
-    pub radix: bool,
-    /// A host tier per rank.
-    pub host: Option<HostSpec>,
-}
-
-impl RankTemplate {
-    /// Fresh ranks: empty KV caches and host tiers.
-    #[must_use]
-    pub fn build(&self) -> Vec<Rank> {
-        let mut ranks =
-            make_ranks(self.dp, self.blocks_per_rank, self.block_size, self.prefix_caching, self.radix);
-        for r in &mut ranks {
-            r.host = self.host.map(|h| Box::new(HostTier::new(h)));
-        }
-        ranks
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Event {
     /// Requests due now; `pushed` is when this event was scheduled.
@@ -242,7 +208,7 @@ pub struct RunResult {
     /// Each timer's report (by timer index: one per worker role).
     pub timers: Vec<Option<crate::timing::TimerReport>>,
     /// The autoscaling planner's decisions and pool counts, if it ran.
-    pub planner: Option<Planner>,
+    pub planner: Option<crate::planner::Planner>,
 }
 
 /// One simulation run.
@@ -283,12 +249,6 @@ pub struct Simulation {
     autoscale: Option<Box<Autoscale>>,
 }
 
-/// The planner and how it builds the workers it starts.
-struct Autoscale {
-    planner: Planner,
-    ranks: Vec<RankTemplate>,
-}
-
 /// At most this many time-series points are kept (the interval doubles beyond it).
 const MAX_SERIES_POINTS: usize = 2048;
 
@@ -302,7 +262,7 @@ impl Simulation {
         let hash_all = setup.workers.iter().any(|w| w.ranks.iter().any(|r| r.host.is_some()));
         let mut workers = setup.workers;
         let autoscale = setup.planner.map(|p| {
-            let planner = Planner::new(p.spec, workers.len());
+            let planner = crate::planner::Planner::new(p.spec, workers.len());
             for (slot, w) in workers.iter_mut().enumerate() {
                 w.accepting = planner.state(slot) == SlotState::Serving;
             }
@@ -512,22 +472,7 @@ impl Simulation {
         let mut summary = metrics::summarize(&self.records, &mut self.itl, self.sla, self.fleet);
         // The end of the report's duration, as the report converts it back.
         let end = SimTime::ZERO + SimDur::from_ms_f64(summary.duration_ms);
-        if let Some(a) = &self.autoscale {
-            // Worker-seconds integrate provisioned workers (starting, serving, draining) up to
-            // the report's duration, instead of count x duration.
-            let (mut prefill, mut decode) = (0.0, 0.0);
-            for (i, (spec, _)) in a.planner.reports().enumerate() {
-                match spec.role {
-                    PoolRole::Prefill => prefill += a.planner.worker_seconds(i, end),
-                    PoolRole::Aggregated | PoolRole::Decode => decode += a.planner.worker_seconds(i, end),
-                }
-            }
-            summary.prefill_worker_seconds = prefill;
-            summary.decode_worker_seconds = decode;
-            summary.gpu_hours = (prefill * f64::from(summary.prefill_gpus_per_worker)
-                + decode * f64::from(summary.decode_gpus_per_worker))
-                / 3600.0;
-        }
+        self.bill_provisioned_time(&mut summary, end);
         RunResult {
             summary,
             worker_stats: self
@@ -548,66 +493,6 @@ impl Simulation {
             events: self.events,
             timers: self.timers.iter().map(|t| t.report()).collect(),
             planner: self.autoscale.map(|a| a.planner),
-        }
-    }
-
-    /// Samples the serving workers' load for the planner at `due` and carries out what it
-    /// decides.
-    fn planner_tick(&mut self, due: SimTime) {
-        let Some(a) = self.autoscale.as_mut() else { return };
-        let mut loads = Vec::new();
-        for (slot, w) in self.workers.iter_mut().enumerate() {
-            if !w.accepting {
-                continue;
-            }
-            w.materialize(due, None, &mut self.requests, &mut self.itl);
-            #[allow(clippy::cast_precision_loss)] // Token counts are far below 2^52.
-            loads.push(LoadSample {
-                slot,
-                active_prefill_tokens: crate::router::pending_prefill_tokens(w, &self.requests) as f64,
-                active_decode_blocks: f64::from(w.kv_blocks_used()),
-                ..LoadSample::default()
-            });
-        }
-        for action in a.planner.sample(due, loads) {
-            match action {
-                Action::Start { slot, ready } => {
-                    let Some(template) = a.planner.pool_of(slot).and_then(|p| a.ranks.get(p)) else {
-                        continue;
-                    };
-                    let w = &mut self.workers[slot];
-                    w.provision(template.build());
-                    if ready <= due {
-                        w.accepting = true;
-                    } else {
-                        #[allow(clippy::cast_possible_truncation)] // Worker counts are small.
-                        self.queue.push_keyed(ready, event_key(due, 0), Event::Ready { worker: slot as u32 });
-                    }
-                }
-                Action::Drain { slot } => self.workers[slot].accepting = false,
-            }
-        }
-        self.retire_idle(due);
-    }
-
-    /// A started worker serves.
-    fn on_ready(&mut self, w: usize) {
-        if let Some(a) = self.autoscale.as_mut() {
-            a.planner.ready(self.now, w);
-            self.workers[w].accepting = a.planner.state(w) == SlotState::Serving;
-        }
-    }
-
-    /// Draining workers that hold nothing any more leave.
-    fn retire_idle(&mut self, at: SimTime) {
-        let Some(a) = self.autoscale.as_mut() else { return };
-        if !a.planner.any_draining() {
-            return;
-        }
-        for (slot, w) in self.workers.iter().enumerate() {
-            if a.planner.state(slot) == SlotState::Draining && w.is_idle() {
-                a.planner.retire(at, slot);
-            }
         }
     }
 
@@ -704,19 +589,10 @@ impl Simulation {
     fn on_step_done(&mut self, w: u32) {
         let wi = w as usize;
         self.workers[wi].finish_step(self.now, &mut self.requests, &mut self.outcome, &mut self.itl);
-        if let Some(a) = self.autoscale.as_mut() {
+        if self.autoscale.is_some() {
             // First tokens: the TTFT the router last saw for the worker that prefilled each.
-            for &id in &self.outcome.emitted {
-                let r = &self.requests[id as usize];
-                if r.emitted == 1 {
-                    let seen = if r.stamps.first_token == crate::request::NEVER {
-                        self.now
-                    } else {
-                        r.stamps.first_token
-                    };
-                    let slot = r.prefill_worker.map_or(wi, |p| p as usize);
-                    a.planner.observe_ttft(slot, seen.since(r.spec.arrival).as_ms_f64(), r.input_tokens);
-                }
+            for k in 0..self.outcome.emitted.len() {
+                self.observe_first_token(self.outcome.emitted[k], wi);
             }
         }
         let finished = core::mem::take(&mut self.outcome.finished);
@@ -750,11 +626,7 @@ impl Simulation {
         // write after the engine emitted it.
         let seen = if r.stamps.last_token == crate::request::NEVER { self.now } else { r.stamps.last_token };
         if let Some(a) = self.autoscale.as_mut() {
-            let first = r.stamps.first_token;
-            if r.emitted > 1 && first != crate::request::NEVER {
-                a.planner
-                    .observe_itl(r.worker as usize, seen.since(first).as_ms_f64() / f64::from(r.emitted - 1));
-            }
+            a.observe_finished(r, seen);
         }
         self.traffic.on_request_done(seen.max(self.now), session, r.content());
         r.release_content();
@@ -1005,14 +877,8 @@ impl Simulation {
             None => false,
         };
         self.dirty[dw] = true;
-        if let Some(a) = self.autoscale.as_mut() {
-            // SGLang and TensorRT-LLM hand the prefill's first token over with the KV.
-            let r = &self.requests[id as usize];
-            if r.emitted == 1 {
-                let ttft = r.stamps.first_token.since(r.spec.arrival).as_ms_f64();
-                a.planner.observe_ttft(p, ttft, r.input_tokens);
-            }
-        }
+        // SGLang and TensorRT-LLM hand the prefill's first token over with the KV.
+        self.observe_first_token(id, p);
         if finished {
             self.complete(id);
             self.try_reserve(dw);
