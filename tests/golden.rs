@@ -10,8 +10,7 @@ use std::path::Path;
 
 use servesim_scenario::report::to_pretty_json;
 use servesim_scenario::{predict, Prediction};
-use servesim_tests::DataOnly;
-use servesim_tests::{predict_file, repo_root};
+use servesim_tests::{predict_file, repo_root, DirFiles};
 
 fn summary_text(path: &str, p: &Prediction) -> String {
     let s = &p.summary;
@@ -122,6 +121,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
+    ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
 ];
 
 #[test]
@@ -129,7 +129,8 @@ fn full_predictions_are_byte_identical() {
     let root = repo_root();
     for (name, rel) in BYTE_GOLDENS {
         let text = fs::read_to_string(root.join(rel)).unwrap();
-        let p = predict(&text, name, &[], None, &DataOnly).unwrap();
+        let files = DirFiles(root.join(rel).parent().unwrap().to_path_buf());
+        let p = predict(&text, name, &[], None, &files).unwrap();
         let got = to_pretty_json(&p.json);
         let path = root.join("tests/golden").join(format!("{name}.prediction.json"));
         if std::env::var_os("SERVESIM_BLESS").is_some() {
@@ -138,7 +139,7 @@ fn full_predictions_are_byte_identical() {
         }
         assert_eq!(got, fs::read_to_string(&path).unwrap(), "{name}");
         // A second run in the same process gives the same bytes.
-        let again = predict(&text, name, &[], None, &DataOnly).unwrap();
+        let again = predict(&text, name, &[], None, &files).unwrap();
         assert_eq!(got, to_pretty_json(&again.json), "{name}: second run differs");
     }
 }

@@ -733,6 +733,34 @@ test('Data: dropped files are described like servesim data inspect, drawn, and a
   await page.close();
 });
 
+test('Data: an agentic trace is recognised, its graph summarised, and it replays in Predict as in the CLI', async () => {
+  const dir = scratchDir('agentic-');
+  const fixture = 'tests/fixtures/traces/agentic_coding.jsonl';
+  writeFileSync(join(dir, 'agentic_coding.jsonl'), readFileSync(fixture));
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-data');
+  await page.setInputFiles('#data-files', [join(dir, 'agentic_coding.jsonl')]);
+  const trace = page.locator('li.data-file[data-name="agentic_coding.jsonl"][data-kind="agentic_trace"]');
+  await trace.waitFor({ timeout: 30000 });
+  const cliText = execFileSync(join(process.cwd(), BIN), ['data', 'inspect', 'agentic_coding.jsonl'], { cwd: dir }).toString();
+  assert.equal(await trace.locator('pre.summary').textContent(), cliText, 'page summary equals servesim data inspect');
+  assert.match(cliText, /12 roots start at their timestamps, 328 requests wait for others/);
+  // Replayed with the whole graph (the default scenario stops at 100 requests otherwise).
+  await runAfter(page, () => trace.locator('button.use-trace').click());
+  await page.fill('#scenario-yaml', (await page.inputValue('#scenario-yaml')).replace(/requests: 100/, 'requests: 1000'));
+  await runAfter(page, () => page.click('#run'));
+  assert.match(await page.textContent('#status'), /^Done: 340 requests/);
+  const yaml = await page.inputValue('#scenario-yaml');
+  assert.match(yaml, /format: agentic_mooncake/);
+  writeFileSync(join(dir, 'scenario.yaml'), yaml);
+  const cli = cliPredictIn(dir, 'scenario.yaml');
+  assert.equal(await page.textContent('#prediction-json'), cli);
+  const a = JSON.parse(cli).servesim.agentic;
+  assert.match(await page.textContent('#agentic'), new RegExp(`^12 plays, all completed · ${(a.play_duration_ms.mean / 1e3).toFixed(1)} s mean`));
+  await page.close();
+});
+
 test('a strict Content-Security-Policy holds, and the app runs offline after its first load', async () => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   await context.addInitScript(() => {

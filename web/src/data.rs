@@ -94,7 +94,11 @@ fn map(entries: Vec<(&str, Node)>) -> node::Value {
 /// # Errors
 /// `config` does not parse.
 pub fn use_trace(config: &str, name: &str, kind: &str) -> Result<String, String> {
-    let format = if kind == "azure_trace" { "azure_csv" } else { "mooncake" };
+    let format = match kind {
+        "azure_trace" => "azure_csv",
+        "agentic_trace" => "agentic_mooncake",
+        _ => "mooncake",
+    };
     let source = map(vec![
         ("type", str_node("trace")),
         ("paths", Node::builtin(node::Value::Seq(vec![str_node(name)]))),
@@ -596,6 +600,8 @@ mod tests {
         assert!(out.starts_with("# The default servesim scenario"), "comments kept: {out}");
         let csv = use_trace(servesim_scenario::DEFAULT_SCENARIO, "a.csv", "azure_trace").unwrap();
         assert!(csv.contains("format: azure_csv"), "{csv}");
+        let graph = use_trace(servesim_scenario::DEFAULT_SCENARIO, "agent.jsonl", "agentic_trace").unwrap();
+        assert!(graph.contains("format: agentic_mooncake"), "{graph}");
     }
 
     #[test]

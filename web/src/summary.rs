@@ -193,6 +193,29 @@ pub fn autoscaling(p: &Value) -> String {
         .join(" · ")
 }
 
+/// The plays of a replayed agentic dependency graph and how long they took from their first
+/// request's arrival to their last token (`none` for other traffic).
+#[must_use]
+pub fn agentic(p: &Value) -> String {
+    let a = &p["servesim"]["agentic"];
+    if !a.is_object() {
+        return "none".into();
+    }
+    let secs = |k: &str| fmt_num(&Value::from(a["play_duration_ms"][k].as_f64().unwrap_or(0.0) / 1e3), 1);
+    let done = if a["completed_plays"] == a["plays"] {
+        "all completed".to_string()
+    } else {
+        format!("{} completed", fmt_num(&a["completed_plays"], 0))
+    };
+    format!(
+        "{} plays, {done} · {} s mean, {} s p90, {} s max to the last token",
+        fmt_num(&a["plays"], 0),
+        secs("mean"),
+        secs("p90"),
+        secs("max")
+    )
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -204,6 +227,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                 <dl class="answer" id="run-facts">
                     <dt>"GPUs"</dt><dd id="gpus">{with(gpus)}</dd>
                     <dt>"Autoscaling"</dt><dd id="autoscaling">{with(autoscaling)}</dd>
+                    <dt>"Agentic plays"</dt><dd id="agentic">{with(agentic)}</dd>
                     <dt>"SLA attainment"</dt><dd id="sla-attainment">{with(attainment)}</dd>
                     <dt>"Goodput"</dt><dd id="goodput">{with(|p| match p["goodput_request_throughput_rps"].as_f64() {
                         Some(_) => format!("{} req/s · {} output tok/s", fmt_num(&p["goodput_request_throughput_rps"], 3), fmt_num(&p["goodput_output_throughput_tok_s"], 1)),
@@ -298,6 +322,20 @@ mod tests {
         assert_eq!(speculation(&p), "off");
         assert_eq!(host_tier(&p), "none");
         assert_eq!(autoscaling(&p), "off");
+        assert_eq!(agentic(&p), "none");
+        let graph: Value =
+            serde_json::from_str(include_str!("../../tests/golden/agentic_coding_vllm.prediction.json"))
+                .unwrap();
+        let d = &graph["servesim"]["agentic"]["play_duration_ms"];
+        assert_eq!(
+            agentic(&graph),
+            format!(
+                "12 plays, all completed · {:.1} s mean, {:.1} s p90, {:.1} s max to the last token",
+                d["mean"].as_f64().unwrap() / 1e3,
+                d["p90"].as_f64().unwrap() / 1e3,
+                d["max"].as_f64().unwrap() / 1e3
+            )
+        );
         assert_eq!(gpus(&p), fmt_num(&p["servesim"]["deployment"]["gpus"], 0));
         let ramp: Value =
             serde_json::from_str(include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"))

@@ -132,14 +132,31 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
             include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"),
         ),
+        (
+            include_str!("../../tests/scenarios/agentic_coding_vllm.yaml"),
+            include_str!("../../tests/golden/agentic_coding_vllm.prediction.json"),
+        ),
     ];
     let files = data();
+    // The agentic scenario's trace, as the page holds a dropped file.
+    let mut state = WorkerState::default();
+    let trace = include_bytes!("../../tests/fixtures/traces/agentic_coding.jsonl");
+    handle(
+        &mut state,
+        ToWorker::PutFile {
+            name: "agentic_coding.jsonl".into(),
+            base64: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, trace),
+        },
+        &files,
+        &|| 0.0,
+        &mut |m| panic!("{m:?}"),
+    );
     for (i, (config, want)) in cases.into_iter().enumerate() {
         let mut out = Vec::new();
         #[allow(clippy::cast_possible_truncation)]
         let id = i as u32;
         handle(
-            &mut WorkerState::default(),
+            &mut state,
             ToWorker::Run { id, config: config.into(), source: "golden".into() },
             &files,
             &|| 0.0,

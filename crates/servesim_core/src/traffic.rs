@@ -130,8 +130,13 @@ pub struct TraceRow {
     pub output_tokens: u32,
     /// Content ids of consecutive `block_size`-token blocks of the prompt (may be empty).
     pub hash_ids: Vec<u64>,
-    /// For later turns of a session: delay after the previous turn completes.
+    /// For later turns of a session: delay after the previous turn completes. In a
+    /// dependency graph ([`Trace::dag`]): delay after the last of `wait_for` completes (an
+    /// agentic trace's `delay` plus its `tool_wait_ms`).
     pub delay: Option<SimDur>,
+    /// In a dependency graph: the rows (indices into [`Trace::rows`]) that must all complete
+    /// before this one is sent; empty for a root, which starts at its timestamp.
+    pub wait_for: Vec<u32>,
 }
 
 /// A parsed request trace.
@@ -145,6 +150,11 @@ pub struct Trace {
     /// granularity, so possibly more than are really shared, never fewer). The rest of a row's
     /// content (its uncovered tail and its output) is its own.
     pub public_tokens: Vec<u32>,
+    /// The rows form a dependency graph (agentic Mooncake): every row is a request of its
+    /// own, sent once the rows it waits for have completed, plus its delay; a row's session
+    /// is its trajectory (for routing and records), not a chain of turns. Off: rows of one
+    /// session are turns, each sent after the one before it.
+    pub dag: bool,
 }
 
 impl Trace {
@@ -152,7 +162,39 @@ impl Trace {
     #[must_use]
     pub fn new(rows: Vec<TraceRow>, block_size: u32) -> Self {
         let public_tokens = shared_prefixes(&rows, block_size);
-        Trace { rows, block_size, public_tokens }
+        Trace { rows, block_size, public_tokens, dag: false }
+    }
+
+    /// A trace whose rows wait for each other ([`TraceRow::wait_for`]). The caller checks
+    /// that the graph has no cycle and that every index is a row (a row in a cycle, or one
+    /// that waits for a row past the end, is never sent).
+    #[must_use]
+    pub fn dag(rows: Vec<TraceRow>, block_size: u32) -> Self {
+        Trace { dag: true, ..Trace::new(rows, block_size) }
+    }
+
+    /// In a dependency graph, the (session, position in the session) each row's request
+    /// carries, in row order: a row without a session gets one of its own, numbered after the
+    /// trace's sessions; positions follow file order.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
+    pub fn row_keys(&self) -> Vec<(u32, u32)> {
+        let mut next_free = self.rows.iter().filter_map(|r| r.session).max().map_or(0, |s| s + 1);
+        let mut taken: Vec<u32> = Vec::new();
+        self.rows
+            .iter()
+            .map(|row| {
+                let s = row.session.unwrap_or_else(|| {
+                    next_free += 1;
+                    next_free - 1
+                });
+                if taken.len() <= s as usize {
+                    taken.resize(s as usize + 1, 0);
+                }
+                taken[s as usize] += 1;
+                (s, taken[s as usize] - 1)
+            })
+            .collect()
     }
 }
 
@@ -352,6 +394,71 @@ struct SessionState {
     rows: Vec<usize>,
 }
 
+/// What the replay of a dependency-graph trace keeps: which rows wait for which, and how many
+/// of each row's dependencies have yet to complete.
+struct Dag {
+    /// Per row: dependencies not yet complete.
+    remaining: Vec<u32>,
+    /// Per row: the latest completion among its dependencies so far.
+    ready_after: Vec<SimTime>,
+    /// The rows waiting for row `r` are `dependents[starts[r]..starts[r + 1]]`.
+    starts: Vec<u32>,
+    dependents: Vec<u32>,
+    /// Per row: the (session, position in the session) its request carries; a row without a
+    /// session gets one of its own, numbered after the trace's.
+    keys: Vec<(u32, u32)>,
+    /// Per session: its rows in file order, so that a finished request names its row.
+    session_rows: Vec<Vec<u32>>,
+}
+
+impl Dag {
+    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
+    fn new(t: &Trace) -> Self {
+        let n = t.rows.len();
+        let mut remaining = vec![0u32; n];
+        let mut counts = vec![0u32; n + 1];
+        for (r, row) in t.rows.iter().enumerate() {
+            remaining[r] = row.wait_for.len() as u32;
+            for &d in &row.wait_for {
+                if let Some(c) = counts.get_mut(d as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        let mut starts = Vec::with_capacity(n + 1);
+        let mut total = 0u32;
+        for c in &counts[..n] {
+            starts.push(total);
+            total += c;
+        }
+        starts.push(total);
+        let mut fill = starts.clone();
+        let mut dependents = vec![0u32; total as usize];
+        for (r, row) in t.rows.iter().enumerate() {
+            for &d in &row.wait_for {
+                if let Some(at) = fill.get_mut(d as usize) {
+                    dependents[*at as usize] = r as u32;
+                    *at += 1;
+                }
+            }
+        }
+        let keys = t.row_keys();
+        let mut session_rows: Vec<Vec<u32>> = Vec::new();
+        for (r, &(s, _)) in keys.iter().enumerate() {
+            if session_rows.len() <= s as usize {
+                session_rows.resize(s as usize + 1, Vec::new());
+            }
+            session_rows[s as usize].push(r as u32);
+        }
+        Dag { remaining, ready_after: vec![SimTime::ZERO; n], starts, dependents, keys, session_rows }
+    }
+
+    /// The row a request of `key` replays.
+    fn row_of(&self, key: (u32, u32)) -> Option<usize> {
+        self.session_rows.get(key.0 as usize)?.get(key.1 as usize).map(|r| *r as usize)
+    }
+}
+
 /// The live arrival process of a run.
 pub struct Traffic {
     spec: TrafficSpec,
@@ -377,6 +484,8 @@ pub struct Traffic {
     frontend: Rng,
     /// The prompts synthetic requests draw from, when the source has a pool.
     pool: Option<PromptPool>,
+    /// Dependency bookkeeping, when replaying a dependency-graph trace.
+    dag: Option<Dag>,
 }
 
 impl Traffic {
@@ -395,8 +504,13 @@ impl Traffic {
     #[must_use]
     pub fn with_frontend(spec: TrafficSpec, root_seed: u64, frontend_delay: SimDur) -> Self {
         let trace_jobs = match &spec.source {
+            Source::Trace(t) if t.dag => dag_roots(t),
             Source::Trace(t) => trace_jobs(t),
             Source::Synthetic { .. } | Source::Sessions(_) => Vec::new(),
+        };
+        let dag = match &spec.source {
+            Source::Trace(t) if t.dag => Some(Dag::new(t)),
+            _ => None,
         };
         let max_requests = spec.max_requests();
         let content_seed = Rng::stream(root_seed, Stream::Content).next_u64();
@@ -425,6 +539,7 @@ impl Traffic {
             dispatch_delay: frontend_delay,
             frontend: Rng::stream(root_seed, Stream::Frontend),
             pool,
+            dag,
         };
         match t.spec.load {
             Load::Concurrency(c) => {
@@ -494,8 +609,14 @@ impl Traffic {
     pub fn arrive(&mut self, now: SimTime) {
         while self.pending.peek_time().is_some_and(|t| t <= now) {
             let Some((at, spec)) = self.pending.pop() else { break };
-            // Open loops start the next job when this one's first request arrives.
-            let first_of_job = spec.session.is_none_or(|(_, turn)| turn == 0);
+            // Open loops start the next job when this one's first request arrives (a graph's
+            // jobs are its roots).
+            let first_of_job = match (&self.dag, &self.spec.source, spec.session) {
+                (Some(dag), Source::Trace(t), Some(key)) => {
+                    dag.row_of(key).and_then(|r| t.rows.get(r)).is_some_and(|r| r.wait_for.is_empty())
+                }
+                _ => spec.session.is_none_or(|(_, turn)| turn == 0),
+            };
             if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
                 let next = match self.spec.load {
                     Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
@@ -516,6 +637,15 @@ impl Traffic {
     /// Tells the traffic that a request finished (or was rejected) at `now`; `session` and
     /// `content` are that request's session and its prompt plus generated tokens.
     pub fn on_request_done(&mut self, now: SimTime, session: Option<(u32, u32)>, content: &[Segment]) {
+        if self.dag.is_some() {
+            // A closed loop over a graph starts the next root when a request nothing waits
+            // for (a leaf) finishes.
+            let leaf = self.release_dependents(now, session);
+            if leaf && matches!(self.spec.load, Load::Concurrency(_)) {
+                self.start_job(now);
+            }
+            return;
+        }
         let job_over = match session {
             None => true,
             Some((sid, _)) => !self.next_turn(sid, now, content),
@@ -528,6 +658,38 @@ impl Traffic {
                 self.start_job(now);
             }
         }
+    }
+
+    /// In a dependency graph, the request of `key` completed at `now`: every row waiting for
+    /// it counts one dependency fewer, and a row with none left is sent its delay after the
+    /// latest of them. True when nothing waits for the row.
+    fn release_dependents(&mut self, now: SimTime, key: Option<(u32, u32)>) -> bool {
+        let Source::Trace(t) = &self.spec.source else { return true };
+        let t = Arc::clone(t);
+        let Some(dag) = self.dag.as_mut() else { return true };
+        let Some(row) = key.and_then(|k| dag.row_of(k)) else { return true };
+        let (from, to) = (dag.starts[row] as usize, dag.starts[row + 1] as usize);
+        let mut ready = Vec::new();
+        for &d in &dag.dependents[from..to] {
+            let d = d as usize;
+            dag.ready_after[d] = dag.ready_after[d].max(now);
+            dag.remaining[d] = dag.remaining[d].saturating_sub(1);
+            if dag.remaining[d] == 0 {
+                ready.push((d, dag.ready_after[d], dag.keys[d]));
+            }
+        }
+        for (d, after, key) in ready {
+            if self.requests_sent >= self.max_requests {
+                break;
+            }
+            let Some(row) = t.rows.get(d) else { continue };
+            let public = t.public_tokens.get(d).copied().unwrap_or(ALL_SHARED);
+            let prompt = trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
+            let at = after + self.scaled(row.delay.unwrap_or(SimDur::ZERO));
+            let spec = self.request(at, prompt, row.output_tokens, Some(key), public);
+            self.pending.push(at, spec);
+        }
+        from == to
     }
 
     fn open_loop_gap(&mut self) -> Option<SimDur> {
@@ -657,8 +819,11 @@ impl Traffic {
                 let public = t.public_tokens.get(first).copied().unwrap_or(ALL_SHARED);
                 let prompt =
                     trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
-                let session = (rows.len() > 1 || row.session.is_some()).then_some((job, 0));
-                if session.is_some() {
+                let session = match &self.dag {
+                    Some(dag) => dag.keys.get(first).copied(),
+                    None => (rows.len() > 1 || row.session.is_some()).then_some((job, 0)),
+                };
+                if session.is_some() && self.dag.is_none() {
                     self.sessions.insert(job, SessionState { id: job, turn: 0, content: Vec::new(), rows });
                 }
                 self.request(at, prompt, row.output_tokens, session, public)
@@ -766,6 +931,15 @@ fn trace_jobs(t: &Trace) -> Vec<Vec<usize>> {
     }
     jobs.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
     jobs
+}
+
+/// A dependency graph's roots (rows that wait for nothing), each a job of one request, in
+/// timestamp order (stable).
+fn dag_roots(t: &Trace) -> Vec<Vec<usize>> {
+    let mut roots: Vec<Vec<usize>> =
+        t.rows.iter().enumerate().filter(|(_, r)| r.wait_for.is_empty()).map(|(i, _)| vec![i]).collect();
+    roots.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
+    roots
 }
 
 /// A trace row's prompt: one segment per `hash_ids` entry (the last one may be partial), then

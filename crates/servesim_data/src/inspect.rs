@@ -29,6 +29,8 @@ pub enum Kind {
     MooncakeTrace,
     /// An Azure LLM inference CSV trace.
     AzureTrace,
+    /// An agentic Mooncake JSONL trace (rows that wait for each other).
+    AgenticTrace,
     /// Measured deployments in AIConfigurator's `silicon_sample.csv` columns (what
     /// `servesim validate --silicon` replays).
     Calibration,
@@ -48,6 +50,7 @@ impl Kind {
             Kind::Parquet => "parquet",
             Kind::MooncakeTrace => "mooncake_trace",
             Kind::AzureTrace => "azure_trace",
+            Kind::AgenticTrace => "agentic_trace",
             Kind::Calibration => "calibration",
             Kind::RequestLog => "request_log",
         }
@@ -534,22 +537,28 @@ fn request_log_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
 
 #[allow(clippy::cast_precision_loss)] // Counts are far below 2^53.
 fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
-    let format = trace::TraceFormat::from_name(name);
+    let format = trace::TraceFormat::sniff(name, bytes);
     let t = trace::parse(bytes, name, format, 512).map_err(|e| e.to_string())?;
     let rows = &t.trace.rows;
+    // A graph's dependent rows start when what they wait for completes, not at a timestamp:
+    // its span and arrival rate are its roots'.
+    let timed: Vec<&servesim_core::traffic::TraceRow> =
+        rows.iter().filter(|r| !t.trace.dag || r.wait_for.is_empty()).collect();
     let inputs: Vec<u64> = rows.iter().map(|r| u64::from(r.input_tokens)).collect();
     let outputs: Vec<u64> = rows.iter().map(|r| u64::from(r.output_tokens)).collect();
-    let span_s = rows.iter().map(|r| r.timestamp).max().map_or(0.0, |t| t.as_ms_f64() / 1000.0);
+    let span_s = timed.iter().map(|r| r.timestamp).max().map_or(0.0, |t| t.as_ms_f64() / 1000.0);
     let mean = |v: &[u64]| if v.is_empty() { 0.0 } else { v.iter().sum::<u64>() as f64 / v.len() as f64 };
     let (kind, what) = match format {
         trace::TraceFormat::AzureCsv => (Kind::AzureTrace, "Azure CSV"),
         trace::TraceFormat::Mooncake => (Kind::MooncakeTrace, "Mooncake JSONL"),
+        trace::TraceFormat::AgenticMooncake => (Kind::AgenticTrace, "agentic Mooncake JSONL"),
     };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{name}: {what} trace, {} requests over {span_s:.1} s; input tokens mean {:.0} max {:.0}; output tokens mean {:.0} max {:.0}",
+        "{name}: {what} trace, {} requests {}over {span_s:.1} s; input tokens mean {:.0} max {:.0}; output tokens mean {:.0} max {:.0}",
         rows.len(),
+        if t.trace.dag { format!("whose {} roots start ", timed.len()) } else { String::new() },
         mean(&inputs),
         inputs.iter().max().unwrap_or(&0),
         mean(&outputs),
@@ -566,6 +575,9 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
             100.0 * (1.0 - unique.len() as f64 / blocks as f64)
         );
     }
+    if t.trace.dag {
+        let _ = writeln!(out, "  {}", dag_summary(&t.trace));
+    }
     if t.token_id_rows > 0 {
         let _ = writeln!(
             out,
@@ -581,10 +593,10 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     }
     // Arrival rate over the trace.
     let preview = (span_s > 0.0).then(|| {
-        let bins = (rows.len() / ARRIVALS_PER_BIN).clamp(1, RATE_BINS);
+        let bins = (timed.len() / ARRIVALS_PER_BIN).clamp(1, RATE_BINS);
         let width = span_s / bins as f64;
         let mut counts = vec![0u64; bins];
-        for r in rows {
+        for r in &timed {
             let s = r.timestamp.as_ms_f64() / 1000.0;
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let b = ((s / width) as usize).min(bins - 1);
@@ -596,7 +608,7 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
             y_title: "requests/s".into(),
             log: false,
             series: vec![Series {
-                name: "arrival rate".into(),
+                name: if t.trace.dag { "root arrival rate" } else { "arrival rate" }.into(),
                 x: (0..bins).map(|b| (b as f64 + 0.5) * width).collect(),
                 y: counts.iter().map(|&c| c as f64 / width).collect(),
             }],
@@ -604,6 +616,47 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
         }
     });
     Ok(Inspection { kind, summary: out, slices: Vec::new(), preview })
+}
+
+/// A dependency graph's shape: roots, dependent requests, the longest chain and the waits.
+#[allow(clippy::cast_precision_loss)] // Counts are far below 2^53.
+fn dag_summary(t: &servesim_core::traffic::Trace) -> String {
+    let n = t.rows.len();
+    let roots = t.rows.iter().filter(|r| r.wait_for.is_empty()).count();
+    let trajectories: BTreeSet<u32> = t.rows.iter().filter_map(|r| r.session).collect();
+    let fan_in = t.rows.iter().filter(|r| r.wait_for.len() > 1).count();
+    // Chain depth by Kahn's order (the parser refused cycles).
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut left: Vec<usize> = t.rows.iter().map(|r| r.wait_for.len()).collect();
+    for (r, row) in t.rows.iter().enumerate() {
+        for &d in &row.wait_for {
+            dependents[d as usize].push(r);
+        }
+    }
+    let mut depth = vec![1usize; n];
+    let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
+    while let Some(r) = ready.pop() {
+        for &d in &dependents[r] {
+            depth[d] = depth[d].max(depth[r] + 1);
+            left[d] -= 1;
+            if left[d] == 0 {
+                ready.push(d);
+            }
+        }
+    }
+    let waits: Vec<f64> = t
+        .rows
+        .iter()
+        .filter(|r| !r.wait_for.is_empty())
+        .map(|r| r.delay.map_or(0.0, |d| d.as_ms_f64()))
+        .collect();
+    let mean_wait = if waits.is_empty() { 0.0 } else { waits.iter().sum::<f64>() / waits.len() as f64 };
+    format!(
+        "dependencies: {roots} roots start at their timestamps, {} requests wait for others ({fan_in} for several: joins), {} trajectories, longest chain {} requests; mean delay + tool wait after dependencies {mean_wait:.0} ms",
+        n - roots,
+        trajectories.len(),
+        depth.iter().max().unwrap_or(&0),
+    )
 }
 
 #[cfg(test)]
@@ -622,6 +675,20 @@ mod tests {
         let p = i.preview.unwrap();
         // Three arrivals make one bin over the whole trace: 3 requests / 2 s.
         assert_eq!(p.series[0].y, [1.5]);
+    }
+
+    #[test]
+    fn agentic_traces_are_recognised_and_their_graph_summarised() {
+        let text = "{\"request_id\": \"a\", \"session_id\": \"main\", \"timestamp\": 0, \"output_length\": 10, \"hash_ids\": [1]}\n\
+                    {\"request_id\": \"b\", \"session_id\": \"sub\", \"wait_for\": [\"a\"], \"delay\": 100, \"output_length\": 10, \"hash_ids\": [1, 2]}\n\
+                    {\"request_id\": \"c\", \"session_id\": \"main\", \"wait_for\": [\"a\", \"b\"], \"tool_wait_ms\": 300, \"output_length\": 10, \"hash_ids\": [1, 3]}\n";
+        let i = inspect("agent.jsonl", text.as_bytes().to_vec(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::AgenticTrace);
+        assert!(
+            i.summary.contains("1 roots start at their timestamps, 2 requests wait for others (1 for several: joins), 2 trajectories, longest chain 3 requests; mean delay + tool wait after dependencies 200 ms"),
+            "{}",
+            i.summary
+        );
     }
 
     #[test]

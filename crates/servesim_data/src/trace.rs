@@ -16,9 +16,14 @@
 //! token ids in its engine's KV block size, so the prefix cache sees exactly the reuse the
 //! engine would (`servesim_scenario`, trace sources).
 //!
+//! **Agentic Mooncake JSONL** (REF §4, [`parse_agentic`]): Mooncake rows that name themselves
+//! (`request_id`) and the rows they wait for (`wait_for`), with the delay and tool wait after
+//! those complete; the rows form a dependency graph ([`Trace::dag`]).
+//!
 //! **Azure CSV** (Azure LLM inference traces): header `TIMESTAMP,ContextTokens,GeneratedTokens`,
 //! timestamps `YYYY-MM-DD HH:MM:SS[.fraction]`.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde_json::Value;
@@ -68,6 +73,9 @@ pub enum TraceFormat {
     Mooncake,
     /// Azure LLM inference CSV.
     AzureCsv,
+    /// Agentic Mooncake JSONL: Mooncake rows that name themselves (`request_id`) and the
+    /// rows they wait for (`wait_for`).
+    AgenticMooncake,
 }
 
 impl TraceFormat {
@@ -80,7 +88,22 @@ impl TraceFormat {
             TraceFormat::Mooncake
         }
     }
+
+    /// Guesses the format from a file's name and contents: JSON lines any of which has a
+    /// `wait_for` field are agentic Mooncake.
+    #[must_use]
+    pub fn sniff(name: &str, bytes: &[u8]) -> Self {
+        match Self::from_name(name) {
+            TraceFormat::Mooncake if bytes.windows(WAIT_FOR_KEY.len()).any(|w| w == WAIT_FOR_KEY) => {
+                TraceFormat::AgenticMooncake
+            }
+            f => f,
+        }
+    }
 }
+
+/// The JSON key of an agentic row's dependencies, quoted as it appears in a file.
+const WAIT_FOR_KEY: &[u8] = b"\"wait_for\"";
 
 /// The first record of a JSON-lines file (its first non-blank line), when it is JSON.
 #[must_use]
@@ -109,7 +132,8 @@ pub fn parse(
     block_size: u32,
 ) -> Result<ParsedTrace, TraceError> {
     match format {
-        TraceFormat::Mooncake => parse_mooncake(bytes, file, block_size),
+        TraceFormat::Mooncake => parse_jsonl(bytes, file, block_size, false),
+        TraceFormat::AgenticMooncake => parse_jsonl(bytes, file, block_size, true),
         TraceFormat::AzureCsv => parse_azure(bytes, file),
     }
 }
@@ -191,6 +215,42 @@ fn id_list(v: &Value, field: &str, file: &str, line: usize) -> Result<Vec<u64>, 
 /// # Errors
 /// A [`TraceError`] for invalid UTF-8, an unreadable line, or a missing or invalid field.
 pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<ParsedTrace, TraceError> {
+    parse_jsonl(bytes, file, block_size, false)
+}
+
+/// Parses agentic Mooncake JSONL: Mooncake rows with a unique `request_id` (required),
+/// `wait_for` (the ids of rows that must all complete first; cycles and unknown ids are
+/// refused), `delay` | `delay_ms` and `tool_wait_ms` (waited, together, after the last of them
+/// completes) and `session_id` (the row's trajectory; a row without one is its own). A row
+/// that waits for nothing starts at its `timestamp`; a dependent row's timestamp is only used
+/// to place the trace's start. `request_kind`, `branches`, `prefix_reset` and `tool_events`
+/// are accepted and have no effect, as in AISimulate.
+///
+/// # Errors
+/// A [`TraceError`] naming the line and field of the first problem.
+pub fn parse_agentic(bytes: &[u8], file: &str, block_size: u32) -> Result<ParsedTrace, TraceError> {
+    parse_jsonl(bytes, file, block_size, true)
+}
+
+/// A `request_id`, `session_id` or `wait_for` entry: a string, or a number read as its text.
+fn id_text(v: &Value, field: &str, file: &str, line: usize) -> Result<String, TraceError> {
+    match v {
+        Value::String(x) => Ok(x.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(err(file, Some(line), format!("'{field}' must be a string or number, got {other}"))),
+    }
+}
+
+/// What an agentic row names: itself and what it waits for.
+struct AgenticIds {
+    /// Row index by `request_id`, with its line.
+    rows: HashMap<String, (u32, usize)>,
+    /// Per row: the ids of `wait_for`, as written.
+    wait_for: Vec<Vec<String>>,
+}
+
+#[allow(clippy::too_many_lines)] // One pass over the fields of a row, in the order they are read.
+fn parse_jsonl(bytes: &[u8], file: &str, block_size: u32, agentic: bool) -> Result<ParsedTrace, TraceError> {
     if block_size == 0 {
         return Err(err(file, None, "block_size must be at least 1"));
     }
@@ -199,9 +259,10 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
         err(file, Some(line), "not valid UTF-8 text")
     })?;
     let mut rows = Vec::new();
-    let mut sessions: Vec<String> = Vec::new();
+    let mut sessions: HashMap<String, u32> = HashMap::new();
     let mut stamps: Vec<Option<f64>> = Vec::new();
     let mut lines: Vec<usize> = Vec::new();
+    let mut ids = AgenticIds { rows: HashMap::new(), wait_for: Vec::new() };
     let mut token_id_rows = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -265,31 +326,58 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
                 .map(|x| duration(x, "arrival_time_ns", "nanoseconds", file, line).map(|ns| ns / 1e6))
                 .transpose()?,
         };
-        let delay = get(&["delay", "delay_ms"]).map(|x| millis(x, "delay", file, line)).transpose()?;
-        let session = match obj.get("session_id") {
-            None | Some(Value::Null) => None,
-            Some(s) => {
-                let key = match s {
-                    Value::String(x) => x.clone(),
-                    Value::Number(n) => n.to_string(),
-                    other => {
-                        return Err(err(
-                            file,
-                            Some(line),
-                            format!("'session_id' must be a string or number, got {other}"),
-                        ))
+        let mut delay = get(&["delay", "delay_ms"]).map(|x| millis(x, "delay", file, line)).transpose()?;
+        let session_key = get(&["session_id"]).map(|s| id_text(s, "session_id", file, line)).transpose()?;
+        let row = u32::try_from(rows.len()).map_err(|_| err(file, Some(line), "too many rows"))?;
+        let session_key = if agentic {
+            let Some(id) = get(&["request_id"]) else {
+                return Err(err(file, Some(line), "missing 'request_id' (every agentic_mooncake row names itself, so that others can wait for it)"));
+            };
+            let id = id_text(id, "request_id", file, line)?;
+            let wait_for = match get(&["wait_for"]) {
+                Some(Value::Array(a)) => {
+                    let mut out: Vec<String> = Vec::with_capacity(a.len());
+                    for x in a {
+                        let x = id_text(x, "wait_for", file, line)?;
+                        if !out.contains(&x) {
+                            out.push(x);
+                        }
                     }
-                };
-                let idx = match sessions.iter().position(|k| *k == key) {
-                    Some(p) => p,
-                    None => {
-                        sessions.push(key);
-                        sessions.len() - 1
-                    }
-                };
-                Some(u32::try_from(idx).unwrap_or(u32::MAX))
+                    out
+                }
+                Some(other) => {
+                    return Err(err(
+                        file,
+                        Some(line),
+                        format!("'wait_for' must be a list of request ids, got {other}"),
+                    ))
+                }
+                None => Vec::new(),
+            };
+            if let Some(x) = get(&["tool_wait_ms"]) {
+                delay = Some(delay.unwrap_or(0.0) + millis(x, "tool_wait_ms", file, line)?);
             }
+            ids.wait_for.push(wait_for);
+            // A row without a trajectory is its own, as AISimulate keys it by its id.
+            let key = session_key.unwrap_or_else(|| format!("\u{0}request {id}"));
+            if let Some((_, first)) = ids.rows.insert(id.clone(), (row, line)) {
+                return Err(err(
+                    file,
+                    Some(line),
+                    format!("'request_id' {id} is also the id of line {first}"),
+                ));
+            }
+            Some(key)
+        } else {
+            if get(&["wait_for"]).is_some_and(|w| w.as_array().is_none_or(|a| !a.is_empty())) {
+                return Err(err(file, Some(line), "'wait_for' orders the requests of an agentic trace: read this file with format agentic_mooncake"));
+            }
+            session_key
         };
+        let session = session_key.map(|key| {
+            let next = u32::try_from(sessions.len()).unwrap_or(u32::MAX);
+            *sessions.entry(key).or_insert(next)
+        });
         stamps.push(timestamp);
         lines.push(line);
         rows.push(TraceRow {
@@ -299,17 +387,23 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
             output_tokens,
             hash_ids,
             delay: delay.map(SimDur::from_ms_f64),
+            wait_for: Vec::new(),
         });
     }
     if rows.is_empty() {
         return Err(err(file, None, "the trace has no rows"));
     }
+    if agentic {
+        resolve_dependencies(&mut rows, &ids, &lines, file)?;
+    }
     // Replaying at trace timestamps needs one on every row that opens a job (a standalone
-    // row or a session's first turn); later turns may carry a delay instead.
+    // row, a session's first turn, a graph's root); later turns and dependent rows may carry
+    // a delay instead.
     let mut seen_session = vec![false; sessions.len()];
     let mut untimed_line = None;
     for ((row, ts), line) in rows.iter().zip(&stamps).zip(&lines) {
         let opens = match row.session {
+            _ if agentic => row.wait_for.is_empty(),
             Some(s) => !std::mem::replace(&mut seen_session[s as usize], true),
             None => true,
         };
@@ -327,7 +421,68 @@ pub fn parse_mooncake(bytes: &[u8], file: &str, block_size: u32) -> Result<Parse
         }
         row.timestamp = SimDur::from_ms_f64(offset_ms);
     }
-    Ok(ParsedTrace { trace: Trace::new(rows, block_size), untimed_line, token_id_rows })
+    let trace = if agentic { Trace::dag(rows, block_size) } else { Trace::new(rows, block_size) };
+    Ok(ParsedTrace { trace, untimed_line, token_id_rows })
+}
+
+/// Turns each agentic row's `wait_for` ids into row indices, refusing an id no row has and a
+/// cycle (whose rows could never be sent), each named with its line.
+fn resolve_dependencies(
+    rows: &mut [TraceRow],
+    ids: &AgenticIds,
+    lines: &[usize],
+    file: &str,
+) -> Result<(), TraceError> {
+    for ((row, wait_for), line) in rows.iter_mut().zip(&ids.wait_for).zip(lines) {
+        for id in wait_for {
+            let Some((r, _)) = ids.rows.get(id) else {
+                return Err(err(
+                    file,
+                    Some(*line),
+                    format!("'wait_for' names request {id}, which no row of the file is"),
+                ));
+            };
+            row.wait_for.push(*r);
+        }
+    }
+    // Kahn's algorithm: rows left once every row whose dependencies can complete has are on
+    // (or behind) a cycle.
+    let mut remaining: Vec<usize> = rows.iter().map(|r| r.wait_for.len()).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); rows.len()];
+    for (r, row) in rows.iter().enumerate() {
+        for &d in &row.wait_for {
+            dependents[d as usize].push(r);
+        }
+    }
+    let mut ready: Vec<usize> = (0..rows.len()).filter(|r| remaining[*r] == 0).collect();
+    let mut done = 0;
+    while let Some(r) = ready.pop() {
+        done += 1;
+        for &d in &dependents[r] {
+            remaining[d] -= 1;
+            if remaining[d] == 0 {
+                ready.push(d);
+            }
+        }
+    }
+    if done < rows.len() {
+        // Walk back from a stuck row along stuck dependencies until a row repeats: it is on
+        // the cycle.
+        let stuck = |r: usize| remaining[r] > 0;
+        let mut r = (0..rows.len()).find(|r| stuck(*r)).unwrap_or(0);
+        let mut seen = vec![false; rows.len()];
+        while !seen[r] {
+            seen[r] = true;
+            r = rows[r].wait_for.iter().map(|d| *d as usize).find(|d| stuck(*d)).unwrap_or(r);
+        }
+        let id = ids.rows.iter().find(|(_, (row, _))| *row as usize == r).map_or("?", |(k, _)| k.as_str());
+        return Err(err(
+            file,
+            Some(lines[r]),
+            format!("request {id} waits, through 'wait_for', for itself: its dependencies form a cycle and can never complete"),
+        ));
+    }
+    Ok(())
 }
 
 /// Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm).
@@ -424,6 +579,7 @@ pub fn parse_azure(bytes: &[u8], file: &str) -> Result<ParsedTrace, TraceError> 
             output_tokens,
             hash_ids: Vec::new(),
             delay: None,
+            wait_for: Vec::new(),
         });
     }
     let Some(first) = stamps.iter().min().copied() else {
@@ -589,6 +745,95 @@ mod tests {
         );
     }
 
+    /// An agentic row: id, session, dependencies and extra fields.
+    fn agentic_row(id: &str, session: Option<&str>, wait_for: &[&str], extra: &str) -> String {
+        let session = session.map_or(String::new(), |s| format!(", \"session_id\": \"{s}\""));
+        let deps = wait_for.iter().map(|d| format!("\"{d}\"")).collect::<Vec<_>>().join(", ");
+        format!("{{\"request_id\": \"{id}\"{session}, \"wait_for\": [{deps}], \"output_length\": 4, \"hash_ids\": [1]{extra}}}\n")
+    }
+
+    #[test]
+    fn agentic_rows_become_a_dependency_graph() {
+        let text = [
+            agentic_row("a", Some("main"), &[], ", \"timestamp\": 2000"),
+            // Forward reference, a repeated dependency and both waits, summed.
+            agentic_row("b", None, &["c", "a", "c"], ", \"delay\": 10, \"tool_wait_ms\": 250.5"),
+            agentic_row(
+                "c",
+                Some("main"),
+                &["a"],
+                ", \"timestamp\": 2500, \"prefix_reset\": true, \"branches\": [\"b\"]",
+            ),
+            agentic_row("d", None, &[], ", \"timestamp\": 1000"),
+        ]
+        .concat();
+        let p = parse(text.as_bytes(), "g.jsonl", TraceFormat::AgenticMooncake, 512).unwrap();
+        let t = p.trace;
+        assert!(t.dag);
+        assert_eq!(p.untimed_line, None, "only roots need timestamps");
+        let waits: Vec<&[u32]> = t.rows.iter().map(|r| r.wait_for.as_slice()).collect();
+        assert_eq!(waits, [&[][..], &[2, 0], &[0], &[]]);
+        assert_eq!(t.rows[1].delay, Some(SimDur::from_ms_f64(260.5)));
+        // Time starts at the earliest timestamp of any row.
+        assert_eq!(t.rows[0].timestamp, SimDur::from_ms(1000));
+        assert_eq!(t.rows[3].timestamp, SimDur::ZERO);
+        // Rows a and c share their trajectory; b and d are each their own.
+        let s: Vec<Option<u32>> = t.rows.iter().map(|r| r.session).collect();
+        assert_eq!(s, [Some(0), Some(1), Some(0), Some(2)]);
+        assert_eq!(t.row_keys(), [(0, 0), (1, 0), (0, 1), (2, 0)]);
+        assert_eq!(TraceFormat::sniff("g.jsonl", text.as_bytes()), TraceFormat::AgenticMooncake);
+    }
+
+    #[test]
+    fn agentic_errors_name_the_line_and_the_request() {
+        let bad = |rows: &[String]| {
+            parse(rows.concat().as_bytes(), "g.jsonl", TraceFormat::AgenticMooncake, 512)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(&[agentic_row("a", None, &[], ""), agentic_row("b", None, &["x"], "")]);
+        assert_eq!(e, "g.jsonl:2: 'wait_for' names request x, which no row of the file is");
+        let e = bad(&[agentic_row("a", None, &[], ""), agentic_row("a", None, &[], "")]);
+        assert_eq!(e, "g.jsonl:2: 'request_id' a is also the id of line 1");
+        let e = bad(&[
+            agentic_row("root", None, &[], ""),
+            agentic_row("a", None, &["root", "c"], ""),
+            agentic_row("b", None, &["a"], ""),
+            agentic_row("c", None, &["b"], ""),
+            agentic_row("after", None, &["c"], ""),
+        ]);
+        assert!(e.contains("waits, through 'wait_for', for itself"), "{e}");
+        assert!(
+            e.starts_with("g.jsonl:2: request a")
+                || e.starts_with("g.jsonl:3: request b")
+                || e.starts_with("g.jsonl:4: request c"),
+            "{e}"
+        );
+        let e = bad(&[agentic_row("a", None, &["a"], "")]);
+        assert_eq!(&e[..21], "g.jsonl:1: request a ");
+        let e = bad(&["{\"output_length\": 4, \"hash_ids\": [1]}\n".to_string()]);
+        assert!(e.starts_with("g.jsonl:1: missing 'request_id'"), "{e}");
+        let e =
+            bad(&["{\"request_id\": \"a\", \"wait_for\": \"b\", \"output_length\": 4, \"hash_ids\": [1]}\n"
+                .to_string()]);
+        assert!(e.starts_with("g.jsonl:1: 'wait_for' must be a list"), "{e}");
+        let e = bad(&[agentic_row("a", None, &[], ", \"tool_wait_ms\": -1")]);
+        assert!(e.starts_with("g.jsonl:1: 'tool_wait_ms' must be a non-negative number"), "{e}");
+        // A Mooncake reader refuses dependencies rather than replaying them out of order.
+        let e = parse_mooncake(agentic_row("b", None, &["a"], "").as_bytes(), "m.jsonl", 512)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("read this file with format agentic_mooncake"), "{e}");
+        // An untimed root is reported; an untimed dependent is not.
+        let text = [
+            agentic_row("a", None, &[], ", \"timestamp\": 5"),
+            agentic_row("b", None, &["a"], ""),
+            agentic_row("c", None, &[], ""),
+        ]
+        .concat();
+        assert_eq!(parse_agentic(text.as_bytes(), "g.jsonl", 512).unwrap().untimed_line, Some(3));
+    }
+
     proptest::proptest! {
         /// Fuzz: any bytes give rows or an error, never a panic.
         #[test]
@@ -599,6 +844,11 @@ mod tests {
         #[test]
         fn mooncake_never_panics_on_json_like_lines(lines in proptest::collection::vec("\\{\"(hash_ids|input_tok_ids|output_length|output_toks|input_length|input_toks|timestamp|arrival_time_ns|session_id|delay)\": ?(\\[[0-9, \"a-]*\\]|-?[0-9.e]{0,12}|\"[a-z]*\"|null|\\{\\})(, ?\"[a-z_]+\": ?[0-9\\[\\]]{0,6})?\\}", 0..6)) {
             let _ = parse_mooncake(lines.join("\n").as_bytes(), "fuzz.jsonl", 512);
+        }
+
+        #[test]
+        fn agentic_never_panics_on_json_like_lines(lines in proptest::collection::vec("\\{\"request_id\": ?\"[a-c]\", ?\"(wait_for|tool_wait_ms|delay|timestamp|session_id|hash_ids|output_length)\": ?(\\[[\"a-c, 0-9]*\\]|-?[0-9.e]{0,8}|\"[a-c]*\"|null)(, ?\"(output_length|hash_ids|wait_for)\": ?(\\[[\"a-c, 0-9]*\\]|[0-9]{1,3}))*\\}", 0..6)) {
+            let _ = parse_agentic(lines.join("\n").as_bytes(), "fuzz.jsonl", 512);
         }
 
         #[test]

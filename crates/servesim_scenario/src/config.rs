@@ -140,6 +140,9 @@ pub enum TraceFormatConfig {
     Mooncake,
     /// `azure_csv` (servesim extension): `TIMESTAMP,ContextTokens,GeneratedTokens`.
     AzureCsv,
+    /// `agentic_mooncake` (Mooncake rows with `request_id` and `wait_for`: a dependency graph
+    /// replayed at its roots' timestamps).
+    AgenticMooncake,
 }
 
 /// `traffic.load`.

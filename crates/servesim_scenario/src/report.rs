@@ -19,6 +19,7 @@ use servesim_core::units::SimTime;
 pub use crate::details::{add_details, Details};
 use crate::scenario::{Prepared, PreparedRole};
 
+mod agentic;
 mod planner;
 
 /// Version of servesim's own `servesim` section in prediction.json.
@@ -576,6 +577,9 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(pl) = planner::section(p, r) {
         section["planner"] = pl;
     }
+    if let Some(a) = agentic::section(p, r) {
+        section["agentic"] = a;
+    }
     if let Some(s) = speculation_section(p, r) {
         section["speculation"] = s;
     }
@@ -838,6 +842,9 @@ pub fn summary_table(p: &Prediction) -> String {
         ));
     }
     for line in planner::summary_lines(&p.json["servesim"]["planner"]) {
+        out.push_str(&line);
+    }
+    if let Some(line) = agentic::summary_line(&p.json["servesim"]["agentic"]) {
         out.push_str(&line);
     }
     for t in p.json["servesim"]["timing"].as_array().into_iter().flatten() {

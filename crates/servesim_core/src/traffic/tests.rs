@@ -203,6 +203,7 @@ fn trace() -> Arc<Trace> {
         output_tokens: 5,
         hash_ids: ids,
         delay: delay.map(SimDur::from_ms),
+        wait_for: Vec::new(),
     };
     Arc::new(Trace::new(
         vec![
@@ -317,4 +318,83 @@ fn a_prompt_pool_repeats_each_prompt_once_a_pass_in_a_fresh_order() {
     assert_eq!(t.pool.as_ref().map(|p| p.entries.len()), Some(12));
     let ids: BTreeSet<u64> = drain(Traffic::new(big, 7)).iter().map(|r| r.prompt[0].id).collect();
     assert_eq!(ids.len(), 12);
+}
+
+/// A root, two rows that wait for it and a join that waits for both, at speedup 2.
+fn dag() -> Arc<Trace> {
+    let row = |ts: u64, session: Option<u32>, delay: u64, wait_for: Vec<u32>| TraceRow {
+        timestamp: SimDur::from_ms(ts),
+        session,
+        input_tokens: 600,
+        output_tokens: 5,
+        hash_ids: vec![1, 2],
+        delay: Some(SimDur::from_ms(delay)),
+        wait_for,
+    };
+    Arc::new(Trace::dag(
+        vec![
+            row(100, Some(0), 0, vec![]),
+            // Waits for the join below it in the file: the graph, not the file, orders rows.
+            row(0, Some(0), 10, vec![3]),
+            row(0, Some(1), 40, vec![0]),
+            row(0, None, 20, vec![0, 2]),
+            row(300, None, 0, vec![]),
+        ],
+        512,
+    ))
+}
+
+#[test]
+fn a_dependency_graph_sends_each_row_after_what_it_waits_for() {
+    let spec = TrafficSpec {
+        source: Source::Trace(dag()),
+        load: Load::TraceTimestamps { speedup: 2.0 },
+        stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+        all_content_shared: false,
+        rate_changes: Vec::new(),
+    };
+    let mut t = Traffic::new(spec, 1);
+    // Roots at their timestamps / 2: row 0 at 50 ms, row 4 at 150 ms; nothing else yet.
+    let root = t.pop_due(SimTime::from_ms(50)).unwrap();
+    assert_eq!(root.session, Some((0, 0)));
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ms(150)));
+    // The root completes at 60 ms: row 3 still waits for row 2, which is sent 40 / 2 ms later.
+    t.on_request_done(SimTime::from_ms(60), root.session, &root.prompt);
+    let b = t.pop_due(SimTime::from_ms(80)).unwrap();
+    assert_eq!((b.arrival, b.session), (SimTime::from_ms(80), Some((1, 0))));
+    let lone = t.pop_due(SimTime::from_ms(150)).unwrap();
+    assert_eq!(lone.session, Some((3, 0)), "a row without a session gets its own after the trace's");
+    // Row 2 completes at 200 ms: the join (row 3) goes 20 / 2 ms after the later dependency.
+    t.on_request_done(SimTime::from_ms(200), b.session, &b.prompt);
+    let join = t.pop_due(SimTime::from_ms(210)).unwrap();
+    assert_eq!((join.arrival, join.session), (SimTime::from_ms(210), Some((2, 0))));
+    assert!(t.next_arrival().is_none());
+    // Row 1, listed second, waits for the join; finishing the lone root releases nothing.
+    t.on_request_done(SimTime::from_ms(220), lone.session, &lone.prompt);
+    assert!(t.next_arrival().is_none());
+    t.on_request_done(SimTime::from_ms(300), join.session, &join.prompt);
+    let last = t.pop_due(SimTime::from_ms(305)).unwrap();
+    assert_eq!((last.arrival, last.session), (SimTime::from_ms(305), Some((0, 1))));
+    assert_eq!(t.generated(), 5);
+    // Every request of the graph is a full prompt of its own hash_ids: the shared blocks match.
+    assert_eq!(last.prompt[0], root.prompt[0]);
+}
+
+#[test]
+fn a_dependency_graph_stops_at_the_request_limit() {
+    let spec = TrafficSpec {
+        source: Source::Trace(dag()),
+        load: Load::TraceTimestamps { speedup: 1.0 },
+        stop: Stop { max_requests: 2, max_sessions: u32::MAX },
+        all_content_shared: false,
+        rate_changes: Vec::new(),
+    };
+    let mut t = Traffic::new(spec, 1);
+    // Requests count once created: the second root is created when the first arrives.
+    let root = t.pop_due(SimTime::from_ms(100)).unwrap();
+    t.on_request_done(SimTime::from_ms(110), root.session, &root.prompt);
+    assert_eq!(t.next_arrival(), Some(SimTime::from_ms(300)), "row 2 is past the limit");
+    let lone = t.pop_due(SimTime::from_ms(300)).unwrap();
+    assert_eq!(lone.session, Some((3, 0)));
+    assert!(t.next_arrival().is_none());
 }

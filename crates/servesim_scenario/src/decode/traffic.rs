@@ -51,7 +51,22 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
         None => Some(d.stop),
     };
     f.finish(cx, &["source", "load", "stop"], "");
-    Some(TrafficConfig { source: source?, load: load?, stop: stop? })
+    let (source, load) = (source?, load?);
+    // A graph's requests start when what they wait for completes, its roots at their
+    // timestamps; a closed loop or a rate has nothing to pace (AISimulate replays agentic
+    // traces at their timestamps too).
+    if matches!(source, SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. })
+        && !matches!(load.kind, LoadKind::TraceTimestamps { .. })
+    {
+        let at = node.get("load").and_then(|l| l.get("type"));
+        cx.domain(
+            &crate::diag::join(path, "load.type"),
+            at.unwrap_or(node),
+            "an agentic_mooncake trace is replayed at its roots' timestamps, each other request when the requests it waits for complete: use load type trace_timestamps (speedup compresses both)",
+        );
+        return None;
+    }
+    Some(TrafficConfig { source, load, stop: stop? })
 }
 
 const SOURCE_KEYS: &[&str] = &[
@@ -175,8 +190,9 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
                 )? {
                     "mooncake" => Some(TraceFormatConfig::Mooncake),
                     "azure_csv" => Some(TraceFormatConfig::AzureCsv),
+                    "agentic_mooncake" => Some(TraceFormatConfig::AgenticMooncake),
                     other => {
-                        cx.unsupported(&p, n, format!("trace format '{other}' is not replayed by servesim yet (mooncake and azure_csv are)"));
+                        cx.unsupported(&p, n, format!("trace format '{other}' is not replayed by servesim yet (mooncake, agentic_mooncake and azure_csv are)"));
                         None
                     }
                 },

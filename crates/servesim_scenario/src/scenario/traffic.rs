@@ -27,7 +27,10 @@ fn parse_trace(
     // The first row decides in one pass; a file that mixes the two kinds is parsed again.
     let unset = |all_token_ids: bool| if all_token_ids { kv_block } else { MOONCAKE_BLOCK_TOKENS };
     let guess = block_size.unwrap_or_else(|| {
-        unset(fmt == TraceFormat::Mooncake && servesim_data::trace::first_row_gives_token_ids(bytes))
+        unset(
+            matches!(fmt, TraceFormat::Mooncake | TraceFormat::AgenticMooncake)
+                && servesim_data::trace::first_row_gives_token_ids(bytes),
+        )
     });
     let parsed = servesim_data::trace::parse(bytes, path, fmt, guess)?;
     let all_token_ids = parsed.token_id_rows > 0 && parsed.token_id_rows == parsed.trace.rows.len();
@@ -71,6 +74,7 @@ fn load_traces(
         let fmt = match format {
             TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
             TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
+            TraceFormatConfig::AgenticMooncake => TraceFormat::AgenticMooncake,
         };
         let (parsed, block) = match parse_trace(&bytes, path, fmt, block_size, kv_block) {
             Ok(x) => x,
@@ -88,16 +92,26 @@ fn load_traces(
             None => hashed_at = Some((path.clone(), block)),
         }
         if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
-            diags.push(problem(format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it (use load type concurrency, or add timestamps)")));
+            let fix = if fmt == TraceFormat::AgenticMooncake {
+                "add a timestamp to every request that waits for nothing"
+            } else {
+                "use load type concurrency, or add timestamps"
+            };
+            diags.push(problem(format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it ({fix})")));
             continue;
         }
-        // Files are replayed as if started together; their sessions stay apart.
+        // Files are replayed as if started together; their sessions stay apart, and a row
+        // waits for rows of its own file.
         let offset = sessions;
+        let row_offset = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         let mut max_session = 0;
         for mut r in parsed.trace.rows {
             if let Some(s) = r.session.as_mut() {
                 *s += offset;
                 max_session = max_session.max(*s + 1);
+            }
+            for d in &mut r.wait_for {
+                *d += row_offset;
             }
             rows.push(r);
         }
@@ -106,7 +120,12 @@ fn load_traces(
     if !diags.is_empty() {
         return Err(config_error(source, diags));
     }
-    Ok(Trace::new(rows, hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b)))
+    let block = hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b);
+    Ok(if format == TraceFormatConfig::AgenticMooncake {
+        Trace::dag(rows, block)
+    } else {
+        Trace::new(rows, block)
+    })
 }
 
 /// A domain error at `path` (a dotted config path), located where it was written.

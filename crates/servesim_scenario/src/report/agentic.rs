@@ -1,0 +1,120 @@
+//! prediction.json's `servesim.agentic` section and the summary's line for it: how long the
+//! plays of a dependency-graph trace took.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use servesim_core::request::Status;
+use servesim_core::sim::RunResult;
+use servesim_core::traffic::{Source, Trace};
+use servesim_core::units::SimTime;
+
+use crate::scenario::Prepared;
+
+/// The plays of a trace: rows joined by `wait_for`, in either direction (union-find).
+fn plays(t: &Trace) -> Vec<usize> {
+    fn root(parent: &mut [usize], mut r: usize) -> usize {
+        while parent[r] != r {
+            parent[r] = parent[parent[r]];
+            r = parent[r];
+        }
+        r
+    }
+    let mut parent: Vec<usize> = (0..t.rows.len()).collect();
+    for (r, row) in t.rows.iter().enumerate() {
+        for &d in &row.wait_for {
+            let (a, b) = (root(&mut parent, r), root(&mut parent, d as usize));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    (0..t.rows.len()).map(|r| root(&mut parent, r)).collect()
+}
+
+/// Requests in the longest chain of `wait_for` (the parser refused cycles).
+fn longest_chain(t: &Trace) -> usize {
+    let n = t.rows.len();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut left: Vec<usize> = t.rows.iter().map(|r| r.wait_for.len()).collect();
+    for (r, row) in t.rows.iter().enumerate() {
+        for &d in &row.wait_for {
+            dependents[d as usize].push(r);
+        }
+    }
+    let mut depth = vec![1usize; n];
+    let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
+    while let Some(r) = ready.pop() {
+        for &d in &dependents[r] {
+            depth[d] = depth[d].max(depth[r] + 1);
+            left[d] -= 1;
+            if left[d] == 0 {
+                ready.push(d);
+            }
+        }
+    }
+    depth.into_iter().max().unwrap_or(0)
+}
+
+/// A replayed dependency graph: its shape, and each play's time from its first request's
+/// arrival to its last request's last token (plays every request of which completed).
+pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let Source::Trace(t) = &p.traffic.source else { return None };
+    if !t.dag {
+        return None;
+    }
+    let play_of = plays(t);
+    let row_of: BTreeMap<(u32, u32), usize> =
+        t.row_keys().into_iter().enumerate().map(|(r, k)| (k, r)).collect();
+    let mut rows_per_play: BTreeMap<usize, usize> = BTreeMap::new();
+    for &pl in &play_of {
+        *rows_per_play.entry(pl).or_default() += 1;
+    }
+    // Per play: requests sent, requests completed, first arrival, last token.
+    let mut seen: BTreeMap<usize, (usize, usize, SimTime, SimTime)> = BTreeMap::new();
+    for rec in r.records.iter() {
+        let Some(row) = rec.session.and_then(|k| row_of.get(&k)) else { continue };
+        let e = seen.entry(play_of[*row]).or_insert((0, 0, SimTime::MAX, SimTime::ZERO));
+        e.0 += 1;
+        e.2 = e.2.min(rec.arrival);
+        if rec.status == Status::Completed {
+            e.1 += 1;
+            e.3 = e.3.max(rec.stamps.last_token);
+        }
+    }
+    let mut durations: Vec<f64> = seen
+        .iter()
+        .filter(|(pl, s)| s.1 == rows_per_play[*pl])
+        .map(|(_, s)| (s.3 - s.2).as_ms_f64())
+        .collect();
+    durations.sort_by(f64::total_cmp);
+    let d = servesim_core::metrics::dist(&durations);
+    Some(json!({
+        "plays": rows_per_play.len(),
+        "started_plays": seen.len(),
+        "completed_plays": durations.len(),
+        "requests": t.rows.len(),
+        "dependent_requests": t.rows.iter().filter(|r| !r.wait_for.is_empty()).count(),
+        "joins": t.rows.iter().filter(|r| r.wait_for.len() > 1).count(),
+        "longest_chain_requests": longest_chain(t),
+        "play_duration_ms": {
+            "mean": d.mean, "median": d.median, "p90": d.p90, "p99": d.p99, "max": d.max,
+        },
+    }))
+}
+
+/// The summary line of a replayed dependency graph.
+pub(super) fn summary_line(a: &Value) -> Option<String> {
+    let plays = a["plays"].as_u64()?;
+    let done = a["completed_plays"].as_u64().unwrap_or(0);
+    let d = &a["play_duration_ms"];
+    let s = |k: &str| d[k].as_f64().unwrap_or(0.0) / 1e3;
+    let finished = if done == plays { "all completed".to_string() } else { format!("{done} completed") };
+    Some(format!(
+        "agentic plays: {plays} ({finished}), first request to last token mean {:.1} s, p90 {:.1} s, max {:.1} s; {} of {} requests sent after what they wait for, longest chain {}\n",
+        s("mean"),
+        s("p90"),
+        s("max"),
+        a["dependent_requests"],
+        a["requests"],
+        a["longest_chain_requests"],
+    ))
+}

@@ -1,0 +1,124 @@
+//! Agentic dependency-graph replay, end to end: every request waits for what the trace says it
+//! waits for, plays are reported, and what cannot be replayed is refused with its place named.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use servesim_data::trace::{parse, TraceFormat};
+use servesim_tests::{config_refusal, predict_file_with, repo_root};
+
+const SCENARIO: &str = "tests/scenarios/agentic_coding_vllm.yaml";
+const TRACE: &str = "tests/fixtures/traces/agentic_coding.jsonl";
+
+fn trace() -> servesim_core::traffic::Trace {
+    let bytes = std::fs::read(repo_root().join(TRACE)).unwrap();
+    parse(&bytes, TRACE, TraceFormat::AgenticMooncake, 512).unwrap().trace
+}
+
+/// Checks, for every request of a run of `copies` copies of the trace at `speedup`, that it
+/// arrived exactly its delay (over the speedup) after the last of its dependencies' last
+/// tokens, and a root at its timestamp; returns the number of requests checked.
+fn check_order(p: &servesim_scenario::Prediction, copies: usize, speedup: f64) -> usize {
+    let t = trace();
+    let keys = t.row_keys();
+    let sessions = keys.iter().map(|k| k.0).max().unwrap() + 1;
+    // Row of (file copy, key): a later file's sessions come after the earlier files'.
+    let mut rec: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
+    for r in p.requests.iter() {
+        let s: u32 = r.session_id.as_deref().unwrap().strip_prefix("session_").unwrap().parse().unwrap();
+        let (copy, s) = ((s / sessions) as usize, s % sessions);
+        let row = keys.iter().position(|k| *k == (s, r.turn_index.unwrap())).unwrap();
+        rec.insert((copy, row), (r.arrival_time_ms, r.last_token_ms.expect("every request completes")));
+    }
+    assert_eq!(rec.len(), copies * t.rows.len(), "every row is sent once");
+    for ((copy, row), (arrival, _)) in &rec {
+        let r = &t.rows[*row];
+        let expected = if r.wait_for.is_empty() {
+            r.timestamp.as_ms_f64() / speedup
+        } else {
+            let last = r.wait_for.iter().map(|d| rec[&(*copy, *d as usize)].1).fold(0.0, f64::max);
+            last + r.delay.unwrap().as_ms_f64() / speedup
+        };
+        assert!(
+            (arrival - expected).abs() < 1e-3,
+            "row {row} of copy {copy}: arrived {arrival} ms, expected {expected} ms"
+        );
+    }
+    rec.len()
+}
+
+#[test]
+fn every_request_is_sent_when_what_it_waits_for_has_completed() {
+    let p = predict_file_with(SCENARIO, &[]).unwrap();
+    assert_eq!(check_order(&p, 1, 1.0), 340);
+    let a = &p.json["servesim"]["agentic"];
+    assert_eq!((a["plays"].as_u64(), a["completed_plays"].as_u64()), (Some(12), Some(12)));
+    assert_eq!((a["requests"].as_u64(), a["dependent_requests"].as_u64()), (Some(340), Some(328)));
+    assert_eq!(a["longest_chain_requests"].as_u64(), Some(30));
+    // A play's longest chain waits its tool calls and client delays in turn: no play can be
+    // quicker than the sum along its chain, and the longest play is longer than any chain's.
+    let t = trace();
+    let mut chain_wait = vec![0.0f64; t.rows.len()];
+    let mut order: Vec<usize> = (0..t.rows.len()).collect();
+    // Rows in the fixture wait only for earlier rows, so file order is a topological order.
+    order.sort_unstable();
+    for r in order {
+        let row = &t.rows[r];
+        assert!(row.wait_for.iter().all(|d| (*d as usize) < r));
+        let before = row.wait_for.iter().map(|d| chain_wait[*d as usize]).fold(0.0, f64::max);
+        chain_wait[r] = before + row.delay.map_or(0.0, |d| d.as_ms_f64());
+    }
+    let longest_wait = chain_wait.iter().copied().fold(0.0, f64::max);
+    assert!(a["play_duration_ms"]["max"].as_f64().unwrap() > longest_wait);
+    let summary = servesim_scenario::report::summary_table(&p);
+    assert!(summary.contains("agentic plays: 12 (all completed)"), "{summary}");
+}
+
+#[test]
+fn speedup_compresses_roots_and_waits_and_files_keep_their_own_graphs() {
+    let p = predict_file_with(SCENARIO, &["traffic.load.speedup=2"]).unwrap();
+    check_order(&p, 1, 2.0);
+    let slow = predict_file_with(SCENARIO, &[]).unwrap();
+    let mean = |p: &servesim_scenario::Prediction| {
+        p.json["servesim"]["agentic"]["play_duration_ms"]["mean"].as_f64().unwrap()
+    };
+    assert!(mean(&p) < mean(&slow), "{} vs {}", mean(&p), mean(&slow));
+    // The same file twice: two graphs side by side, each row waiting for its own file's rows.
+    let two = format!("traffic.source.paths=[{0}, {0}]", "../fixtures/traces/agentic_coding.jsonl");
+    let p = predict_file_with(SCENARIO, &[two.as_str()]).unwrap();
+    assert_eq!(check_order(&p, 2, 1.0), 680);
+    assert_eq!(p.json["servesim"]["agentic"]["plays"].as_u64(), Some(24));
+}
+
+#[test]
+fn a_request_limit_stops_the_graph_without_waiting_for_rows_never_sent() {
+    let p = predict_file_with(SCENARIO, &["traffic.stop.requests=40"]).unwrap();
+    assert_eq!(p.json["num_requests"].as_u64(), Some(40));
+    assert_eq!(p.json["completed_requests"].as_u64(), Some(40));
+    let a = &p.json["servesim"]["agentic"];
+    assert!(a["completed_plays"].as_u64().unwrap() < a["started_plays"].as_u64().unwrap());
+}
+
+#[test]
+fn what_an_agentic_replay_cannot_do_is_refused_with_its_place() {
+    let e = config_refusal(SCENARIO, &["traffic.load={type: concurrency, concurrency: 4}"]);
+    assert!(e.contains("traffic.load.type") && e.contains("use load type trace_timestamps"), "{e}");
+    // Read as plain Mooncake, the dependencies are refused, naming the file and line.
+    let e = config_refusal(SCENARIO, &["traffic.source.format=mooncake"]);
+    assert!(e.contains("traffic.source.paths[0]") && e.contains("agentic_coding.jsonl:2:"), "{e}");
+    assert!(e.contains("format agentic_mooncake"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_lanes=4"]);
+    assert!(e.contains("traffic.load.agentic_lanes"), "{e}");
+}
+
+#[test]
+fn the_order_holds_on_sglang_and_across_a_disaggregated_handover() {
+    let p = predict_file_with("tests/scenarios/agentic_coding_sglang.yaml", &[]).unwrap();
+    assert_eq!(check_order(&p, 1, 8.0), 340);
+    let pool = &p.json["servesim"]["planner"]["pools"][0];
+    assert!(pool["scale_ups"].as_u64().unwrap() >= 1, "the planner grows the pool under the plays");
+    let p = predict_file_with("tests/scenarios/agentic_coding_pd_trtllm.yaml", &[]).unwrap();
+    assert_eq!(check_order(&p, 1, 1.0), 340);
+    assert!(p.requests.iter().all(|r| r.prefill_worker_idx.is_some()), "every request went through prefill");
+}
