@@ -173,6 +173,34 @@ impl Trace {
         Trace { dag: true, ..Trace::new(rows, block_size) }
     }
 
+    /// In a dependency graph, the requests of its longest chain of `wait_for` (by Kahn's
+    /// order; rows on a cycle, which the caller should have refused, are left out).
+    #[must_use]
+    pub fn longest_chain(&self) -> usize {
+        let n = self.rows.len();
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut left: Vec<usize> = self.rows.iter().map(|r| r.wait_for.len()).collect();
+        for (r, row) in self.rows.iter().enumerate() {
+            for &d in &row.wait_for {
+                if let Some(ds) = dependents.get_mut(d as usize) {
+                    ds.push(r);
+                }
+            }
+        }
+        let mut depth = vec![1usize; n];
+        let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
+        while let Some(r) = ready.pop() {
+            for &d in &dependents[r] {
+                depth[d] = depth[d].max(depth[r] + 1);
+                left[d] -= 1;
+                if left[d] == 0 {
+                    ready.push(d);
+                }
+            }
+        }
+        (0..n).filter(|r| left[*r] == 0).map(|r| depth[r]).max().unwrap_or(0)
+    }
+
     /// In a dependency graph, the (session, position in the session) each row's request
     /// carries, in row order: a row without a session gets one of its own, numbered after the
     /// trace's sessions; positions follow file order.

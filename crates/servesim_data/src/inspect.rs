@@ -625,25 +625,6 @@ fn dag_summary(t: &servesim_core::traffic::Trace) -> String {
     let roots = t.rows.iter().filter(|r| r.wait_for.is_empty()).count();
     let trajectories: BTreeSet<u32> = t.rows.iter().filter_map(|r| r.session).collect();
     let fan_in = t.rows.iter().filter(|r| r.wait_for.len() > 1).count();
-    // Chain depth by Kahn's order (the parser refused cycles).
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut left: Vec<usize> = t.rows.iter().map(|r| r.wait_for.len()).collect();
-    for (r, row) in t.rows.iter().enumerate() {
-        for &d in &row.wait_for {
-            dependents[d as usize].push(r);
-        }
-    }
-    let mut depth = vec![1usize; n];
-    let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
-    while let Some(r) = ready.pop() {
-        for &d in &dependents[r] {
-            depth[d] = depth[d].max(depth[r] + 1);
-            left[d] -= 1;
-            if left[d] == 0 {
-                ready.push(d);
-            }
-        }
-    }
     let waits: Vec<f64> = t
         .rows
         .iter()
@@ -655,7 +636,7 @@ fn dag_summary(t: &servesim_core::traffic::Trace) -> String {
         "dependencies: {roots} roots start at their timestamps, {} requests wait for others ({fan_in} for several: joins), {} trajectories, longest chain {} requests; mean delay + tool wait after dependencies {mean_wait:.0} ms",
         n - roots,
         trajectories.len(),
-        depth.iter().max().unwrap_or(&0),
+        t.longest_chain(),
     )
 }
 

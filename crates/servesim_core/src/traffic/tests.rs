@@ -353,6 +353,8 @@ fn a_dependency_graph_sends_each_row_after_what_it_waits_for() {
         all_content_shared: false,
         rate_changes: Vec::new(),
     };
+    // Row 0, then 2, then the join 3, then row 1.
+    assert_eq!(dag().longest_chain(), 4);
     let mut t = Traffic::new(spec, 1);
     // Roots at their timestamps / 2: row 0 at 50 ms, row 4 at 150 ms; nothing else yet.
     let root = t.pop_due(SimTime::from_ms(50)).unwrap();

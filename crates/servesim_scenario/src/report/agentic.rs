@@ -30,30 +30,6 @@ fn plays(t: &Trace) -> Vec<usize> {
     (0..t.rows.len()).map(|r| root(&mut parent, r)).collect()
 }
 
-/// Requests in the longest chain of `wait_for` (the parser refused cycles).
-fn longest_chain(t: &Trace) -> usize {
-    let n = t.rows.len();
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut left: Vec<usize> = t.rows.iter().map(|r| r.wait_for.len()).collect();
-    for (r, row) in t.rows.iter().enumerate() {
-        for &d in &row.wait_for {
-            dependents[d as usize].push(r);
-        }
-    }
-    let mut depth = vec![1usize; n];
-    let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
-    while let Some(r) = ready.pop() {
-        for &d in &dependents[r] {
-            depth[d] = depth[d].max(depth[r] + 1);
-            left[d] -= 1;
-            if left[d] == 0 {
-                ready.push(d);
-            }
-        }
-    }
-    depth.into_iter().max().unwrap_or(0)
-}
-
 /// A replayed dependency graph: its shape, and each play's time from its first request's
 /// arrival to its last request's last token (plays every request of which completed).
 pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
@@ -94,7 +70,7 @@ pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
         "requests": t.rows.len(),
         "dependent_requests": t.rows.iter().filter(|r| !r.wait_for.is_empty()).count(),
         "joins": t.rows.iter().filter(|r| r.wait_for.len() > 1).count(),
-        "longest_chain_requests": longest_chain(t),
+        "longest_chain_requests": t.longest_chain(),
         "play_duration_ms": {
             "mean": d.mean, "median": d.median, "p90": d.p90, "p99": d.p99, "max": d.max,
         },
