@@ -66,6 +66,25 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             pool["worker_seconds"].as_f64().unwrap_or(0.0)
         );
     }
+    let a = &extra["agentic"];
+    if a.is_object() {
+        let d = &a["play_duration_ms"];
+        out += &format!(
+            "agentic: {} plays, {} completed, play ms mean {:.3} p90 {:.3} max {:.3}\n",
+            a["plays"],
+            a["completed_plays"],
+            d["mean"].as_f64().unwrap_or(0.0),
+            d["p90"].as_f64().unwrap_or(0.0),
+            d["max"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for (key, band) in extra["uncertainty"]["figures"].as_object().into_iter().flatten() {
+        out += &format!(
+            "band {key}: {:.4} - {:.4}\n",
+            band["min"].as_f64().unwrap_or(0.0),
+            band["max"].as_f64().unwrap_or(0.0)
+        );
+    }
     if let Some(g) = s.goodput {
         out += &format!(
             "goodput: {} requests, {:.4} req/s, {:.2} output tok/s\n",
@@ -122,6 +141,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
     ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
+    ("uncertainty_vllm_poisson", "tests/scenarios/uncertainty_vllm_poisson.yaml"),
 ];
 
 #[test]

@@ -236,6 +236,25 @@ test('speculative decoding set in the form runs, is summarised, and equals the C
   await page.close();
 });
 
+test('an uncertainty band set in the form replays every seed in the worker and equals the CLI on threads', async () => {
+  const page = await openPage();
+  await waitDone(page);
+  assert.equal(await page.textContent('#uncertainty'), 'off');
+  await page.fill('#f-evaluation-uncertainty-seeds', '4');
+  await page.press('#f-evaluation-uncertainty-seeds', 'Tab');
+  assert.match(await page.inputValue('#scenario-yaml'), /uncertainty:[\s{]*seeds: 4/);
+  await runAfter(page, () => page.click('#run'));
+  const dir = scratchDir('band-');
+  writeFileSync(join(dir, 'scenario.yaml'), await page.inputValue('#scenario-yaml'));
+  execFileSync(BIN, ['predict', '-c', join(dir, 'scenario.yaml'), '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
+  assert.equal(await page.textContent('#prediction-json'), cli);
+  const f = JSON.parse(cli).servesim.uncertainty.figures;
+  assert.equal(await page.textContent('#uncertainty'),
+    `4 seeds · TTFT p90 ${f.p90_ttft_ms.min.toFixed(1)}–${f.p90_ttft_ms.max.toFixed(1)} ms · TPOT p90 ${f.p90_tpot_ms.min.toFixed(2)}–${f.p90_tpot_ms.max.toFixed(2)} ms · ${f.request_throughput_rps.min.toFixed(3)}–${f.request_throughput_rps.max.toFixed(3)} req/s`);
+  await page.close();
+});
+
 test('an invalid scenario shows every problem and the app stays usable', async () => {
   const page = await openPage();
   await waitDone(page);

@@ -85,7 +85,7 @@ pub const FRONTEND: [Field; 4] = [
 ];
 
 /// Traffic, router, SLA and autoscaling fields (full paths).
-pub const TRAFFIC: [Field; 16] = [
+pub const TRAFFIC: [Field; 17] = [
     field("traffic.source.type", "Source", Kind::Choice(&["synthetic", "synthetic-session", "trace"])),
     field("traffic.source.input_tokens", "Input tokens", Kind::Int),
     field("traffic.source.output_tokens", "Output tokens", Kind::Int),
@@ -117,6 +117,7 @@ pub const TRAFFIC: [Field; 16] = [
     field("evaluation.sla.itl_ms", "SLA ITL (ms)", Kind::Float),
     field("planner.policy", "Autoscaling (planner)", Kind::Choice(&["disabled", "enabled"])),
     field("planner.max_num_gpus", "Planner max GPUs", Kind::Int),
+    field("evaluation.uncertainty.seeds", "Uncertainty band (seeds)", Kind::Int),
 ];
 
 /// What a field shows for the value at its path: the text to edit, or `None` when the value

@@ -765,25 +765,37 @@ fn run(
         Ok(e) => post(FromWorker::Estimate { id, estimate: Some(to_pretty_json(&e.to_json())), note: None }),
         Err(e) => post(FromWorker::Estimate { id, estimate: None, note: Some(e.to_string()) }),
     }
-    let mut sim = prepared.start();
+    // An uncertainty band's replays follow the scenario's own, one after another; progress
+    // counts the requests of all of them.
+    let replays = 1 + servesim_scenario::uncertainty::further_replays(&prepared) as u64;
     let mut last_post = f64::NEG_INFINITY;
-    loop {
-        let p = sim.run_slice(SLICE_EVENTS).map_err(|e| ScenarioError::Run { message: e.to_string() })?;
-        let t = now_ms();
-        if p.stopped.is_some() || t - last_post >= PROGRESS_EVERY_MS {
-            post(FromWorker::Progress {
-                id,
-                finished: p.finished_requests,
-                total: p.total_requests,
-                sim_ms: p.now.as_ms_f64(),
-            });
-            last_post = t;
+    let mut replay = |run: &servesim_scenario::scenario::Prepared, k: u64| {
+        let mut sim = run.start();
+        loop {
+            let p = sim.run_slice(SLICE_EVENTS).map_err(|e| ScenarioError::Run { message: e.to_string() })?;
+            let t = now_ms();
+            if p.stopped.is_some() || t - last_post >= PROGRESS_EVERY_MS {
+                post(FromWorker::Progress {
+                    id,
+                    finished: k * p.total_requests + p.finished_requests,
+                    total: replays * p.total_requests,
+                    sim_ms: p.now.as_ms_f64(),
+                });
+                last_post = t;
+            }
+            if p.stopped.is_some() {
+                return Ok::<_, ScenarioError>(run.finish(sim));
+            }
         }
-        if p.stopped.is_some() {
-            break;
-        }
+    };
+    let mut prediction = replay(&prepared, 0)?;
+    let mut others = Vec::new();
+    for k in 1..replays {
+        #[allow(clippy::cast_possible_truncation)] // At most 64 replays.
+        let v = servesim_scenario::uncertainty::variant(&prepared, k as usize);
+        others.push(replay(&v, k)?.json);
     }
-    let prediction = prepared.finish(sim);
+    servesim_scenario::uncertainty::attach(&mut prediction.json, &prepared, &others);
     let time = servesim_scenario::details::time_lines(&servesim_scenario::details::time_details(
         &prepared,
         &prediction,

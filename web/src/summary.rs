@@ -216,6 +216,27 @@ pub fn agentic(p: &Value) -> String {
     )
 }
 
+/// An uncertainty band as text: the replays and the range of the headline figures over them
+/// (`off` when the run has none).
+#[must_use]
+pub fn uncertainty(p: &Value) -> String {
+    let u = &p["servesim"]["uncertainty"];
+    let Some(runs) = u["runs"].as_u64() else { return "off".into() };
+    let f = &u["figures"];
+    let band = |k: &str, digits: usize| {
+        format!("{}–{}", fmt_num(&f[k]["min"], digits), fmt_num(&f[k]["max"], digits))
+    };
+    let spread = u["acceptance_rate_spread"]
+        .as_f64()
+        .map_or(String::new(), |s| format!(", acceptance ±{:.0}%", 100.0 * s));
+    format!(
+        "{runs} seeds{spread} · TTFT p90 {} ms · TPOT p90 {} ms · {} req/s",
+        band("p90_ttft_ms", 1),
+        band("p90_tpot_ms", 2),
+        band("request_throughput_rps", 3)
+    )
+}
+
 /// The summary of a finished run.
 #[component]
 pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
@@ -228,6 +249,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     <dt>"GPUs"</dt><dd id="gpus">{with(gpus)}</dd>
                     <dt>"Autoscaling"</dt><dd id="autoscaling">{with(autoscaling)}</dd>
                     <dt>"Agentic plays"</dt><dd id="agentic">{with(agentic)}</dd>
+                    <dt>"Uncertainty band"</dt><dd id="uncertainty">{with(uncertainty)}</dd>
                     <dt>"SLA attainment"</dt><dd id="sla-attainment">{with(attainment)}</dd>
                     <dt>"Goodput"</dt><dd id="goodput">{with(|p| match p["goodput_request_throughput_rps"].as_f64() {
                         Some(_) => format!("{} req/s · {} output tok/s", fmt_num(&p["goodput_request_throughput_rps"], 3), fmt_num(&p["goodput_output_throughput_tok_s"], 1)),
@@ -323,6 +345,16 @@ mod tests {
         assert_eq!(host_tier(&p), "none");
         assert_eq!(autoscaling(&p), "off");
         assert_eq!(agentic(&p), "none");
+        assert_eq!(uncertainty(&p), "off");
+        let banded = serde_json::json!({"servesim": {"uncertainty": {"runs": 8, "figures": {
+            "p90_ttft_ms": {"min": 158.2, "max": 208.63},
+            "p90_tpot_ms": {"min": 10.021, "max": 12.456},
+            "request_throughput_rps": {"min": 5.1061, "max": 5.8843}
+        }}}});
+        assert_eq!(
+            uncertainty(&banded),
+            "8 seeds · TTFT p90 158.2–208.6 ms · TPOT p90 10.02–12.46 ms · 5.106–5.884 req/s"
+        );
         let graph: Value =
             serde_json::from_str(include_str!("../../tests/golden/agentic_coding_vllm.prediction.json"))
                 .unwrap();

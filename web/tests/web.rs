@@ -136,6 +136,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/scenarios/agentic_coding_vllm.yaml"),
             include_str!("../../tests/golden/agentic_coding_vllm.prediction.json"),
         ),
+        (
+            include_str!("../../tests/scenarios/uncertainty_vllm_poisson.yaml"),
+            include_str!("../../tests/golden/uncertainty_vllm_poisson.prediction.json"),
+        ),
     ];
     let files = data();
     // The agentic scenario's trace, as the page holds a dropped file.

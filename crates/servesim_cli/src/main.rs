@@ -11,7 +11,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand, ValueEnum};
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::report::{add_details, summary_table, to_pretty_json, Details};
-use servesim_scenario::scenario::{parse_with_overrides, prepare};
+use servesim_scenario::scenario::{parse_with_overrides, prepare, Prepared};
 use servesim_scenario::{Files, Override, ScenarioError};
 
 /// `println!` that ends quietly when stdout is closed (`servesim ... | head`) instead of panicking.
@@ -732,6 +732,56 @@ pub(crate) fn load_config(
     Ok((source, root, catalog))
 }
 
+/// An uncertainty band's further replays (`evaluation.uncertainty`), on every core, each
+/// thread preparing its own: the replays are independent, so the band is the same on any
+/// number of threads.
+fn add_bands(
+    prepared: &Prepared,
+    again: &(dyn Fn() -> Result<Prepared, ScenarioError> + Sync),
+    prediction: &mut servesim_scenario::Prediction,
+) -> Result<(), Failure> {
+    use servesim_scenario::uncertainty::{further_replays, variant};
+    let n = further_replays(prepared);
+    if n == 0 {
+        return Ok(());
+    }
+    let show = std::io::stderr().is_terminal();
+    let progress = |done: usize, n: usize| {
+        if show {
+            eprint!("\runcertainty band: {}/{} replays   ", done + 1, n + 1);
+        }
+    };
+    let runs = servesim_scenario::parallel::map(
+        n,
+        jobs_or_cores(None),
+        &|i| again().and_then(|p| variant(&p, i + 1).run_once()).map(|p| p.json).map_err(|e| e.to_string()),
+        &progress,
+    );
+    if show {
+        eprintln!();
+    }
+    let mut others = Vec::with_capacity(runs.len());
+    for (i, r) in runs.into_iter().enumerate() {
+        let seed = prepared.seed.wrapping_add(i as u64 + 1);
+        match r {
+            Some(Ok(json)) => others.push(json),
+            Some(Err(e)) => {
+                return Err(Failure { code: 1, message: format!("run failed (seed {seed}): {e}") })
+            }
+            None => {
+                return Err(Failure {
+                    code: 1,
+                    message: format!(
+                        "the replay of seed {seed} panicked: a bug in servesim (its message is above)"
+                    ),
+                })
+            }
+        }
+    }
+    servesim_scenario::uncertainty::attach(&mut prediction.json, prepared, &others);
+    Ok(())
+}
+
 fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> Result<(), Failure> {
     let Options { overwrite, format, capture, seed, details, ref data_dir } = *opts;
     let started = Instant::now();
@@ -779,6 +829,7 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
         eprintln!();
     }
     let mut prediction = prepared.finish(sim);
+    add_bands(&prepared, &|| prepare(&root, &source, &catalog, seed, &files), &mut prediction)?;
     add_details(&prepared, &mut prediction, details);
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
 

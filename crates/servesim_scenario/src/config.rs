@@ -601,4 +601,19 @@ pub struct RouterConfig {
 pub struct EvaluationConfig {
     /// `sla`.
     pub sla: Sla,
+    /// `uncertainty` (servesim extension): replays of other seeds and acceptance rates that
+    /// bound the figures.
+    pub uncertainty: Option<UncertaintyConfig>,
+}
+
+/// `evaluation.uncertainty`: the scenario replayed with `seeds` root seeds (its own first,
+/// then the next ones), which redraws arrivals, lengths, frontend delays and acceptance
+/// draws; with `acceptance_rate_spread`, each further replay also scales speculative
+/// decoding's acceptance by a factor spread evenly over `1 ± spread`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UncertaintyConfig {
+    /// `seeds` (2–64).
+    pub seeds: u32,
+    /// `acceptance_rate_spread` (0–0.5; 0 by default).
+    pub acceptance_rate_spread: f64,
 }

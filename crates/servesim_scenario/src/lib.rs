@@ -22,6 +22,7 @@ pub mod perfdata;
 pub mod recommend;
 pub mod report;
 pub mod scenario;
+pub mod uncertainty;
 pub mod validate;
 
 pub use report::Prediction;

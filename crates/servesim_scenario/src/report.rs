@@ -847,6 +847,9 @@ pub fn summary_table(p: &Prediction) -> String {
     if let Some(line) = agentic::summary_line(&p.json["servesim"]["agentic"]) {
         out.push_str(&line);
     }
+    for line in crate::uncertainty::summary_lines(&p.json["servesim"]["uncertainty"]) {
+        out.push_str(&line);
+    }
     for t in p.json["servesim"]["timing"].as_array().into_iter().flatten() {
         out.push_str(&timing_line(t));
         out.push('\n');

@@ -3,7 +3,7 @@
 
 use servesim_core::metrics::Sla;
 
-use crate::config::{Config, EvaluationConfig, PlannerConfig, RouterConfig, RouterPolicy};
+use crate::config::{Config, EvaluationConfig, PlannerConfig, RouterConfig, RouterPolicy, UncertaintyConfig};
 use crate::diag::{boolean, choice, int_in, number_in, positive, string, u32_in, Cx, Fields};
 use crate::node::{Node, Value};
 
@@ -61,6 +61,16 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
         "",
     );
     let (engine, traffic, router, evaluation) = (engine?, traffic?, router?, evaluation?);
+    if evaluation.uncertainty.is_some_and(|u| u.acceptance_rate_spread > 0.0)
+        && engine.speculation == crate::config::SpeculationConfig::Off
+    {
+        let path = "evaluation.uncertainty.acceptance_rate_spread";
+        let mut at = root;
+        for k in path.split('.') {
+            at = at.get(k).unwrap_or(at);
+        }
+        cx.domain(path, at, "spreads speculative decoding's acceptance, and engine.speculation is off");
+    }
     if cx.diags.len() > before {
         return None;
     }
@@ -304,8 +314,36 @@ fn decode_evaluation(node: &Node, path: &str, cx: &mut Cx) -> Option<EvaluationC
         Some((n, p)) => decode_sla(n, &p, cx),
         None => Some(Sla::default()),
     };
-    f.finish(cx, &["sla"], "");
-    Some(EvaluationConfig { sla: sla? })
+    let uncertainty = match f.take("uncertainty") {
+        Some((n, p)) => decode_uncertainty(n, &p, cx).map(Some),
+        None => Some(None),
+    };
+    f.finish(cx, &["sla", "uncertainty"], "");
+    Some(EvaluationConfig { sla: sla?, uncertainty: uncertainty? })
+}
+
+/// Most replays an uncertainty band runs (each a full replay of the scenario).
+pub(crate) const MAX_UNCERTAINTY_SEEDS: u32 = 64;
+
+fn decode_uncertainty(node: &Node, path: &str, cx: &mut Cx) -> Option<UncertaintyConfig> {
+    let mut f = Fields::of(node, path, cx)?;
+    let seeds = match f.take("seeds") {
+        Some((n, p)) => u32_in(n, &p, cx, 2, MAX_UNCERTAINTY_SEEDS),
+        None => {
+            cx.schema(
+                &join_path(path, "seeds"),
+                node,
+                "required: how many seeds to replay (2-64), e.g. seeds: 8",
+            );
+            None
+        }
+    };
+    let spread = match f.take("acceptance_rate_spread") {
+        Some((n, p)) => number_in(n, &p, cx, 0.0, 0.5),
+        None => Some(0.0),
+    };
+    f.finish(cx, &["seeds", "acceptance_rate_spread"], "");
+    Some(UncertaintyConfig { seeds: seeds?, acceptance_rate_spread: spread? })
 }
 
 fn decode_sla(node: &Node, path: &str, cx: &mut Cx) -> Option<Sla> {

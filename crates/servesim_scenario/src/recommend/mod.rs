@@ -678,6 +678,8 @@ mod tests {
         assert!(e("a: {range: {min: 1, max: 1000}}\nb: {range: {min: 1, max: 1000}}").contains("more than"));
         assert!(e("planner: {policy: enabled}").contains("planner.policy"));
         assert!(spec("planner: {policy: disabled}").is_ok());
+        assert!(e("evaluation: {uncertainty: {seeds: 4}}").contains("evaluation.uncertainty"));
+        assert!(spec("evaluation: {sla: {ttft_ms: 500}}").is_ok());
     }
 
     #[test]

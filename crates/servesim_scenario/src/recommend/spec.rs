@@ -286,6 +286,16 @@ pub fn parse_spec(root: &Node, source: &str, catalog: &Catalog) -> Result<Spec, 
                      (run the chosen config with the planner in servesim predict)",
                 ));
             }
+            // Each candidate is one replay; bands of many would multiply the search's cost.
+            "evaluation" if v.get("uncertainty").is_some() => {
+                return Err(spec_error(
+                    source,
+                    "evaluation.uncertainty",
+                    &v.get("uncertainty").map_or_else(|| o.clone(), |u| u.origin.clone()),
+                    "recommend ranks one replay per candidate; uncertainty bands are not searched \
+                     (run the chosen config with them in servesim predict)",
+                ));
+            }
             _ => base_entries.push((k.clone(), o.clone(), v.clone())),
         }
     }

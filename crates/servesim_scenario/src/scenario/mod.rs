@@ -750,11 +750,25 @@ impl Prepared {
         report::build(self, sim.into_result())
     }
 
-    /// Runs the scenario to completion.
+    /// Runs the scenario to completion, with its uncertainty band's further replays when it
+    /// asks for them ([`crate::uncertainty`]).
+    ///
+    /// # Errors
+    /// [`ScenarioError::Run`] when a simulation fails.
+    pub fn run(&self) -> Result<Prediction, ScenarioError> {
+        let mut prediction = self.run_once()?;
+        let others = (1..=crate::uncertainty::further_replays(self))
+            .map(|k| crate::uncertainty::variant(self, k).run_once().map(|p| p.json))
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::uncertainty::attach(&mut prediction.json, self, &others);
+        Ok(prediction)
+    }
+
+    /// Runs the scenario to completion once, at its own seed (no uncertainty band).
     ///
     /// # Errors
     /// [`ScenarioError::Run`] when the simulation fails.
-    pub fn run(&self) -> Result<Prediction, ScenarioError> {
+    pub fn run_once(&self) -> Result<Prediction, ScenarioError> {
         let mut sim = self.start();
         sim.run().map_err(|e| ScenarioError::Run { message: e.to_string() })?;
         Ok(self.finish(sim))
