@@ -108,8 +108,51 @@ fn what_an_agentic_replay_cannot_do_is_refused_with_its_place() {
     let e = config_refusal(SCENARIO, &["traffic.source.format=mooncake"]);
     assert!(e.contains("traffic.source.paths[0]") && e.contains("agentic_coding.jsonl:2:"), "{e}");
     assert!(e.contains("format agentic_mooncake"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_lanes=4"]);
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={seed: 3}"]);
+    assert!(e.contains("traffic.load.agentic_snapshot"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_lanes=0"]);
     assert!(e.contains("traffic.load.agentic_lanes"), "{e}");
+    // Lanes hold plays: a plain trace has none.
+    let e = config_refusal(
+        "tests/scenarios/trace_azure_conv.yaml",
+        &["traffic.load.agentic_lanes=2", "traffic.stop.requests=10"],
+    );
+    assert!(e.contains("traffic.load.agentic_lanes") && e.contains("agentic_mooncake"), "{e}");
+}
+
+#[test]
+fn lanes_hold_plays_apart_and_as_many_lanes_as_plays_change_nothing() {
+    let free = predict_file_with(SCENARIO, &[]).unwrap();
+    let wide = predict_file_with(SCENARIO, &["traffic.load.agentic_lanes=12"]).unwrap();
+    assert_eq!(
+        servesim_scenario::report::to_pretty_json(&wide.json),
+        servesim_scenario::report::to_pretty_json(&free.json),
+        "each play of the fixture has one root, so twelve lanes are no limit"
+    );
+    for lanes in [1usize, 3] {
+        let p = predict_file_with(SCENARIO, &[&format!("traffic.load.agentic_lanes={lanes}")]).unwrap();
+        let t = trace();
+        let (plays, keys) = (t.plays(), t.row_keys());
+        // Per play: first arrival and last token.
+        let mut span: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+        for r in p.requests.iter() {
+            let s: u32 = r.session_id.as_deref().unwrap().strip_prefix("session_").unwrap().parse().unwrap();
+            let row = keys.iter().position(|k| *k == (s, r.turn_index.unwrap())).unwrap();
+            let e = span.entry(plays[row]).or_insert((f64::INFINITY, 0.0));
+            e.0 = e.0.min(r.arrival_time_ms);
+            e.1 = e.1.max(r.last_token_ms.unwrap());
+        }
+        assert_eq!(span.len(), 12);
+        // At no play's start are `lanes` others under way.
+        for (a, (start, _)) in &span {
+            let running = span.iter().filter(|(b, (s, e))| b != &a && s <= start && e > start).count();
+            assert!(
+                running < lanes,
+                "{lanes} lanes: play {a} starts at {start} ms with {running} others running"
+            );
+        }
+        assert!(p.json["duration_ms"].as_f64().unwrap() > free.json["duration_ms"].as_f64().unwrap());
+    }
 }
 
 #[test]

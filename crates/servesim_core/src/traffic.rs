@@ -173,6 +173,29 @@ impl Trace {
         Trace { dag: true, ..Trace::new(rows, block_size) }
     }
 
+    /// In a dependency graph, each row's play: the rows joined to it by `wait_for`, in either
+    /// direction, named by their first row's index.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
+    pub fn plays(&self) -> Vec<u32> {
+        fn root(parent: &mut [usize], mut r: usize) -> usize {
+            while parent[r] != r {
+                parent[r] = parent[parent[r]];
+                r = parent[r];
+            }
+            r
+        }
+        let n = self.rows.len();
+        let mut parent: Vec<usize> = (0..n).collect();
+        for (r, row) in self.rows.iter().enumerate() {
+            for &d in row.wait_for.iter().filter(|d| (**d as usize) < n) {
+                let (a, b) = (root(&mut parent, r), root(&mut parent, d as usize));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+        (0..n).map(|r| root(&mut parent, r) as u32).collect()
+    }
+
     /// In a dependency graph, the requests of its longest chain of `wait_for` (by Kahn's
     /// order; rows on a cycle, which the caller should have refused, are left out).
     #[must_use]
@@ -310,6 +333,10 @@ pub enum Load {
     TraceTimestamps {
         /// Time compression factor (> 0).
         speedup: f64,
+        /// A dependency graph's lanes: at most this many plays ([`Trace::plays`]) at once, a
+        /// play waiting for a free lane starting when one frees (its rows keeping their
+        /// offsets from its first root), plays in the order of their first roots; 0: no limit.
+        max_plays: u32,
     },
 }
 
@@ -437,11 +464,27 @@ struct Dag {
     keys: Vec<(u32, u32)>,
     /// Per session: its rows in file order, so that a finished request names its row.
     session_rows: Vec<Vec<u32>>,
+    /// Plays in lanes, when the load limits the plays at once.
+    lanes: Option<Lanes>,
+}
+
+/// A dependency graph's plays in lanes: each play is a job (its roots, by timestamp).
+struct Lanes {
+    /// Most plays at once.
+    max: u32,
+    /// Per row: its play's job.
+    job_of_row: Vec<u32>,
+    /// Per job: its rows not yet done.
+    remaining: Vec<u32>,
+    /// Plays started and not yet done.
+    in_flight: u32,
+    /// The next play is due but waits for a lane.
+    waiting: bool,
 }
 
 impl Dag {
     #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
-    fn new(t: &Trace) -> Self {
+    fn new(t: &Trace, jobs: &[Vec<usize>], max_plays: u32) -> Self {
         let n = t.rows.len();
         let mut remaining = vec![0u32; n];
         let mut counts = vec![0u32; n + 1];
@@ -478,7 +521,25 @@ impl Dag {
             }
             session_rows[s as usize].push(r as u32);
         }
-        Dag { remaining, ready_after: vec![SimTime::ZERO; n], starts, dependents, keys, session_rows }
+        let lanes = (max_plays > 0).then(|| {
+            // Jobs are plays here: a row's job is its play's, found through the play's roots.
+            let plays = t.plays();
+            let mut job_of_play = vec![u32::MAX; n];
+            for (j, roots) in jobs.iter().enumerate() {
+                for &r in roots {
+                    job_of_play[plays[r] as usize] = j as u32;
+                }
+            }
+            let job_of_row: Vec<u32> = plays.iter().map(|p| job_of_play[*p as usize]).collect();
+            let mut remaining = vec![0u32; jobs.len()];
+            for j in &job_of_row {
+                if let Some(c) = remaining.get_mut(*j as usize) {
+                    *c += 1;
+                }
+            }
+            Lanes { max: max_plays, job_of_row, remaining, in_flight: 0, waiting: false }
+        });
+        Dag { remaining, ready_after: vec![SimTime::ZERO; n], starts, dependents, keys, session_rows, lanes }
     }
 
     /// The row a request of `key` replays.
@@ -531,13 +592,18 @@ impl Traffic {
     /// do not show (`docs/validation.md`, "SGLang's frontend").
     #[must_use]
     pub fn with_frontend(spec: TrafficSpec, root_seed: u64, frontend_delay: SimDur) -> Self {
+        let max_plays = match spec.load {
+            Load::TraceTimestamps { max_plays, .. } => max_plays,
+            _ => 0,
+        };
         let trace_jobs = match &spec.source {
+            Source::Trace(t) if t.dag && max_plays > 0 => dag_plays(t),
             Source::Trace(t) if t.dag => dag_roots(t),
             Source::Trace(t) => trace_jobs(t),
             Source::Synthetic { .. } | Source::Sessions(_) => Vec::new(),
         };
         let dag = match &spec.source {
-            Source::Trace(t) if t.dag => Some(Dag::new(t)),
+            Source::Trace(t) if t.dag => Some(Dag::new(t, &trace_jobs, max_plays)),
             _ => None,
         };
         let max_requests = spec.max_requests();
@@ -641,13 +707,32 @@ impl Traffic {
             // jobs are its roots).
             let first_of_job = match (&self.dag, &self.spec.source, spec.session) {
                 (Some(dag), Source::Trace(t), Some(key)) => {
-                    dag.row_of(key).and_then(|r| t.rows.get(r)).is_some_and(|r| r.wait_for.is_empty())
+                    dag.row_of(key).is_some_and(|r| match &dag.lanes {
+                        // In lanes a play's first root opens the job.
+                        Some(l) => l
+                            .job_of_row
+                            .get(r)
+                            .and_then(|j| self.trace_jobs.get(*j as usize))
+                            .is_some_and(|roots| roots.first() == Some(&r)),
+                        None => t.rows.get(r).is_some_and(|r| r.wait_for.is_empty()),
+                    })
                 }
                 _ => spec.session.is_none_or(|(_, turn)| turn == 0),
             };
             if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
+                let lanes_full = self
+                    .dag
+                    .as_mut()
+                    .and_then(|d| d.lanes.as_mut())
+                    .filter(|l| l.in_flight >= l.max)
+                    .map(|l| l.waiting = true)
+                    .is_some();
                 let next = match self.spec.load {
-                    Load::TraceTimestamps { .. } => Some(self.trace_job_start(self.jobs_started as usize)),
+                    Load::TraceTimestamps { .. } if lanes_full => None,
+                    // A play that waited for its lane may open after the next one's timestamp.
+                    Load::TraceTimestamps { .. } => {
+                        Some(self.trace_job_start(self.jobs_started as usize).max(at))
+                    }
                     _ if !self.spec.rate_changes.is_empty() => {
                         self.scheduled_start(self.last_open_start.max(at))
                     }
@@ -672,6 +757,7 @@ impl Traffic {
             if leaf && matches!(self.spec.load, Load::Concurrency(_)) {
                 self.start_job(now);
             }
+            self.free_lane(now, session);
             return;
         }
         let job_over = match session {
@@ -720,6 +806,26 @@ impl Traffic {
         from == to
     }
 
+    /// In lanes, one row of a play is done at `now`: once all are, the play leaves its lane,
+    /// and a play waiting for one starts (at its timestamp, if that is later).
+    fn free_lane(&mut self, now: SimTime, key: Option<(u32, u32)>) {
+        let Some(dag) = self.dag.as_mut() else { return };
+        let Some(row) = key.and_then(|k| dag.row_of(k)) else { return };
+        let Some(lanes) = dag.lanes.as_mut() else { return };
+        let Some(left) = lanes.job_of_row.get(row).and_then(|j| lanes.remaining.get_mut(*j as usize)) else {
+            return;
+        };
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return;
+        }
+        lanes.in_flight = lanes.in_flight.saturating_sub(1);
+        if core::mem::take(&mut lanes.waiting) {
+            let at = self.trace_job_start(self.jobs_started as usize).max(now);
+            self.start_job(at);
+        }
+    }
+
     fn open_loop_gap(&mut self) -> Option<SimDur> {
         Some(match self.spec.load {
             Load::Poisson(rate) => SimDur::from_secs_f64(self.arrivals.exponential(1.0 / rate)),
@@ -763,7 +869,7 @@ impl Traffic {
 
     fn speedup(&self) -> f64 {
         match self.spec.load {
-            Load::TraceTimestamps { speedup } if speedup > 0.0 => speedup,
+            Load::TraceTimestamps { speedup, .. } if speedup > 0.0 => speedup,
             _ => 1.0,
         }
     }
@@ -785,6 +891,9 @@ impl Traffic {
             return false;
         }
         let job = self.jobs_started;
+        if self.dag.as_ref().is_some_and(|d| d.lanes.is_some()) {
+            return self.start_play(at);
+        }
         let spec = match self.spec.source.clone() {
             Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens, .. } => {
                 // A pooled prompt is its entry's stream, the same for every request that draws it.
@@ -862,6 +971,38 @@ impl Traffic {
             self.last_open_start = at;
         }
         self.pending.push(at, spec);
+        true
+    }
+
+    /// In lanes, starts the next play at `at`: its roots, each its timestamp's offset from the
+    /// play's first after `at`.
+    fn start_play(&mut self, at: SimTime) -> bool {
+        let Source::Trace(t) = &self.spec.source else { return false };
+        let t = Arc::clone(t);
+        let Some(roots) = self.trace_jobs.get(self.jobs_started as usize).cloned() else { return false };
+        let Some(first) = roots.first().and_then(|r| t.rows.get(*r)) else { return false };
+        let base = first.timestamp;
+        for r in roots {
+            if self.requests_sent >= self.max_requests {
+                break;
+            }
+            let (Some(row), Some(key)) =
+                (t.rows.get(r), self.dag.as_ref().and_then(|d| d.keys.get(r).copied()))
+            else {
+                continue;
+            };
+            let offset = SimDur::from_ns(row.timestamp.as_ns().saturating_sub(base.as_ns()));
+            let when = at + self.scaled(offset);
+            let public = t.public_tokens.get(r).copied().unwrap_or(ALL_SHARED);
+            let prompt = trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
+            let spec = self.request(when, prompt, row.output_tokens, Some(key), public);
+            self.pending.push(when, spec);
+        }
+        if let Some(l) = self.dag.as_mut().and_then(|d| d.lanes.as_mut()) {
+            l.in_flight += 1;
+        }
+        self.jobs_started += 1;
+        self.last_open_start = at;
         true
     }
 
@@ -968,6 +1109,24 @@ fn dag_roots(t: &Trace) -> Vec<Vec<usize>> {
         t.rows.iter().enumerate().filter(|(_, r)| r.wait_for.is_empty()).map(|(i, _)| vec![i]).collect();
     roots.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
     roots
+}
+
+/// A dependency graph's plays ([`Trace::plays`]) as jobs: each its roots in timestamp order
+/// (stable), plays in the order of their first roots (stable).
+fn dag_plays(t: &Trace) -> Vec<Vec<usize>> {
+    let plays = t.plays();
+    let mut by_play: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (r, row) in t.rows.iter().enumerate() {
+        if row.wait_for.is_empty() {
+            by_play.entry(plays[r]).or_default().push(r);
+        }
+    }
+    let mut jobs: Vec<Vec<usize>> = by_play.into_values().collect();
+    for j in &mut jobs {
+        j.sort_by_key(|r| t.rows[*r].timestamp);
+    }
+    jobs.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
+    jobs
 }
 
 /// A trace row's prompt: one segment per `hash_ids` entry (the last one may be partial), then

@@ -156,6 +156,8 @@ pub struct LoadConfig {
     /// `seed`: root seed of the run (AISimulate uses it for `poisson`; servesim for every
     /// random stream). Default 42.
     pub seed: u64,
+    /// `agentic_lanes` (agentic traces at their timestamps): at most this many plays at once.
+    pub agentic_lanes: Option<u32>,
 }
 
 /// `traffic.load.type` and its parameters.

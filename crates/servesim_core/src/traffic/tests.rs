@@ -225,7 +225,7 @@ fn a_trace_row_shares_the_ids_another_row_starts_with() {
     let mut traffic = Traffic::new(
         TrafficSpec {
             source: Source::Trace(t),
-            load: Load::TraceTimestamps { speedup: 1.0 },
+            load: Load::TraceTimestamps { speedup: 1.0, max_plays: 0 },
             stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
             all_content_shared: false,
             rate_changes: Vec::new(),
@@ -240,7 +240,7 @@ fn a_trace_row_shares_the_ids_another_row_starts_with() {
 fn trace_timestamps_with_speedup_and_session_delays() {
     let spec = TrafficSpec {
         source: Source::Trace(trace()),
-        load: Load::TraceTimestamps { speedup: 2.0 },
+        load: Load::TraceTimestamps { speedup: 2.0, max_plays: 0 },
         stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
         all_content_shared: false,
         rate_changes: Vec::new(),
@@ -348,7 +348,7 @@ fn dag() -> Arc<Trace> {
 fn a_dependency_graph_sends_each_row_after_what_it_waits_for() {
     let spec = TrafficSpec {
         source: Source::Trace(dag()),
-        load: Load::TraceTimestamps { speedup: 2.0 },
+        load: Load::TraceTimestamps { speedup: 2.0, max_plays: 0 },
         stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
         all_content_shared: false,
         rate_changes: Vec::new(),
@@ -386,7 +386,7 @@ fn a_dependency_graph_sends_each_row_after_what_it_waits_for() {
 fn a_dependency_graph_stops_at_the_request_limit() {
     let spec = TrafficSpec {
         source: Source::Trace(dag()),
-        load: Load::TraceTimestamps { speedup: 1.0 },
+        load: Load::TraceTimestamps { speedup: 1.0, max_plays: 0 },
         stop: Stop { max_requests: 2, max_sessions: u32::MAX },
         all_content_shared: false,
         rate_changes: Vec::new(),
@@ -399,4 +399,33 @@ fn a_dependency_graph_stops_at_the_request_limit() {
     let lone = t.pop_due(SimTime::from_ms(300)).unwrap();
     assert_eq!(lone.session, Some((3, 0)));
     assert!(t.next_arrival().is_none());
+}
+
+#[test]
+fn in_one_lane_a_play_starts_when_the_play_before_it_is_done() {
+    let t = dag();
+    // Rows 0-3 are one play, row 4 another.
+    assert_eq!(t.plays(), [0, 0, 0, 0, 4]);
+    let spec = TrafficSpec {
+        source: Source::Trace(t),
+        load: Load::TraceTimestamps { speedup: 1.0, max_plays: 1 },
+        stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+        all_content_shared: false,
+        rate_changes: Vec::new(),
+    };
+    let mut t = Traffic::new(spec, 1);
+    let root = t.pop_due(SimTime::from_ms(100)).unwrap();
+    t.on_request_done(SimTime::from_ms(110), root.session, &root.prompt);
+    // Row 2, 40 ms later; row 4's timestamp (300 ms) passes while its lane is taken.
+    let b = t.pop_due(SimTime::from_ms(150)).unwrap();
+    assert_eq!(t.next_arrival(), None);
+    t.on_request_done(SimTime::from_ms(400), b.session, &b.prompt);
+    let join = t.pop_due(SimTime::from_ms(420)).unwrap();
+    t.on_request_done(SimTime::from_ms(500), join.session, &join.prompt);
+    let last = t.pop_due(SimTime::from_ms(510)).unwrap();
+    assert_eq!(last.session, Some((0, 1)));
+    assert_eq!(t.next_arrival(), None, "the play is not done until its last row is");
+    t.on_request_done(SimTime::from_ms(600), last.session, &last.prompt);
+    let next = t.pop_due(SimTime::from_ms(600)).unwrap();
+    assert_eq!((next.arrival, next.session), (SimTime::from_ms(600), Some((3, 0))));
 }

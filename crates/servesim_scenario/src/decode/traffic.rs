@@ -17,7 +17,12 @@ pub(super) fn default_traffic() -> TrafficConfig {
             shared_prefix_tokens: 0,
             prompt_pool: 0,
         },
-        load: LoadConfig { kind: LoadKind::Concurrency(10), rate_schedule: Vec::new(), seed: 42 },
+        load: LoadConfig {
+            kind: LoadKind::Concurrency(10),
+            rate_schedule: Vec::new(),
+            seed: 42,
+            agentic_lanes: None,
+        },
         stop: StopConfig::default(),
     }
 }
@@ -52,6 +57,16 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
     };
     f.finish(cx, &["source", "load", "stop"], "");
     let (source, load) = (source?, load?);
+    let agentic = matches!(source, SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. });
+    if load.agentic_lanes.is_some() && !agentic {
+        let at = node.get("load").and_then(|l| l.get("agentic_lanes"));
+        cx.domain(
+            &crate::diag::join(path, "load.agentic_lanes"),
+            at.unwrap_or(node),
+            "lanes hold plays of an agentic_mooncake trace (traffic.source.format), and this source has none",
+        );
+        return None;
+    }
     // A graph's requests start when what they wait for completes, its roots at their
     // timestamps; a closed loop or a rate has nothing to pace (AISimulate replays agentic
     // traces at their timestamps too).
@@ -405,9 +420,21 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         }
         None => Some(Vec::new()),
     };
-    for k in ["agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_profile"] {
+    let lanes = match f.take("agentic_lanes") {
+        Some((n, p)) if kind == "trace_timestamps" => u32_in(n, &p, cx, 1, MAX_CONCURRENCY).map(Some),
+        Some((n, p)) => {
+            cx.domain(
+                &p,
+                n,
+                "lanes pace an agentic_mooncake trace's plays at its timestamps (load type trace_timestamps)",
+            );
+            None
+        }
+        None => Some(None),
+    };
+    for k in ["agentic_snapshot", "agentic_warmup", "agentic_profile"] {
         if let Some((n, p)) = f.take(k) {
-            cx.unsupported(&p, n, "agentic pacing is not simulated by servesim yet");
+            cx.unsupported(&p, n, "AgentX's snapshots, warmup and recycled profiles are not simulated by servesim yet (agentic_lanes is)");
         }
     }
     let context = match source {
@@ -416,7 +443,7 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         SourceKind::Trace => format!("to load type '{kind}' of a trace source"),
     };
     f.finish(cx, LOAD_KEYS, &context);
-    Some(LoadConfig { kind: out?, rate_schedule: rate_schedule?, seed: seed? })
+    Some(LoadConfig { kind: out?, rate_schedule: rate_schedule?, seed: seed?, agentic_lanes: lanes? })
 }
 
 /// `rate_schedule`: a list of `{at_seconds, <rate_key>}` with strictly increasing times.

@@ -6,29 +6,10 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use servesim_core::request::Status;
 use servesim_core::sim::RunResult;
-use servesim_core::traffic::{Source, Trace};
+use servesim_core::traffic::Source;
 use servesim_core::units::SimTime;
 
 use crate::scenario::Prepared;
-
-/// The plays of a trace: rows joined by `wait_for`, in either direction (union-find).
-fn plays(t: &Trace) -> Vec<usize> {
-    fn root(parent: &mut [usize], mut r: usize) -> usize {
-        while parent[r] != r {
-            parent[r] = parent[parent[r]];
-            r = parent[r];
-        }
-        r
-    }
-    let mut parent: Vec<usize> = (0..t.rows.len()).collect();
-    for (r, row) in t.rows.iter().enumerate() {
-        for &d in &row.wait_for {
-            let (a, b) = (root(&mut parent, r), root(&mut parent, d as usize));
-            parent[a.max(b)] = a.min(b);
-        }
-    }
-    (0..t.rows.len()).map(|r| root(&mut parent, r)).collect()
-}
 
 /// A replayed dependency graph: its shape, and each play's time from its first request's
 /// arrival to its last request's last token (plays every request of which completed).
@@ -37,15 +18,15 @@ pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
     if !t.dag {
         return None;
     }
-    let play_of = plays(t);
+    let play_of = t.plays();
     let row_of: BTreeMap<(u32, u32), usize> =
         t.row_keys().into_iter().enumerate().map(|(r, k)| (k, r)).collect();
-    let mut rows_per_play: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut rows_per_play: BTreeMap<u32, usize> = BTreeMap::new();
     for &pl in &play_of {
         *rows_per_play.entry(pl).or_default() += 1;
     }
     // Per play: requests sent, requests completed, first arrival, last token.
-    let mut seen: BTreeMap<usize, (usize, usize, SimTime, SimTime)> = BTreeMap::new();
+    let mut seen: BTreeMap<u32, (usize, usize, SimTime, SimTime)> = BTreeMap::new();
     for rec in r.records.iter() {
         let Some(row) = rec.session.and_then(|k| row_of.get(&k)) else { continue };
         let e = seen.entry(play_of[*row]).or_insert((0, 0, SimTime::MAX, SimTime::ZERO));

@@ -195,7 +195,9 @@ pub(super) fn build_traffic(
         LoadKind::Poisson(r) => Load::Poisson(r),
         LoadKind::ConstantRate(r) => Load::ConstantRate(r),
         LoadKind::Gamma { rate, cv } => Load::Gamma { rate, cv },
-        LoadKind::TraceTimestamps { speedup } => Load::TraceTimestamps { speedup },
+        LoadKind::TraceTimestamps { speedup } => {
+            Load::TraceTimestamps { speedup, max_plays: t.load.agentic_lanes.unwrap_or(0) }
+        }
         LoadKind::KvCapacityFraction(fraction) => {
             // 1.0 = concurrency whose KV working set (prompt + output per request) fills the
             // usable KV capacity of every rank of every replica (REF §1.1).
