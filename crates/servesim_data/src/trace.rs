@@ -89,12 +89,15 @@ impl TraceFormat {
         }
     }
 
-    /// Guesses the format from a file's name and contents: JSON lines any of which has a
-    /// `wait_for` field are agentic Mooncake.
+    /// Guesses the format from a file's name and contents: JSON lines whose first row names
+    /// itself (`request_id`) and any of which has a `wait_for` field are agentic Mooncake.
     #[must_use]
     pub fn sniff(name: &str, bytes: &[u8]) -> Self {
         match Self::from_name(name) {
-            TraceFormat::Mooncake if bytes.windows(WAIT_FOR_KEY.len()).any(|w| w == WAIT_FOR_KEY) => {
+            TraceFormat::Mooncake
+                if bytes.windows(WAIT_FOR_KEY.len()).any(|w| w == WAIT_FOR_KEY)
+                    && first_record(bytes).is_some_and(|v| v.get("request_id").is_some()) =>
+            {
                 TraceFormat::AgenticMooncake
             }
             f => f,
@@ -782,6 +785,10 @@ mod tests {
         assert_eq!(s, [Some(0), Some(1), Some(0), Some(2)]);
         assert_eq!(t.row_keys(), [(0, 0), (1, 0), (0, 1), (2, 0)]);
         assert_eq!(TraceFormat::sniff("g.jsonl", text.as_bytes()), TraceFormat::AgenticMooncake);
+        // Empty dependency lists on anonymous rows are a plain Mooncake file.
+        let plain = b"{\"wait_for\": [], \"output_length\": 4, \"hash_ids\": [1]}\n";
+        assert_eq!(TraceFormat::sniff("m.jsonl", plain), TraceFormat::Mooncake);
+        assert!(parse(plain, "m.jsonl", TraceFormat::Mooncake, 512).is_ok());
     }
 
     #[test]
