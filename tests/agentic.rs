@@ -29,6 +29,7 @@ fn check_order(p: &servesim_scenario::Prediction, copies: usize, speedup: f64) -
         let s: u32 = r.session_id.as_deref().unwrap().strip_prefix("session_").unwrap().parse().unwrap();
         let (copy, s) = ((s / sessions) as usize, s % sessions);
         let row = keys.iter().position(|k| *k == (s, r.turn_index.unwrap())).unwrap();
+        assert_eq!(r.request_id.as_deref(), Some(t.request_ids[row].as_str()), "{}", r.uuid);
         rec.insert((copy, row), (r.arrival_time_ms, r.last_token_ms.expect("every request completes")));
     }
     assert_eq!(rec.len(), copies * t.rows.len(), "every row is sent once");

@@ -88,6 +88,8 @@ pub struct Row {
     pub uuid: String,
     /// Session, if any.
     pub session_id: Option<String>,
+    /// The request's name in its trace (agentic traces), if any.
+    pub request_id: Option<String>,
     /// `completed`, `rejected` or `canceled`.
     pub terminal_status: String,
     /// Arrival (ms from the start).
@@ -124,6 +126,7 @@ impl Row {
         match key {
             "uuid" => Cell::Text(Some(&self.uuid)),
             "session_id" => Cell::Text(self.session_id.as_deref()),
+            "request_id" => Cell::Text(self.request_id.as_deref()),
             "terminal_status" => Cell::Text(Some(&self.terminal_status)),
             _ => Cell::Num(self.num(key)),
         }
@@ -160,9 +163,9 @@ impl Records {
         Records { rows: jsonl.lines().filter_map(|l| serde_json::from_str::<Row>(l).ok()).collect() }
     }
 
-    /// Row indices matching `filter` (a substring of the request id, status or session, any
-    /// case), sorted by `key` (numbers numerically, nulls last), at most `limit`; and how many
-    /// matched.
+    /// Row indices matching `filter` (a substring of the request id, status, session or name in
+    /// the trace, any case), sorted by `key` (numbers numerically, nulls last), at most
+    /// `limit`; and how many matched.
     #[must_use]
     pub fn select(&self, key: &str, descending: bool, filter: &str, limit: usize) -> (Vec<usize>, usize) {
         let f = filter.trim().to_ascii_lowercase();
@@ -170,10 +173,15 @@ impl Records {
             .filter(|i| {
                 let r = &self.rows[*i];
                 f.is_empty()
-                    || [Some(r.uuid.as_str()), Some(r.terminal_status.as_str()), r.session_id.as_deref()]
-                        .into_iter()
-                        .flatten()
-                        .any(|s| s.to_ascii_lowercase().contains(&f))
+                    || [
+                        Some(r.uuid.as_str()),
+                        Some(r.terminal_status.as_str()),
+                        r.session_id.as_deref(),
+                        r.request_id.as_deref(),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s.to_ascii_lowercase().contains(&f))
             })
             .collect();
         let n = idx.len();
@@ -280,7 +288,7 @@ pub fn RequestTable(
 mod tests {
     use super::*;
 
-    const JSONL: &str = "{\"uuid\": \"r-2\", \"ttft_ms\": 30.5, \"terminal_status\": \"completed\", \"note\": \"a,b\"}\n{\"uuid\": \"r-1\", \"ttft_ms\": null, \"terminal_status\": \"rejected\", \"note\": null}\nnot json\n[1, 2]\n{\"uuid\": \"r-3\", \"ttft_ms\": 4.0, \"terminal_status\": \"completed\", \"session_id\": \"session_7\", \"input_length\": 512}\n";
+    const JSONL: &str = "{\"uuid\": \"r-2\", \"ttft_ms\": 30.5, \"terminal_status\": \"completed\", \"note\": \"a,b\"}\n{\"uuid\": \"r-1\", \"ttft_ms\": null, \"terminal_status\": \"rejected\", \"note\": null}\nnot json\n[1, 2]\n{\"uuid\": \"r-3\", \"ttft_ms\": 4.0, \"terminal_status\": \"completed\", \"session_id\": \"session_7\", \"request_id\": \"play3/sub2.0/t1\", \"input_length\": 512}\n";
 
     #[test]
     fn records_sort_numerically_with_nulls_last_and_filter_by_text() {
@@ -292,6 +300,7 @@ mod tests {
         assert_eq!(r.select("ttft_ms", false, "REJECT", 10), (vec![1], 1));
         assert_eq!(r.select("uuid", false, "", 2), (vec![1, 0], 3));
         assert_eq!(r.select("ttft_ms", false, "SESSION_7", 10), (vec![2], 1));
+        assert_eq!(r.select("ttft_ms", false, "SUB2.0", 10), (vec![2], 1), "by the name in the trace");
         assert_eq!(cell_text(r.rows[2].get("input_length"), 0), "512");
         assert_eq!(cell_text(r.rows[0].get("ttft_ms"), 2), "30.50");
         assert_eq!(cell_text(r.rows[1].get("ttft_ms"), 2), "–");

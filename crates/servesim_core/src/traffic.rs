@@ -6,6 +6,7 @@
 //! request ahead, so memory does not grow with the number of requests.
 
 use alloc::collections::BTreeMap;
+use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -155,6 +156,9 @@ pub struct Trace {
     /// is its trajectory (for routing and records), not a chain of turns. Off: rows of one
     /// session are turns, each sent after the one before it.
     pub dag: bool,
+    /// Each row's name in its file (agentic Mooncake's `request_id`), for per-request records;
+    /// empty when the rows have none.
+    pub request_ids: Vec<String>,
 }
 
 impl Trace {
@@ -162,7 +166,7 @@ impl Trace {
     #[must_use]
     pub fn new(rows: Vec<TraceRow>, block_size: u32) -> Self {
         let public_tokens = shared_prefixes(&rows, block_size);
-        Trace { rows, block_size, public_tokens, dag: false }
+        Trace { rows, block_size, public_tokens, dag: false, request_ids: Vec::new() }
     }
 
     /// A trace whose rows wait for each other ([`TraceRow::wait_for`]). The caller checks

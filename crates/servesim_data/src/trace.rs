@@ -266,6 +266,7 @@ fn parse_jsonl(bytes: &[u8], file: &str, block_size: u32, agentic: bool) -> Resu
     let mut stamps: Vec<Option<f64>> = Vec::new();
     let mut lines: Vec<usize> = Vec::new();
     let mut ids = AgenticIds { rows: HashMap::new(), wait_for: Vec::new() };
+    let mut names: Vec<String> = Vec::new();
     let mut token_id_rows = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -370,6 +371,7 @@ fn parse_jsonl(bytes: &[u8], file: &str, block_size: u32, agentic: bool) -> Resu
                     format!("'request_id' {id} is also the id of line {first}"),
                 ));
             }
+            names.push(id);
             Some(key)
         } else {
             if get(&["wait_for"]).is_some_and(|w| w.as_array().is_none_or(|a| !a.is_empty())) {
@@ -424,7 +426,11 @@ fn parse_jsonl(bytes: &[u8], file: &str, block_size: u32, agentic: bool) -> Resu
         }
         row.timestamp = SimDur::from_ms_f64(offset_ms);
     }
-    let trace = if agentic { Trace::dag(rows, block_size) } else { Trace::new(rows, block_size) };
+    let trace = if agentic {
+        Trace { request_ids: names, ..Trace::dag(rows, block_size) }
+    } else {
+        Trace::new(rows, block_size)
+    };
     Ok(ParsedTrace { trace, untimed_line, token_id_rows })
 }
 

@@ -49,10 +49,26 @@ pub struct Requests {
     order: Option<Vec<ReqSeq>>,
     /// Size of the prefill pool in P/D; `None` when aggregated.
     prefill_workers: Option<u32>,
+    /// The trace's name of each request by its (session, turn), when the trace names its
+    /// rows (agentic Mooncake's `request_id`).
+    names: Option<std::sync::Arc<std::collections::BTreeMap<(u32, u32), String>>>,
+}
+
+/// The names a trace gives its rows, by the (session, turn) their requests carry.
+fn trace_names(p: &Prepared) -> Option<std::sync::Arc<std::collections::BTreeMap<(u32, u32), String>>> {
+    let servesim_core::traffic::Source::Trace(t) = &p.traffic.source else { return None };
+    if !t.dag || t.request_ids.len() != t.rows.len() {
+        return None;
+    }
+    Some(std::sync::Arc::new(t.row_keys().into_iter().zip(t.request_ids.iter().cloned()).collect()))
 }
 
 impl Requests {
-    fn new(records: RecordLog, prefill_workers: Option<u32>) -> Self {
+    fn new(
+        records: RecordLog,
+        prefill_workers: Option<u32>,
+        names: Option<std::sync::Arc<std::collections::BTreeMap<(u32, u32), String>>>,
+    ) -> Self {
         let mut prev = SimTime::ZERO;
         let sorted = records.iter().all(|r| core::mem::replace(&mut prev, r.arrival) <= r.arrival);
         let order = (!sorted).then(|| {
@@ -62,7 +78,15 @@ impl Requests {
             o.sort_by_key(|&i| records[i as usize].arrival);
             o
         });
-        Requests { records, order, prefill_workers }
+        Requests { records, order, prefill_workers, names }
+    }
+
+    /// Request `i`'s line, with its name in the trace when it has one.
+    fn record(&self, i: ReqSeq) -> RequestRecord {
+        let r = &self.records[i as usize];
+        let mut out = record(i, r, self.prefill_workers);
+        out.request_id = self.names.as_ref().and_then(|n| r.session.and_then(|k| n.get(&k).cloned()));
+        out
     }
 
     /// Arrival numbers of the terminal requests, sorted by arrival then uuid.
@@ -77,7 +101,7 @@ impl Requests {
 
     /// The records, sorted by arrival then uuid.
     pub fn iter(&self) -> impl Iterator<Item = RequestRecord> + '_ {
-        self.seqs().map(|i| record(i, &self.records[i as usize], self.prefill_workers))
+        self.seqs().map(|i| self.record(i))
     }
 
     /// Records (terminal requests).
@@ -101,7 +125,7 @@ impl Requests {
     pub fn write_jsonl_every(&self, every: usize, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         // Only the kept records are built (a sample of ten million keeps one in a hundred).
         for i in self.seqs().step_by(every.max(1)) {
-            let r = record(i, &self.records[i as usize], self.prefill_workers);
+            let r = self.record(i);
             serde_json::to_writer(&mut *out, &r)?;
             out.write_all(b"\n")?;
         }
@@ -178,6 +202,10 @@ pub struct RequestRecord {
     pub turn_index: Option<u32>,
     /// Request id.
     pub uuid: String,
+    /// The request's name in its trace (agentic Mooncake's `request_id`; servesim extension,
+    /// absent for other traffic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// Arrival time (ms from the start).
     pub arrival_time_ms: f64,
     /// First admission by a scheduler.
@@ -248,6 +276,7 @@ fn record(i: ReqSeq, r: &Record, prefill_workers: Option<u32>) -> RequestRecord 
         session_id: r.session.map(|(s, _)| format!("session_{s}")),
         turn_index: r.session.map(|(_, t)| t),
         uuid: format!("request_{i}"),
+        request_id: None,
         arrival_time_ms: a.as_ms_f64(),
         first_admit_ms: ms(r.stamps.first_admit),
         first_token_ms: first,
@@ -356,7 +385,7 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
     m.insert("servesim".into(), servesim_section(p, &result));
 
     let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();
-    let requests = Requests::new(result.records, p.disaggregated().then(|| prefill_slots(p)));
+    let requests = Requests::new(result.records, p.disaggregated().then(|| prefill_slots(p)), trace_names(p));
     Prediction { json: Value::Object(m), requests, summary: result.summary, worker_steps }
 }
 

@@ -53,6 +53,7 @@ fn load_traces(
     timestamps_needed: bool,
 ) -> Result<Trace, ScenarioError> {
     let mut rows = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     let mut sessions = 0u32;
     let mut diags = Vec::new();
     // (file, block size) of the first file read: one trace has one block size.
@@ -100,6 +101,7 @@ fn load_traces(
             diags.push(problem(format!("{path}:{line}: a request that starts a job has no timestamp, so load type trace_timestamps cannot place it ({fix})")));
             continue;
         }
+        names.extend(parsed.trace.request_ids);
         // Files are replayed as if started together; their sessions stay apart, and a row
         // waits for rows of its own file.
         let offset = sessions;
@@ -122,7 +124,7 @@ fn load_traces(
     }
     let block = hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b);
     Ok(if format == TraceFormatConfig::AgenticMooncake {
-        Trace::dag(rows, block)
+        Trace { request_ids: names, ..Trace::dag(rows, block) }
     } else {
         Trace::new(rows, block)
     })
