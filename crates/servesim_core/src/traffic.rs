@@ -176,81 +176,6 @@ impl Trace {
     pub fn dag(rows: Vec<TraceRow>, block_size: u32) -> Self {
         Trace { dag: true, ..Trace::new(rows, block_size) }
     }
-
-    /// In a dependency graph, each row's play: the rows joined to it by `wait_for`, in either
-    /// direction, named by their first row's index.
-    #[must_use]
-    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
-    pub fn plays(&self) -> Vec<u32> {
-        fn root(parent: &mut [usize], mut r: usize) -> usize {
-            while parent[r] != r {
-                parent[r] = parent[parent[r]];
-                r = parent[r];
-            }
-            r
-        }
-        let n = self.rows.len();
-        let mut parent: Vec<usize> = (0..n).collect();
-        for (r, row) in self.rows.iter().enumerate() {
-            for &d in row.wait_for.iter().filter(|d| (**d as usize) < n) {
-                let (a, b) = (root(&mut parent, r), root(&mut parent, d as usize));
-                parent[a.max(b)] = a.min(b);
-            }
-        }
-        (0..n).map(|r| root(&mut parent, r) as u32).collect()
-    }
-
-    /// In a dependency graph, the requests of its longest chain of `wait_for` (by Kahn's
-    /// order; rows on a cycle, which the caller should have refused, are left out).
-    #[must_use]
-    pub fn longest_chain(&self) -> usize {
-        let n = self.rows.len();
-        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut left: Vec<usize> = self.rows.iter().map(|r| r.wait_for.len()).collect();
-        for (r, row) in self.rows.iter().enumerate() {
-            for &d in &row.wait_for {
-                if let Some(ds) = dependents.get_mut(d as usize) {
-                    ds.push(r);
-                }
-            }
-        }
-        let mut depth = vec![1usize; n];
-        let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
-        while let Some(r) = ready.pop() {
-            for &d in &dependents[r] {
-                depth[d] = depth[d].max(depth[r] + 1);
-                left[d] -= 1;
-                if left[d] == 0 {
-                    ready.push(d);
-                }
-            }
-        }
-        (0..n).filter(|r| left[*r] == 0).map(|r| depth[r]).max().unwrap_or(0)
-    }
-
-    /// In a dependency graph, the (session, position in the session) each row's request
-    /// carries, in row order: a row without a session gets one of its own, numbered after the
-    /// trace's sessions; positions follow file order.
-    #[must_use]
-    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
-    pub fn row_keys(&self) -> Vec<(u32, u32)> {
-        let mut next_free = self.rows.iter().filter_map(|r| r.session).max().map_or(0, |s| s + 1);
-        let mut taken: Vec<u32> = Vec::new();
-        self.rows
-            .iter()
-            .map(|row| {
-                let s = row.session.unwrap_or_else(|| {
-                    next_free += 1;
-                    next_free - 1
-                });
-                if taken.len() <= s as usize {
-                    taken.resize(s as usize + 1, 0);
-                }
-                taken[s as usize] += 1;
-                (s, taken[s as usize] - 1)
-            })
-            .collect()
-    }
 }
 
 /// The `hash_ids` a row's prompt uses (ids past its input length are ignored), with the
@@ -453,105 +378,6 @@ struct SessionState {
     rows: Vec<usize>,
 }
 
-/// What the replay of a dependency-graph trace keeps: which rows wait for which, and how many
-/// of each row's dependencies have yet to complete.
-struct Dag {
-    /// Per row: dependencies not yet complete.
-    remaining: Vec<u32>,
-    /// Per row: the latest completion among its dependencies so far.
-    ready_after: Vec<SimTime>,
-    /// The rows waiting for row `r` are `dependents[starts[r]..starts[r + 1]]`.
-    starts: Vec<u32>,
-    dependents: Vec<u32>,
-    /// Per row: the (session, position in the session) its request carries; a row without a
-    /// session gets one of its own, numbered after the trace's.
-    keys: Vec<(u32, u32)>,
-    /// Per session: its rows in file order, so that a finished request names its row.
-    session_rows: Vec<Vec<u32>>,
-    /// Plays in lanes, when the load limits the plays at once.
-    lanes: Option<Lanes>,
-}
-
-/// A dependency graph's plays in lanes: each play is a job (its roots, by timestamp).
-struct Lanes {
-    /// Most plays at once.
-    max: u32,
-    /// Per row: its play's job.
-    job_of_row: Vec<u32>,
-    /// Per job: its rows not yet done.
-    remaining: Vec<u32>,
-    /// Plays started and not yet done.
-    in_flight: u32,
-    /// The next play is due but waits for a lane.
-    waiting: bool,
-}
-
-impl Dag {
-    #[allow(clippy::cast_possible_truncation)] // Row counts are far below 2^32.
-    fn new(t: &Trace, jobs: &[Vec<usize>], max_plays: u32) -> Self {
-        let n = t.rows.len();
-        let mut remaining = vec![0u32; n];
-        let mut counts = vec![0u32; n + 1];
-        for (r, row) in t.rows.iter().enumerate() {
-            remaining[r] = row.wait_for.len() as u32;
-            for &d in &row.wait_for {
-                if let Some(c) = counts.get_mut(d as usize) {
-                    *c += 1;
-                }
-            }
-        }
-        let mut starts = Vec::with_capacity(n + 1);
-        let mut total = 0u32;
-        for c in &counts[..n] {
-            starts.push(total);
-            total += c;
-        }
-        starts.push(total);
-        let mut fill = starts.clone();
-        let mut dependents = vec![0u32; total as usize];
-        for (r, row) in t.rows.iter().enumerate() {
-            for &d in &row.wait_for {
-                if let Some(at) = fill.get_mut(d as usize) {
-                    dependents[*at as usize] = r as u32;
-                    *at += 1;
-                }
-            }
-        }
-        let keys = t.row_keys();
-        let mut session_rows: Vec<Vec<u32>> = Vec::new();
-        for (r, &(s, _)) in keys.iter().enumerate() {
-            if session_rows.len() <= s as usize {
-                session_rows.resize(s as usize + 1, Vec::new());
-            }
-            session_rows[s as usize].push(r as u32);
-        }
-        let lanes = (max_plays > 0).then(|| {
-            // Jobs are plays here: a row's job is its play's, found through the play's roots.
-            let plays = t.plays();
-            let mut job_of_play = vec![u32::MAX; n];
-            for (j, roots) in jobs.iter().enumerate() {
-                for &r in roots {
-                    job_of_play[plays[r] as usize] = j as u32;
-                }
-            }
-            let job_of_row: Vec<u32> = plays.iter().map(|p| job_of_play[*p as usize]).collect();
-            let mut remaining = vec![0u32; jobs.len()];
-            for j in &job_of_row {
-                if let Some(c) = remaining.get_mut(*j as usize) {
-                    *c += 1;
-                }
-            }
-            Lanes { max: max_plays, job_of_row, remaining, in_flight: 0, waiting: false }
-        });
-        Dag { remaining, ready_after: vec![SimTime::ZERO; n], starts, dependents, keys, session_rows, lanes }
-    }
-
-    /// The row a request of `key` replays.
-    fn row_of(&self, key: (u32, u32)) -> Option<usize> {
-        self.session_rows.get(key.0 as usize)?.get(key.1 as usize).map(|r| *r as usize)
-    }
-}
-
 /// The live arrival process of a run.
 pub struct Traffic {
     spec: TrafficSpec,
@@ -710,27 +536,11 @@ impl Traffic {
             // Open loops start the next job when this one's first request arrives (a graph's
             // jobs are its roots).
             let first_of_job = match (&self.dag, &self.spec.source, spec.session) {
-                (Some(dag), Source::Trace(t), Some(key)) => {
-                    dag.row_of(key).is_some_and(|r| match &dag.lanes {
-                        // In lanes a play's first root opens the job.
-                        Some(l) => l
-                            .job_of_row
-                            .get(r)
-                            .and_then(|j| self.trace_jobs.get(*j as usize))
-                            .is_some_and(|roots| roots.first() == Some(&r)),
-                        None => t.rows.get(r).is_some_and(|r| r.wait_for.is_empty()),
-                    })
-                }
+                (Some(dag), Source::Trace(t), Some(key)) => dag.opens_job(key, t, &self.trace_jobs),
                 _ => spec.session.is_none_or(|(_, turn)| turn == 0),
             };
             if first_of_job && !matches!(self.spec.load, Load::Concurrency(_)) {
-                let lanes_full = self
-                    .dag
-                    .as_mut()
-                    .and_then(|d| d.lanes.as_mut())
-                    .filter(|l| l.in_flight >= l.max)
-                    .map(|l| l.waiting = true)
-                    .is_some();
+                let lanes_full = self.dag.as_mut().is_some_and(Dag::wait_for_lane);
                 let next = match self.spec.load {
                     Load::TraceTimestamps { .. } if lanes_full => None,
                     // A play that waited for its lane may open after the next one's timestamp.
@@ -775,58 +585,6 @@ impl Traffic {
             if matches!(self.spec.load, Load::Concurrency(_)) {
                 self.start_job(now);
             }
-        }
-    }
-
-    /// In a dependency graph, the request of `key` completed at `now`: every row waiting for
-    /// it counts one dependency fewer, and a row with none left is sent its delay after the
-    /// latest of them. True when nothing waits for the row.
-    fn release_dependents(&mut self, now: SimTime, key: Option<(u32, u32)>) -> bool {
-        let Source::Trace(t) = &self.spec.source else { return true };
-        let t = Arc::clone(t);
-        let Some(dag) = self.dag.as_mut() else { return true };
-        let Some(row) = key.and_then(|k| dag.row_of(k)) else { return true };
-        let (from, to) = (dag.starts[row] as usize, dag.starts[row + 1] as usize);
-        let mut ready = Vec::new();
-        for &d in &dag.dependents[from..to] {
-            let d = d as usize;
-            dag.ready_after[d] = dag.ready_after[d].max(now);
-            dag.remaining[d] = dag.remaining[d].saturating_sub(1);
-            if dag.remaining[d] == 0 {
-                ready.push((d, dag.ready_after[d], dag.keys[d]));
-            }
-        }
-        for (d, after, key) in ready {
-            if self.requests_sent >= self.max_requests {
-                break;
-            }
-            let Some(row) = t.rows.get(d) else { continue };
-            let public = t.public_tokens.get(d).copied().unwrap_or(ALL_SHARED);
-            let prompt = trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
-            let at = after + self.scaled(row.delay.unwrap_or(SimDur::ZERO));
-            let spec = self.request(at, prompt, row.output_tokens, Some(key), public);
-            self.pending.push(at, spec);
-        }
-        from == to
-    }
-
-    /// In lanes, one row of a play is done at `now`: once all are, the play leaves its lane,
-    /// and a play waiting for one starts (at its timestamp, if that is later).
-    fn free_lane(&mut self, now: SimTime, key: Option<(u32, u32)>) {
-        let Some(dag) = self.dag.as_mut() else { return };
-        let Some(row) = key.and_then(|k| dag.row_of(k)) else { return };
-        let Some(lanes) = dag.lanes.as_mut() else { return };
-        let Some(left) = lanes.job_of_row.get(row).and_then(|j| lanes.remaining.get_mut(*j as usize)) else {
-            return;
-        };
-        *left = left.saturating_sub(1);
-        if *left > 0 {
-            return;
-        }
-        lanes.in_flight = lanes.in_flight.saturating_sub(1);
-        if core::mem::take(&mut lanes.waiting) {
-            let at = self.trace_job_start(self.jobs_started as usize).max(now);
-            self.start_job(at);
         }
     }
 
@@ -895,7 +653,7 @@ impl Traffic {
             return false;
         }
         let job = self.jobs_started;
-        if self.dag.as_ref().is_some_and(|d| d.lanes.is_some()) {
+        if self.dag.as_ref().is_some_and(Dag::in_lanes) {
             return self.start_play(at);
         }
         let spec = match self.spec.source.clone() {
@@ -961,7 +719,7 @@ impl Traffic {
                 let prompt =
                     trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
                 let session = match &self.dag {
-                    Some(dag) => dag.keys.get(first).copied(),
+                    Some(dag) => dag.key(first),
                     None => (rows.len() > 1 || row.session.is_some()).then_some((job, 0)),
                 };
                 if session.is_some() && self.dag.is_none() {
@@ -975,38 +733,6 @@ impl Traffic {
             self.last_open_start = at;
         }
         self.pending.push(at, spec);
-        true
-    }
-
-    /// In lanes, starts the next play at `at`: its roots, each its timestamp's offset from the
-    /// play's first after `at`.
-    fn start_play(&mut self, at: SimTime) -> bool {
-        let Source::Trace(t) = &self.spec.source else { return false };
-        let t = Arc::clone(t);
-        let Some(roots) = self.trace_jobs.get(self.jobs_started as usize).cloned() else { return false };
-        let Some(first) = roots.first().and_then(|r| t.rows.get(*r)) else { return false };
-        let base = first.timestamp;
-        for r in roots {
-            if self.requests_sent >= self.max_requests {
-                break;
-            }
-            let (Some(row), Some(key)) =
-                (t.rows.get(r), self.dag.as_ref().and_then(|d| d.keys.get(r).copied()))
-            else {
-                continue;
-            };
-            let offset = SimDur::from_ns(row.timestamp.as_ns().saturating_sub(base.as_ns()));
-            let when = at + self.scaled(offset);
-            let public = t.public_tokens.get(r).copied().unwrap_or(ALL_SHARED);
-            let prompt = trace_prompt(row, t.block_size, self.stream_id(2 * u64::from(self.requests_sent)));
-            let spec = self.request(when, prompt, row.output_tokens, Some(key), public);
-            self.pending.push(when, spec);
-        }
-        if let Some(l) = self.dag.as_mut().and_then(|d| d.lanes.as_mut()) {
-            l.in_flight += 1;
-        }
-        self.jobs_started += 1;
-        self.last_open_start = at;
         true
     }
 
@@ -1106,33 +832,6 @@ fn trace_jobs(t: &Trace) -> Vec<Vec<usize>> {
     jobs
 }
 
-/// A dependency graph's roots (rows that wait for nothing), each a job of one request, in
-/// timestamp order (stable).
-fn dag_roots(t: &Trace) -> Vec<Vec<usize>> {
-    let mut roots: Vec<Vec<usize>> =
-        t.rows.iter().enumerate().filter(|(_, r)| r.wait_for.is_empty()).map(|(i, _)| vec![i]).collect();
-    roots.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
-    roots
-}
-
-/// A dependency graph's plays ([`Trace::plays`]) as jobs: each its roots in timestamp order
-/// (stable), plays in the order of their first roots (stable).
-fn dag_plays(t: &Trace) -> Vec<Vec<usize>> {
-    let plays = t.plays();
-    let mut by_play: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (r, row) in t.rows.iter().enumerate() {
-        if row.wait_for.is_empty() {
-            by_play.entry(plays[r]).or_default().push(r);
-        }
-    }
-    let mut jobs: Vec<Vec<usize>> = by_play.into_values().collect();
-    for j in &mut jobs {
-        j.sort_by_key(|r| t.rows[*r].timestamp);
-    }
-    jobs.sort_by_key(|j| j.first().map_or(SimDur::ZERO, |r| t.rows[*r].timestamp));
-    jobs
-}
-
 /// A trace row's prompt: one segment per `hash_ids` entry (the last one may be partial), then
 /// unique content for any tokens the ids do not cover.
 fn trace_prompt(row: &TraceRow, block_size: u32, unique: u64) -> Vec<Segment> {
@@ -1164,6 +863,9 @@ pub fn arrival_times(spec: &TrafficSpec, root_seed: u64) -> Vec<SimTime> {
     }
     out
 }
+
+mod dag;
+use dag::{dag_plays, dag_roots, Dag};
 
 #[cfg(test)]
 mod tests;

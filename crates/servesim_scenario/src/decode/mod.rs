@@ -65,10 +65,7 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
         && engine.speculation == crate::config::SpeculationConfig::Off
     {
         let path = "evaluation.uncertainty.acceptance_rate_spread";
-        let mut at = root;
-        for k in path.split('.') {
-            at = at.get(k).unwrap_or(at);
-        }
+        let at = crate::edit::lookup(root, path).unwrap_or(root);
         cx.domain(path, at, "spreads speculative decoding's acceptance, and engine.speculation is off");
     }
     if cx.diags.len() > before {
