@@ -54,6 +54,14 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0)
         );
     }
+    let g3 = &extra["g3_offload"];
+    if g3.is_object() {
+        out += &format!(
+            "g3_offload: {} reads, {} blocks read ({} across workers), {} of {} looked up found, {} written, {} evicted, {} dropped, {} cut short\n",
+            g3["read_jobs"], g3["read_blocks"], g3["cross_worker_read_blocks"], g3["lookup_hits"], g3["lookup_probes"],
+            g3["written_blocks"], g3["evicted_blocks"], g3["dropped_blocks"], g3["bypassed_restores"]
+        );
+    }
     for pool in extra["planner"]["pools"].as_array().into_iter().flatten() {
         out += &format!(
             "planner {}: {} -> {} workers, peak {}, {} up, {} down, {:.3} worker-s\n",
@@ -139,6 +147,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("pd_sglang_kv_aware", "tests/scenarios/pd_sglang_kv_aware.yaml"),
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
+    ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
     ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
     ("uncertainty_vllm_poisson", "tests/scenarios/uncertainty_vllm_poisson.yaml"),

@@ -629,6 +629,18 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   await page.waitForSelector('#workers-chart[data-status="rendered"] .main-svg', { timeout: 20000 });
   assert.equal(await page.locator('#workers-chart .scatterlayer .trace').count(), 2, 'serving and provisioned');
   await page.screenshot({ path: join(ARTIFACTS, 'autoscaling.png'), fullPage: true });
+  assert.equal(await page.textContent('#storage-tier'), 'none');
+  // A storage KV tier (G3) shared by two replicas: the summary says what it read back.
+  await page.selectOption('#preset', '9');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, ramp, { timeout: 60000 });
+  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/vllm_g3_shared.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const g3cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
+  assert.equal(await page.textContent('#prediction-json'), g3cli);
+  const g3 = JSON.parse(g3cli).servesim.g3_offload;
+  assert.ok(g3.cross_worker_read_blocks > 0, 'reads across workers');
+  assert.match(await page.textContent('#storage-tier'),
+    new RegExp(`^cluster shared · [0-9,]+ blocks read back in ${g3.read_jobs} reads \\([0-9,]+ across workers\\) · `));
   await page.close();
 });
 

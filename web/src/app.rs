@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 9] = [
+pub const PRESETS: [(&str, &str); 10] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -49,6 +49,10 @@ pub const PRESETS: [(&str, &str); 9] = [
     (
         "Autoscaling through a traffic peak (Dynamo planner), vLLM",
         include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
+    ),
+    (
+        "Two replicas sharing a storage KV tier (G3) behind host memory, vLLM",
+        include_str!("../../tests/scenarios/vllm_g3_shared.yaml"),
     ),
 ];
 

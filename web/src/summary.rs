@@ -147,6 +147,24 @@ pub fn host_tier(p: &Value) -> String {
     )
 }
 
+/// The storage KV tier (G3) behind host memory, as text (`none` without one).
+#[must_use]
+pub fn storage_tier(p: &Value) -> String {
+    let g = &p["servesim"]["g3_offload"];
+    if !g.is_object() {
+        return "none".into();
+    }
+    format!(
+        "{} · {} blocks read back in {} reads ({} across workers) · {} written, {} evicted",
+        g["scope"].as_str().unwrap_or("").replace('_', " "),
+        fmt_num(&g["read_blocks"], 0),
+        fmt_num(&g["read_jobs"], 0),
+        fmt_num(&g["cross_worker_read_blocks"], 0),
+        fmt_num(&g["written_blocks"], 0),
+        fmt_num(&g["evicted_blocks"], 0)
+    )
+}
+
 /// GPUs the run used: the deployment's, or with the autoscaling planner how many it started
 /// with, held at most and held on average.
 #[must_use]
@@ -258,6 +276,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     <dt>"Prefix cache reuse"</dt><dd id="prefix-reuse">{with(|p| p["prefix_cache_reused_ratio"].as_f64().map_or_else(|| "–".into(), |r| format!("{:.1}%", 100.0 * r)))}</dd>
                     <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
                     <dt>"Host KV tier"</dt><dd id="host-tier">{with(host_tier)}</dd>
+                    <dt>"Storage KV tier"</dt><dd id="storage-tier">{with(storage_tier)}</dd>
                     <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
                     <dt>"Speculative decoding"</dt><dd id="speculation">{with(speculation)}</dd>
                 </dl>
@@ -399,6 +418,20 @@ mod tests {
                 fmt_num(&serde_json::json!(2_160_960), 0),
                 fmt_num(&serde_json::json!(15235), 0),
                 fmt_num(&serde_json::json!(7043), 0)
+            )
+        );
+        assert_eq!(storage_tier(&g2), "none");
+        let g3 = serde_json::json!({"servesim": {"g3_offload": {
+            "scope": "cluster_shared", "read_blocks": 32275, "read_jobs": 366,
+            "cross_worker_read_blocks": 17690, "written_blocks": 15236, "evicted_blocks": 0
+        }}});
+        assert_eq!(
+            storage_tier(&g3),
+            format!(
+                "cluster shared · {} blocks read back in 366 reads ({} across workers) · {} written, 0 evicted",
+                fmt_num(&serde_json::json!(32275), 0),
+                fmt_num(&serde_json::json!(17690), 0),
+                fmt_num(&serde_json::json!(15236), 0)
             )
         );
         let mtp = serde_json::json!({"servesim": {"speculation": {

@@ -25,18 +25,23 @@
 //! transfer's first byte arrives `first_byte` after it starts, a latency the link does not
 //! stay busy for.
 //!
+//! Behind it may sit a storage tier (G3, [`G3Store`]): every block written here is written
+//! there too, and an admission continues what GPU and host memory hold with the blocks
+//! storage holds, read into host memory first ([`HostTier::begin_tiered_restore`]).
+//!
 //! Invariants (a property test runs the tier against a naive model): at most
 //! `capacity_blocks` blocks are held; a held block is in the index once; a block being written
 //! or read is never evicted.
 
-use alloc::collections::VecDeque;
-use alloc::vec::Vec;
+use alloc::rc::Rc;
+use core::cell::RefCell;
 
-use crate::kv::PremixedMap;
 use crate::units::{SimDur, SimTime};
+use lru::{BlockLru, Inserted};
+pub use store::{G3Spec, G3Stats, G3Store};
 
-/// Dead LRU entries tolerated beyond the live ones before the queue is compacted.
-const DEAD_ENTRY_SLACK: usize = 64;
+mod lru;
+mod store;
 
 /// What one rank's host tier holds and how fast its links are.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,31 +95,29 @@ impl HostStats {
     }
 }
 
-/// One held block.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u64,
-    /// When its copy to host memory ends (it is found from then on).
-    ready_at: SimTime,
-    /// Restores reading it now.
-    readers: u32,
-    /// Bumped whenever the entry moves in the LRU queue or its slot is reused.
-    epoch: u32,
-    live: bool,
+/// A storage tier shared by the host tiers attached to it (one per worker, or one for all):
+/// the simulation runs on one thread, and each use borrows it for one call.
+pub type SharedG3 = Rc<RefCell<G3Store>>;
+
+/// A host tier's attachment to its storage tier.
+#[derive(Clone, Debug)]
+struct G3Port {
+    store: SharedG3,
+    port: u32,
+    /// The store serves other workers too.
+    shared: bool,
 }
 
 /// One rank's host tier.
 #[derive(Clone, Debug)]
 pub struct HostTier {
     spec: HostSpec,
-    entries: Vec<Entry>,
-    index: PremixedMap<u32>,
-    /// Held blocks in LRU order (front: evicted first) as `(slot, epoch)`, with dead entries.
-    lru: VecDeque<(u32, u32)>,
+    blocks: BlockLru,
     d2h_free: SimTime,
     h2d_free: SimTime,
     clock: SimTime,
     stats: HostStats,
+    g3: Option<G3Port>,
 }
 
 impl HostTier {
@@ -123,14 +126,28 @@ impl HostTier {
     pub fn new(spec: HostSpec) -> Self {
         HostTier {
             spec,
-            entries: Vec::new(),
-            index: PremixedMap::default(),
-            lru: VecDeque::new(),
+            blocks: BlockLru::new(spec.capacity_blocks as usize),
             d2h_free: SimTime::ZERO,
             h2d_free: SimTime::ZERO,
             clock: SimTime::ZERO,
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
+            g3: None,
         }
+    }
+
+    /// The tier writing through to the storage tier `store` (as a new port of it), which
+    /// other workers' tiers share if `shared`.
+    #[must_use]
+    pub fn with_g3(mut self, store: SharedG3, shared: bool) -> Self {
+        let port = store.borrow_mut().attach();
+        self.g3 = Some(G3Port { store, port, shared });
+        self
+    }
+
+    /// The storage tier behind this one, if any, and whether other workers share it.
+    #[must_use]
+    pub fn g3(&self) -> Option<(&SharedG3, bool)> {
+        self.g3.as_ref().map(|g| (&g.store, g.shared))
     }
 
     /// The tier's configuration.
@@ -153,56 +170,46 @@ impl HostTier {
     /// Blocks held (being written included).
     #[must_use]
     pub fn resident(&self) -> usize {
-        self.index.len()
+        self.blocks.len()
     }
 
     /// Counters so far.
     #[must_use]
     pub fn stats(&self) -> HostStats {
-        HostStats { resident_blocks: self.index.len() as u64, ..self.stats }
+        HostStats { resident_blocks: self.blocks.len() as u64, ..self.stats }
     }
 
     /// Whether the block `key` is held and its copy has ended by `now`.
     #[must_use]
     pub fn holds(&self, key: u64, now: SimTime) -> bool {
-        self.index.get(&key).is_some_and(|&s| self.entries[s as usize].ready_at <= now)
+        self.blocks.holds(key, now)
     }
 
     /// Offers a block filled at `at` (blocks are offered in the order their steps end): it is
     /// copied to host memory unless held already, evicting the least recently used idle block
-    /// when the tier is full.
+    /// when the tier is full; with a storage tier behind, it is written there once copied.
     pub fn offer(&mut self, key: u64, at: SimTime) {
-        if self.index.contains_key(&key) {
+        if self.blocks.slot(key).is_some() {
             return;
         }
-        // Slots are only freed by eviction, which reuses them at once: below capacity every
-        // slot is live, so a new block takes a new one.
-        let slot = if self.index.len() < self.spec.capacity_blocks as usize {
-            #[allow(clippy::cast_possible_truncation)] // At most capacity_blocks slots.
-            let s = self.entries.len() as u32;
-            self.entries.push(Entry { key, ready_at: at, readers: 0, epoch: 0, live: false });
-            s
-        } else {
-            match self.evict(at) {
-                Some(s) => s,
-                None => {
-                    self.stats.dropped_blocks += 1;
-                    return;
-                }
+        let slot = match self.blocks.insert(key, at) {
+            Inserted::Slot { slot, evicted } => {
+                self.stats.evicted_blocks += u64::from(evicted);
+                slot
+            }
+            Inserted::Dropped => {
+                self.stats.dropped_blocks += 1;
+                return;
             }
         };
         let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
         self.d2h_free = done;
-        let e = &mut self.entries[slot as usize];
-        e.key = key;
-        e.ready_at = done + self.spec.first_byte;
-        e.readers = 0;
-        e.epoch = e.epoch.wrapping_add(1);
-        e.live = true;
-        self.lru.push_back((slot, e.epoch));
-        self.index.insert(key, slot);
+        let ready = done + self.spec.first_byte;
+        self.blocks.entry_mut(slot).ready_at = ready;
         self.stats.written_blocks += 1;
-        self.compact();
+        if let Some(g) = &self.g3 {
+            g.store.borrow_mut().write(g.port, key, ready);
+        }
     }
 
     /// Offers blocks `keys`, in order, all filled (or found) at `at`.
@@ -212,52 +219,16 @@ impl HostTier {
         }
     }
 
-    /// Frees the least recently used block that is neither being written at `at` nor read;
-    /// busy blocks keep their places. `None` when all are busy.
-    fn evict(&mut self, at: SimTime) -> Option<u32> {
-        let idle = |e: &Entry, epoch: u32| e.live && e.epoch == epoch && e.readers == 0 && e.ready_at <= at;
-        // Dead entries at the front go; the front block is most often the one to evict.
-        let slot = loop {
-            let &(slot, epoch) = self.lru.front()?;
-            let e = &self.entries[slot as usize];
-            if !e.live || e.epoch != epoch {
-                self.lru.pop_front();
-                continue;
-            }
-            if idle(e, epoch) {
-                self.lru.pop_front();
-                break slot;
-            }
-            // Busy blocks are passed over where they stand.
-            let entries = &self.entries;
-            let i = self.lru.iter().position(|&(slot, epoch)| idle(&entries[slot as usize], epoch))?;
-            break self.lru.remove(i)?.0;
-        };
-        let e = &mut self.entries[slot as usize];
-        e.live = false;
-        let key = e.key;
-        self.index.remove(&key);
-        self.stats.evicted_blocks += 1;
-        Some(slot)
-    }
-
     /// Marks the held blocks among `keys` (a request's blocks in order) as just used, the
     /// first last, so that it is the most recently used.
     pub fn touch(&mut self, keys: &[u64]) {
-        for k in keys.iter().rev() {
-            if let Some(&slot) = self.index.get(k) {
-                let e = &mut self.entries[slot as usize];
-                e.epoch = e.epoch.wrapping_add(1);
-                self.lru.push_back((slot, e.epoch));
-            }
-        }
-        self.compact();
+        self.blocks.touch(keys);
     }
 
     /// Whether a restore is reading any of `keys`.
     #[must_use]
     pub fn any_being_read(&self, keys: &[u64]) -> bool {
-        keys.iter().any(|k| self.index.get(k).is_some_and(|&s| self.entries[s as usize].readers > 0))
+        keys.iter().any(|k| self.blocks.slot(*k).is_some_and(|s| self.blocks.entry(s).readers > 0))
     }
 
     /// How many of `keys`, from the first, are held with their copies ended by `now`.
@@ -266,49 +237,112 @@ impl HostTier {
         keys.iter().take_while(|k| self.holds(**k, now)).count()
     }
 
+    /// How many of `keys`, from the first, are held, their copies ended or not.
+    #[must_use]
+    pub fn held_prefix(&self, keys: &[u64]) -> usize {
+        keys.iter().take_while(|k| self.blocks.slot(**k).is_some()).count()
+    }
+
+    /// Looks up in the storage tier behind, at an admission at `now`, the blocks `keys` that
+    /// come after what GPU and host memory hold: how many it holds from the first (0 without
+    /// one). A block this tier holds already (its copy under way) ends the lookup.
+    pub fn lookup_g3(&mut self, keys: &[u64], now: SimTime) -> usize {
+        let Some(g) = &self.g3 else { return 0 };
+        let absent = keys.iter().take_while(|k| self.blocks.slot(**k).is_none()).count();
+        if absent == 0 {
+            return 0;
+        }
+        g.store.borrow_mut().lookup(&keys[..absent], now)
+    }
+
+    /// How many of `keys` the storage tier behind holds from the first, for the router's
+    /// estimate at `now` (0 without one).
+    #[must_use]
+    pub fn peek_g3(&self, keys: &[u64], now: SimTime) -> usize {
+        self.g3.as_ref().map_or(0, |g| g.store.borrow().peek_prefix(keys, now))
+    }
+
     /// Starts restoring the blocks `keys` (all held, as [`HostTier::match_prefix`] found) at
     /// `now`: they become the most recently used and are kept until [`HostTier::end_restore`].
     /// Returns when the copy ends.
     pub fn begin_restore(&mut self, keys: &[u64], now: SimTime) -> SimTime {
-        for k in keys {
-            if let Some(&slot) = self.index.get(k) {
-                let e = &mut self.entries[slot as usize];
-                e.readers += 1;
-                e.epoch = e.epoch.wrapping_add(1);
-                self.lru.push_back((slot, e.epoch));
+        self.pin(keys);
+        self.copy_to_device(keys.len(), now, now)
+    }
+
+    /// Starts a restore of the held blocks `held` followed by the blocks `stored` that the
+    /// storage tier holds ([`HostTier::lookup_g3`]): those are read into this tier first
+    /// (while it has idle room for them), then all come back to GPU memory. Returns how many
+    /// blocks are restored and when the copy ends; `None` when none are.
+    pub fn begin_tiered_restore(
+        &mut self,
+        held: &[u64],
+        stored: &[u64],
+        now: SimTime,
+    ) -> Option<(usize, SimTime)> {
+        self.pin(held);
+        let mut staged: alloc::vec::Vec<u32> = alloc::vec::Vec::new();
+        for &k in stored {
+            match self.blocks.insert(k, now) {
+                Inserted::Slot { slot, evicted } => {
+                    self.stats.evicted_blocks += u64::from(evicted);
+                    self.blocks.entry_mut(slot).readers = 1;
+                    staged.push(slot);
+                }
+                Inserted::Dropped => break,
             }
         }
-        let bytes = self.spec.block_bytes.saturating_mul(keys.len() as u64);
-        let link_done = now.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
+        let mut start = now;
+        if let Some(g) = &self.g3 {
+            let mut store = g.store.borrow_mut();
+            if staged.len() < stored.len() {
+                store.count_bypass();
+            }
+            if !staged.is_empty() {
+                start = store.read(g.port, &stored[..staged.len()], now);
+            }
+        }
+        for &slot in &staged {
+            self.blocks.entry_mut(slot).ready_at = start;
+        }
+        let n = held.len() + staged.len();
+        if n == 0 {
+            return None;
+        }
+        Some((n, self.copy_to_device(n, now, start)))
+    }
+
+    /// Holds the held blocks among `keys` for a restore, as the most recently used.
+    fn pin(&mut self, keys: &[u64]) {
+        for k in keys {
+            if let Some(slot) = self.blocks.slot(*k) {
+                self.blocks.entry_mut(slot).readers += 1;
+                self.blocks.promote(slot);
+            }
+        }
+    }
+
+    /// Copies `blocks` blocks to GPU memory from `start`, for a restore decided at `now`:
+    /// when the copy ends.
+    fn copy_to_device(&mut self, blocks: usize, now: SimTime, start: SimTime) -> SimTime {
+        let bytes = self.spec.block_bytes.saturating_mul(blocks as u64);
+        let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
         self.h2d_free = link_done;
         let done = link_done + self.spec.first_byte;
         self.stats.restores += 1;
-        self.stats.restored_blocks += keys.len() as u64;
+        self.stats.restored_blocks += blocks as u64;
         self.stats.restore_wait_ns += done.since(now).as_ns();
-        self.compact();
         done
     }
 
     /// Ends the restore of `keys`: they may be evicted again.
     pub fn end_restore(&mut self, keys: &[u64]) {
         for k in keys {
-            if let Some(&slot) = self.index.get(k) {
-                let e = &mut self.entries[slot as usize];
+            if let Some(slot) = self.blocks.slot(*k) {
+                let e = self.blocks.entry_mut(slot);
                 e.readers = e.readers.saturating_sub(1);
             }
         }
-    }
-
-    /// Drops dead queue entries once they outnumber the live ones.
-    fn compact(&mut self) {
-        if self.lru.len() <= 2 * self.index.len() + DEAD_ENTRY_SLACK {
-            return;
-        }
-        let entries = &self.entries;
-        self.lru.retain(|&(slot, epoch)| {
-            let e = &entries[slot as usize];
-            e.live && e.epoch == epoch
-        });
     }
 }
 

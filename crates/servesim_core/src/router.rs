@@ -5,13 +5,15 @@
 //! - `KvAware`: Dynamo's KV-router cost (REF §5.4), lowest cost wins, ties broken at random
 //!   from the routing stream, or softmax sampling when `temperature > 0`:
 //!   `cost = prefill_load_scale × max(0, prefill_blocks − credit × decay × overlap_blocks
-//!          − host_cache_hit_weight × host_overlap_blocks)
+//!          − host_cache_hit_weight × host_overlap_blocks
+//!          − disk_cache_hit_weight × disk_overlap_blocks)
 //!          + decode_blocks + active_request_weight × active_requests`,
 //!   `decay = 1 / (1 + credit_decay × active_prefill_blocks / request_blocks)`.
 //!   `prefill_blocks` is the worker's outstanding prefill work plus this request, in KV blocks;
 //!   `decode_blocks` the blocks it holds plus those this request would add;
 //!   `host_overlap_blocks` the blocks after the GPU hit that the worker's host tier holds (as
-//!   its rank reported them at its last step, as the router learns them from KV events).
+//!   its rank reported them at its last step, as the router learns them from KV events);
+//!   `disk_overlap_blocks` the blocks after those that its storage tier (G3) holds.
 //! - `SessionAffinity`: every turn of a session to the worker of its first turn (first turns
 //!   and standalone requests go to the least-loaded worker).
 
@@ -38,6 +40,9 @@ pub struct KvAwareConfig {
     /// `host_cache_hit_weight` (0.75, Dynamo's default as REF §5.4 reports it): blocks of
     /// prefill credited per block a worker's host tier holds beyond its GPU hit.
     pub host_cache_hit_weight: f64,
+    /// `disk_cache_hit_weight` (0.25, Dynamo's default as REF §5.4 reports it): blocks of
+    /// prefill credited per block a worker's storage tier holds beyond its host hit.
+    pub disk_cache_hit_weight: f64,
 }
 
 impl Default for KvAwareConfig {
@@ -49,6 +54,7 @@ impl Default for KvAwareConfig {
             active_request_weight: 0.0,
             overlap_credit_decay: 0.0,
             host_cache_hit_weight: 0.75,
+            disk_cache_hit_weight: 0.25,
         }
     }
 }
@@ -152,10 +158,11 @@ fn overlap_tokens(req: &Request, w: &Worker) -> u32 {
     w.ranks.iter().map(|r| r.kv.cached_prefix_tokens(req)).max().unwrap_or(0).min(req.input_tokens)
 }
 
-/// The most blocks of `req`'s prompt a rank of `w` holds in its host tier right after what its
-/// GPU holds (0 without host tiers).
-fn host_overlap_blocks(req: &Request, w: &Worker) -> usize {
-    let mut best = 0;
+/// The best credit of a rank of `w` for the blocks of `req`'s prompt it holds right after what
+/// its GPU holds: `host_weight` a block in its host tier, then `disk_weight` a block in the
+/// storage tier behind (0 without host tiers).
+fn offload_credit(req: &Request, w: &Worker, host_weight: f64, disk_weight: f64) -> f64 {
+    let mut best: f64 = 0.0;
     for r in &w.ranks {
         let Some(host) = r.host.as_deref() else { continue };
         let bs = r.kv.block_size().max(1);
@@ -163,7 +170,11 @@ fn host_overlap_blocks(req: &Request, w: &Worker) -> usize {
         // As at admission: short of the last prompt token's block.
         let most = (req.input_tokens.saturating_sub(1) / bs) as usize;
         let keys = req.hashes.get(from..req.hashes.len().min(most)).unwrap_or(&[]);
-        best = best.max(host.match_prefix(keys, host.clock()));
+        let in_host = host.match_prefix(keys, host.clock());
+        let on_disk = if disk_weight > 0.0 { host.peek_g3(&keys[in_host..], host.clock()) } else { 0 };
+        #[allow(clippy::cast_precision_loss)] // Block counts are far below 2^52.
+        let credit = host_weight * in_host as f64 + disk_weight * on_disk as f64;
+        best = best.max(credit);
     }
     best
 }
@@ -204,8 +215,7 @@ fn kv_aware(
         let overlap = f64::from(overlap_tokens(req, w)) / bs;
         let active_prefill = pending_prefill_tokens(w, reqs) as f64 / bs;
         let decay = 1.0 / (1.0 + cfg.overlap_credit_decay * active_prefill / request_blocks);
-        #[allow(clippy::cast_precision_loss)] // Block counts are far below 2^52.
-        let host = cfg.host_cache_hit_weight * host_overlap_blocks(req, w) as f64;
+        let host = offload_credit(req, w, cfg.host_cache_hit_weight, cfg.disk_cache_hit_weight);
         let credit = cfg.overlap_score_credit * decay * overlap + host;
         let prefill_blocks = active_prefill + request_blocks;
         let decode_blocks = f64::from(w.kv_blocks_used()) + (request_blocks - overlap).max(0.0);

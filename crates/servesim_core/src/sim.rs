@@ -27,7 +27,7 @@ use crate::worker::{RunBounds, StepOutcome, Worker, WorkerStats};
 mod autoscale;
 
 use autoscale::Autoscale;
-pub use autoscale::{PlannerSetup, RankTemplate};
+pub use autoscale::{G3Attach, PlannerSetup, RankTemplate};
 
 /// Hard limits on a run. Hitting one ends the run early and is reported, never hidden.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +209,8 @@ pub struct RunResult {
     pub timers: Vec<Option<crate::timing::TimerReport>>,
     /// The autoscaling planner's decisions and pool counts, if it ran.
     pub planner: Option<crate::planner::Planner>,
+    /// The storage KV tiers' counters, summed over stores (`None` without any).
+    pub g3: Option<crate::host::G3Stats>,
 }
 
 /// One simulation run.
@@ -473,7 +475,9 @@ impl Simulation {
         // The end of the report's duration, as the report converts it back.
         let end = SimTime::ZERO + SimDur::from_ms_f64(summary.duration_ms);
         self.bill_provisioned_time(&mut summary, end);
+        let g3 = self.g3_stats(end);
         RunResult {
+            g3,
             summary,
             worker_stats: self
                 .workers
@@ -494,6 +498,23 @@ impl Simulation {
             timers: self.timers.iter().map(|t| t.report()).collect(),
             planner: self.autoscale.map(|a| a.planner),
         }
+    }
+
+    /// The storage tiers' counters at `end`, each shared store counted once.
+    fn g3_stats(&self, end: SimTime) -> Option<crate::host::G3Stats> {
+        let any = self
+            .workers
+            .iter()
+            .any(|w| w.ranks.iter().any(|r| r.host.as_deref().is_some_and(|h| h.g3().is_some())));
+        if !any {
+            return None;
+        }
+        let mut all = crate::host::G3Stats::default();
+        let mut seen = Vec::new();
+        for w in &self.workers {
+            w.add_g3_stats(end, &mut all, &mut seen);
+        }
+        Some(all)
     }
 
     fn schedule_next_arrival(&mut self) {

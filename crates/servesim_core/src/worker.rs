@@ -115,6 +115,8 @@ pub struct Worker {
     pub accepting: bool,
     /// Counters of the KV pools and host tiers a restart replaced.
     retired: (u64, Option<crate::host::HostStats>),
+    /// The counters of storage tiers of its own (worker-local) that replaced ranks had.
+    retired_g3: Option<crate::host::G3Stats>,
     /// Tokens of the step being finished that the serving processes still have to write,
     /// with when each request's previous token reached its client.
     delivering: Vec<(ReqId, SimTime)>,
@@ -168,6 +170,7 @@ impl Worker {
             frontend,
             accepting: true,
             retired: (0, None),
+            retired_g3: None,
             delivering: Vec::new(),
             cfg,
             ranks,
@@ -472,6 +475,24 @@ impl Worker {
         Some(all)
     }
 
+    /// Adds to `all` the counters of the storage tiers behind this worker's host tiers at
+    /// `now`: its own (those of replaced ranks included), and shared ones not in `seen` yet.
+    pub fn add_g3_stats(&self, now: SimTime, all: &mut crate::host::G3Stats, seen: &mut Vec<*const ()>) {
+        if let Some(r) = &self.retired_g3 {
+            all.add(r);
+        }
+        for (store, shared) in self.ranks.iter().filter_map(|r| r.host.as_deref()?.g3()) {
+            if shared {
+                let id = alloc::rc::Rc::as_ptr(store).cast::<()>();
+                if seen.contains(&id) {
+                    continue;
+                }
+                seen.push(id);
+            }
+            all.add(&store.borrow().stats(now));
+        }
+    }
+
     /// Cached KV tokens dropped to make room, over every KV pool this worker had.
     #[must_use]
     pub fn kv_evicted_tokens(&self) -> u64 {
@@ -498,6 +519,14 @@ impl Worker {
             self.retired.1 = Some(old);
         }
         self.retired.0 = evicted;
+        for h in self.ranks.iter().filter_map(|r| r.host.as_deref()) {
+            if let Some((store, false)) = h.g3() {
+                let mut old = store.borrow().stats(h.clock());
+                // Capacity is the new store's, not a sum over lifetimes.
+                old.capacity_blocks = 0;
+                self.retired_g3.get_or_insert_with(Default::default).add(&old);
+            }
+        }
         let n = ranks.len();
         self.ranks = ranks;
         self.plans = (0..n).map(|_| RankPlan::default()).collect();

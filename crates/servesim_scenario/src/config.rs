@@ -457,6 +457,40 @@ pub struct KvCacheConfig {
     pub capacity: Capacity,
     /// `host_offload` (G2): a host-memory KV tier per attention-DP rank.
     pub host_offload: Option<HostOffloadConfig>,
+    /// `g3_offload` (G3): a storage KV tier behind the host tiers.
+    pub g3_offload: Option<G3OffloadConfig>,
+}
+
+/// `kv_cache.g3_offload`: AISimulate's storage tier behind host memory (its KV cache guide;
+/// REF §5.3). Its defaults are AISimulate's, which it calls modelling assumptions rather than
+/// measurements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct G3OffloadConfig {
+    /// `scope` (required): one store per worker, or one for the whole deployment.
+    pub scope: G3Scope,
+    /// `num_g3_blocks` (required): blocks per worker (`worker_local`) or in all
+    /// (`cluster_shared`).
+    pub num_g3_blocks: u32,
+    /// `latency_to_first_byte_ms` (0.1).
+    pub latency_to_first_byte_ms: f64,
+    /// `read_bandwidth_gbps` (10; 0 = unlimited): each worker's read link, decimal GB/s.
+    pub read_bandwidth_gbps: f64,
+    /// `write_bandwidth_gbps` (10; 0 = unlimited): each worker's write link.
+    pub write_bandwidth_gbps: f64,
+    /// `shared_read_bandwidth_gbps` (80; 0 = unlimited): the shared store's total read
+    /// bandwidth (`cluster_shared` only).
+    pub shared_read_bandwidth_gbps: f64,
+    /// `shared_write_bandwidth_gbps` (80; 0 = unlimited): its total write bandwidth.
+    pub shared_write_bandwidth_gbps: f64,
+}
+
+/// `g3_offload.scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum G3Scope {
+    /// `worker_local`: each worker has its own store; workers cannot read each other's blocks.
+    WorkerLocal,
+    /// `cluster_shared`: one store for every worker, any of which reads any block.
+    ClusterShared,
 }
 
 /// `kv_cache.host_offload`: vLLM's KV offloading to CPU memory (its `OffloadingConnector`,

@@ -603,6 +603,9 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(h) = host_section(p, r) {
         section["host_offload"] = h;
     }
+    if let Some(g) = g3_section(p, r) {
+        section["g3_offload"] = g;
+    }
     if let Some(pl) = planner::section(p, r) {
         section["planner"] = pl;
     }
@@ -737,6 +740,49 @@ fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     Some(out)
 }
 
+/// The storage KV tier (G3) behind the host tiers: its scope, size and links, and what it
+/// wrote, evicted and read back over the run (shared stores counted once).
+#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
+fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let g = r.g3?;
+    let role = p.roles.first()?;
+    let (spec, scope) = p.g3_spec(role)?;
+    let block_size = u64::from(role.config.kv_cache.block_size);
+    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
+    let mut out = json!({
+        "scope": match scope {
+            crate::config::G3Scope::WorkerLocal => "worker_local",
+            crate::config::G3Scope::ClusterShared => "cluster_shared",
+        },
+        "capacity_blocks": spec.capacity_blocks,
+        "capacity_blocks_total": g.capacity_blocks,
+        "block_bytes": spec.block_bytes,
+        "read_bandwidth_gbps": gbps(spec.read_bytes_per_s),
+        "write_bandwidth_gbps": gbps(spec.write_bytes_per_s),
+        "latency_to_first_byte_ms": spec.first_byte.as_ms_f64(),
+        "lookup_probes": g.lookup_probes,
+        "lookup_hits": g.lookup_hits,
+        "lookup_pending": g.lookup_pending,
+        "read_jobs": g.read_jobs,
+        "read_blocks": g.read_blocks,
+        "read_tokens": g.read_blocks * block_size,
+        "read_bytes": g.read_blocks * spec.block_bytes,
+        "cross_worker_read_blocks": g.cross_worker_read_blocks,
+        "written_blocks": g.written_blocks,
+        "written_bytes": g.written_blocks * spec.block_bytes,
+        "dropped_blocks": g.dropped_blocks,
+        "evicted_blocks": g.evicted_blocks,
+        "bypassed_restores": g.bypassed_restores,
+        "resident_blocks": g.resident_blocks,
+        "pending_blocks": g.pending_blocks,
+    });
+    if scope == crate::config::G3Scope::ClusterShared {
+        out["shared_read_bandwidth_gbps"] = json!(gbps(spec.shared_read_bytes_per_s));
+        out["shared_write_bandwidth_gbps"] = json!(gbps(spec.shared_write_bytes_per_s));
+    }
+    Some(out)
+}
+
 /// Pretty JSON text of prediction.json (two-space indent, trailing newline).
 #[must_use]
 pub fn to_pretty_json(v: &Value) -> String {
@@ -868,6 +914,24 @@ pub fn summary_table(p: &Prediction) -> String {
             n("evicted_blocks"),
             n("dropped_blocks"),
             n("capacity_blocks_per_rank"),
+        ));
+    }
+    let g3 = &p.json["servesim"]["g3_offload"];
+    if g3.is_object() {
+        let n = |k: &str| g3[k].as_u64().unwrap_or(0);
+        out.push_str(&format!(
+            "storage KV tier (G3, {}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",
+            g3["scope"].as_str().unwrap_or(""),
+            n("read_blocks"),
+            n("read_jobs"),
+            n("read_tokens"),
+            n("cross_worker_read_blocks"),
+            n("lookup_hits"),
+            n("lookup_probes"),
+            n("written_blocks"),
+            n("evicted_blocks"),
+            n("dropped_blocks"),
+            n("bypassed_restores"),
         ));
     }
     for line in planner::summary_lines(&p.json["servesim"]["planner"]) {

@@ -206,6 +206,36 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["kv_cache.host_offload (line 5", "needs num_host_blocks (blocks a rank holds) or size_gib"],
     ),
     (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
+        2,
+        &["kv_cache.g3_offload (line 5", "needs host_offload"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
+        2,
+        &["kv_cache.host_offload (line 5", "simulated for vLLM only"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      parallelism: {attention_data: 2}\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {scope: worker_local, num_g3_blocks: 10}\n",
+        2,
+        &["kv_cache.g3_offload (line 10", "attention_data: 1 only (this role has 2)"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {scope: local, num_g3_blocks: 0, read_bandwidth_gbps: -2, blocks: 4}\n",
+        2,
+        &["g3_offload.scope", "worker_local", "g3_offload.num_g3_blocks", "g3_offload.read_bandwidth_gbps", "g3_offload.blocks"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {scope: worker_local, shared_read_bandwidth_gbps: 40}\n",
+        2,
+        &["g3_offload (line 9", "needs num_g3_blocks", "g3_offload.shared_read_bandwidth_gbps", "cluster_shared only"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {num_g3_blocks: 10}\n",
+        2,
+        &["g3_offload (line 9", "needs scope: worker_local"],
+    ),
+    (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 0.001}}}}\n",
         3,
         &["kv_cache.host_offload holds no block", "tensor-parallel GPUs"],

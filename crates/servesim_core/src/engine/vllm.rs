@@ -159,8 +159,9 @@ enum Restore {
 
 /// vLLM's connector marks every block of the request it holds as used, then continues the
 /// GPU hit `probe` with the blocks it holds, short of the last token (a forward pass must
-/// compute one to sample from), and starts restoring them when GPU memory has room. `busy`:
-/// the rank restores as many requests as may run.
+/// compute one to sample from), and with those a storage tier behind it holds, and starts
+/// restoring them when GPU memory has room. `busy`: the rank restores as many requests as
+/// may run.
 fn restore_from_host(
     host: &mut HostTier,
     pool: &mut BlockPool,
@@ -176,23 +177,34 @@ fn restore_from_host(
     let keys = r.hashes.get(from as usize..r.hashes.len().min(most)).unwrap_or(&[]);
     let now = host.clock();
     let found = host.match_prefix(keys, now);
-    if found == 0 {
+    // Blocks the host tier is still writing, or reading in from storage for another
+    // restore, come before any storage lookup.
+    let (span, stored) = if host.g3().is_some() {
+        (host.held_prefix(keys), host.lookup_g3(&keys[found..], now))
+    } else {
+        (found, 0)
+    };
+    if found + stored == 0 {
         return Restore::None;
     }
-    if busy || host.any_being_read(&keys[..found]) {
+    if busy || host.any_being_read(&keys[..span.max(found)]) {
         return Restore::Wait;
     }
     #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
-    let blocks = found as u32;
-    let tokens = blocks * bs;
-    if kvops::admission_cost(pool, probe, tokens) > u64::from(pool.num_free()) {
+    let most_tokens = (found + stored) as u32 * bs;
+    if kvops::admission_cost(pool, probe, most_tokens) > u64::from(pool.num_free()) {
         return Restore::NoRoom;
     }
-    kvops::reserve(pool, r, probe, tokens, scratch);
-    kvops::count_reuse(r, probe.hit_tokens + tokens);
     // vLLM stores every block of a request the tier lacks, its prefix hits too.
     host.offer_all(&r.hashes[..from as usize], now);
-    let done = host.begin_restore(&r.hashes[from as usize..(from + blocks) as usize], now);
+    let Some((n, done)) = host.begin_tiered_restore(&keys[..found], &keys[found..found + stored], now) else {
+        return Restore::None;
+    };
+    #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
+    let blocks = n as u32;
+    let tokens = blocks * bs;
+    kvops::reserve(pool, r, probe, tokens, scratch);
+    kvops::count_reuse(r, probe.hit_tokens + tokens);
     Restore::Started { from, blocks, done }
 }
 

@@ -81,17 +81,7 @@ impl Naive {
 
 /// The tier's held blocks in LRU order, from its queue.
 fn lru_order(t: &HostTier) -> Vec<Held> {
-    t.lru
-        .iter()
-        .filter_map(|&(slot, epoch)| {
-            let e = &t.entries[slot as usize];
-            (e.live && e.epoch == epoch).then_some(Held {
-                key: e.key,
-                ready_at: e.ready_at,
-                readers: e.readers,
-            })
-        })
-        .collect()
+    t.blocks.in_order().map(|e| Held { key: e.key, ready_at: e.ready_at, readers: e.readers }).collect()
 }
 
 #[derive(Clone, Debug)]

@@ -6,7 +6,10 @@ use alloc::vec::Vec;
 
 use super::{make_ranks, Event, Simulation};
 use crate::engine::Rank;
-use crate::host::{HostSpec, HostTier};
+use alloc::rc::Rc;
+use core::cell::RefCell;
+
+use crate::host::{G3Spec, G3Store, HostSpec, HostTier, SharedG3};
 use crate::metrics::Summary;
 use crate::planner::{Action, LoadSample, Planner, PlannerSpec, PoolRole, SlotState};
 use crate::queue::event_key;
@@ -22,7 +25,7 @@ pub struct PlannerSetup {
 }
 
 /// How to build one worker's ranks.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct RankTemplate {
     /// Attention-DP ranks.
     pub dp: u32,
@@ -36,6 +39,17 @@ pub struct RankTemplate {
     pub radix: bool,
     /// A host tier per rank.
     pub host: Option<HostSpec>,
+    /// A storage tier behind the host tiers.
+    pub g3: Option<G3Attach>,
+}
+
+/// Which storage tier a worker's host tiers write through to.
+#[derive(Clone, Debug)]
+pub enum G3Attach {
+    /// A store of the worker's own, fresh for every worker started.
+    PerWorker(G3Spec),
+    /// One store every worker shares, living on as workers come and go.
+    Shared(SharedG3),
 }
 
 impl RankTemplate {
@@ -44,8 +58,20 @@ impl RankTemplate {
     pub fn build(&self) -> Vec<Rank> {
         let mut ranks =
             make_ranks(self.dp, self.blocks_per_rank, self.block_size, self.prefix_caching, self.radix);
+        // One store per worker, whatever its ranks.
+        let own = match &self.g3 {
+            Some(G3Attach::PerWorker(spec)) => Some(Rc::new(RefCell::new(G3Store::new(*spec)))),
+            _ => None,
+        };
         for r in &mut ranks {
-            r.host = self.host.map(|h| Box::new(HostTier::new(h)));
+            r.host = self.host.map(|h| {
+                let tier = HostTier::new(h);
+                Box::new(match (&self.g3, &own) {
+                    (Some(G3Attach::Shared(store)), _) => tier.with_g3(store.clone(), true),
+                    (_, Some(store)) => tier.with_g3(store.clone(), false),
+                    _ => tier,
+                })
+            });
         }
         ranks
     }

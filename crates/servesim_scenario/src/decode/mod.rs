@@ -84,6 +84,7 @@ const ROUTER_KEYS: &[&str] = &[
     "decode_active_request_weight",
     "overlap_score_credit_decay",
     "host_cache_hit_weight",
+    "disk_cache_hit_weight",
 ];
 
 fn decode_router(node: &Node, path: &str, cx: &mut Cx) -> Option<RouterConfig> {
@@ -115,6 +116,9 @@ fn decode_router(node: &Node, path: &str, cx: &mut Cx) -> Option<RouterConfig> {
             }
             if let Some((n, p)) = f.take("host_cache_hit_weight") {
                 k.host_cache_hit_weight = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.host_cache_hit_weight);
+            }
+            if let Some((n, p)) = f.take("disk_cache_hit_weight") {
+                k.disk_cache_hit_weight = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.disk_cache_hit_weight);
             }
             if let Some((n, p)) = f.take("overlap_score_credit_decay") {
                 k.overlap_credit_decay = number_in(n, &p, cx, 0.0, 1.0e6).unwrap_or(k.overlap_credit_decay);

@@ -5,8 +5,9 @@ use servesim_core::engine::Backend;
 use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeKernel};
 
 use crate::config::{
-    Capacity, FpmSource, FrontendConfig, HostOffloadConfig, HostSize, KvCacheConfig, KvTransferConfig, Mode,
-    ParallelismConfig, RoleConfig, SchedulerKnobs, TimingConfig, TimingKind, TransferMode, Workers,
+    Capacity, FpmSource, FrontendConfig, G3OffloadConfig, G3Scope, HostOffloadConfig, HostSize,
+    KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig, RoleConfig, SchedulerKnobs, TimingConfig,
+    TimingKind, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -131,7 +132,8 @@ fn decode_role(
         dp,
         prefill,
     );
-    let kv_cache = decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, defaults);
+    let kv_cache =
+        decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, defaults, dp);
     let timing = match f.take("timing") {
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
@@ -459,6 +461,7 @@ fn decode_kv_cache(
     path: &str,
     cx: &mut Cx,
     defaults: RoleDefaults,
+    dp: u32,
 ) -> Option<KvCacheConfig> {
     let RoleDefaults { backend, mode } = defaults;
     let default_block = match backend {
@@ -472,6 +475,7 @@ fn decode_kv_cache(
         bytes_per_token: None,
         capacity: Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 },
         host_offload: None,
+        g3_offload: None,
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -495,6 +499,7 @@ fn decode_kv_cache(
         Some((n, p)) => decode_capacity(n, &p, cx),
         None => Some(defaults.capacity),
     };
+    let host_entry = f.has("host_offload");
     let host_offload = match f.take("host_offload") {
         Some((n, p)) if backend != Backend::Vllm => {
             cx.unsupported(
@@ -519,7 +524,29 @@ fn decode_kv_cache(
         Some((n, p)) => decode_host_offload(n, &p, cx),
         None => None,
     };
-    for k in ["g3_offload", "state_cache", "prefix_match_unit"] {
+    let g3_offload = match f.take("g3_offload") {
+        // Without a host tier the refusal above (engine, mode, prefix caching) or the one
+        // below says why.
+        Some((n, p)) if host_offload.is_none() => {
+            if host_entry {
+                None
+            } else {
+                cx.domain(&p, n, "'g3_offload' (a storage tier behind host memory) needs host_offload");
+                None
+            }
+        }
+        Some((n, p)) if dp > 1 => {
+            cx.unsupported(
+                &p,
+                n,
+                format!("'g3_offload' is simulated for attention_data: 1 only (this role has {dp}), as in AISimulate"),
+            );
+            None
+        }
+        Some((n, p)) => decode_g3_offload(n, &p, cx),
+        None => None,
+    };
+    for k in ["state_cache", "prefix_match_unit"] {
         if let Some((n, p)) = f.take(k) {
             cx.unsupported(
                 &p,
@@ -548,8 +575,88 @@ fn decode_kv_cache(
         bytes_per_token: bytes_per_token?,
         capacity: capacity?,
         host_offload,
+        g3_offload,
     })
 }
+
+/// `kv_cache.g3_offload` (behind a host tier, attention_data 1): its scope, size and links.
+fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<G3OffloadConfig> {
+    let before = cx.diags.len();
+    let mut f = Fields::of(node, path, cx)?;
+    let scope = match f.take("scope") {
+        Some((n, p)) => match choice(n, &p, cx, &["worker_local", "cluster_shared"]) {
+            Some("worker_local") => Some(G3Scope::WorkerLocal),
+            Some(_) => Some(G3Scope::ClusterShared),
+            None => None,
+        },
+        None => {
+            cx.schema(
+                path,
+                node,
+                "needs scope: worker_local (a store per worker) or cluster_shared (one for all)",
+            );
+            None
+        }
+    };
+    let blocks = match f.take("num_g3_blocks") {
+        Some((n, p)) => u32_in(n, &p, cx, 1, u32::MAX),
+        None => {
+            cx.schema(path, node, "needs num_g3_blocks (blocks per worker, or in all when cluster_shared)");
+            None
+        }
+    };
+    let gbps = |f: &mut Fields, k: &str, default: f64, cx: &mut Cx| {
+        f.take(k).map_or(Some(default), |(n, p)| number_in(n, &p, cx, 0.0, 1e6))
+    };
+    let read = gbps(&mut f, "read_bandwidth_gbps", DEFAULT_G3_LINK_GBPS, cx);
+    let write = gbps(&mut f, "write_bandwidth_gbps", DEFAULT_G3_LINK_GBPS, cx);
+    let shared = |f: &mut Fields, k: &str, cx: &mut Cx| match f.take(k) {
+        Some((n, p)) if scope == Some(G3Scope::WorkerLocal) => {
+            cx.schema(&p, n, format!("'{k}' applies to scope: cluster_shared only"));
+            None
+        }
+        Some((n, p)) => number_in(n, &p, cx, 0.0, 1e6),
+        None => Some(DEFAULT_G3_SHARED_GBPS),
+    };
+    let shared_read = shared(&mut f, "shared_read_bandwidth_gbps", cx);
+    let shared_write = shared(&mut f, "shared_write_bandwidth_gbps", cx);
+    let latency = f
+        .take("latency_to_first_byte_ms")
+        .map_or(Some(DEFAULT_G3_FIRST_BYTE_MS), |(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    f.finish(
+        cx,
+        &[
+            "scope",
+            "num_g3_blocks",
+            "latency_to_first_byte_ms",
+            "read_bandwidth_gbps",
+            "write_bandwidth_gbps",
+            "shared_read_bandwidth_gbps",
+            "shared_write_bandwidth_gbps",
+        ],
+        "",
+    );
+    if cx.diags.len() != before {
+        return None;
+    }
+    Some(G3OffloadConfig {
+        scope: scope?,
+        num_g3_blocks: blocks?,
+        latency_to_first_byte_ms: latency?,
+        read_bandwidth_gbps: read?,
+        write_bandwidth_gbps: write?,
+        shared_read_bandwidth_gbps: shared_read?,
+        shared_write_bandwidth_gbps: shared_write?,
+    })
+}
+
+/// A storage tier's per-worker read and write bandwidth when none is given, decimal GB/s:
+/// AISimulate's default (its KV cache guide, "modeling assumptions, not measured values").
+const DEFAULT_G3_LINK_GBPS: f64 = 10.0;
+/// A shared storage tier's total bandwidth each way when none is given: AISimulate's default.
+const DEFAULT_G3_SHARED_GBPS: f64 = 80.0;
+/// A storage transfer's latency to its first byte when none is given, ms: AISimulate's default.
+const DEFAULT_G3_FIRST_BYTE_MS: f64 = 0.1;
 
 /// `kv_cache.host_offload` (vLLM, aggregated): its size and its links.
 fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<HostOffloadConfig> {

@@ -7,11 +7,13 @@ use std::rc::Rc;
 
 use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
-use servesim_core::host::HostSpec;
+use std::cell::RefCell;
+
+use servesim_core::host::{G3Spec, G3Store, HostSpec};
 use servesim_core::metrics::Fleet;
 use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
 use servesim_core::router::Router;
-use servesim_core::sim::{Limits, PdSetup, PlannerSetup, RankTemplate, SimSetup, Simulation};
+use servesim_core::sim::{G3Attach, Limits, PdSetup, PlannerSetup, RankTemplate, SimSetup, Simulation};
 use servesim_core::timing::StepTimer;
 use servesim_core::traffic::TrafficSpec;
 use servesim_core::transfer::TransferNet;
@@ -24,7 +26,9 @@ use servesim_perf::roofline::RooflineTimer;
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
 
 use crate::catalog::Catalog;
-use crate::config::{Config, ContextLength, RoleConfig, RouterPolicy, SpeculationConfig, TransferMode};
+use crate::config::{
+    Config, ContextLength, G3Scope, RoleConfig, RouterPolicy, SpeculationConfig, TransferMode,
+};
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
 use crate::report::{self, Prediction};
@@ -501,6 +505,7 @@ impl Prepared {
                 if decode {
                     cfg.overlap_score_credit = 0.0;
                     cfg.host_cache_hit_weight = 0.0;
+                    cfg.disk_cache_hit_weight = 0.0;
                 }
                 Router::KvAware { cfg, rng: rng() }
             }
@@ -544,6 +549,39 @@ impl Prepared {
             d2h_bytes_per_s: link(h.d2h_bandwidth_gbps),
             h2d_bytes_per_s: link(h.h2d_bandwidth_gbps),
             first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
+        })
+    }
+
+    /// `role`'s storage KV tier behind its host tiers (`kv_cache.g3_offload`), if it has one:
+    /// the host tier's blocks, each worker's links, and for a cluster-shared store the one
+    /// store all its workers use.
+    #[must_use]
+    pub fn g3_spec(&self, role: &PreparedRole) -> Option<(G3Spec, G3Scope)> {
+        let g = role.config.kv_cache.g3_offload?;
+        let host = self.host_spec(role)?;
+        let link = |gbps: f64| (gbps > 0.0).then_some(gbps * 1e9);
+        let shared = g.scope == G3Scope::ClusterShared;
+        Some((
+            G3Spec {
+                capacity_blocks: g.num_g3_blocks,
+                block_bytes: host.block_bytes,
+                read_bytes_per_s: link(g.read_bandwidth_gbps),
+                write_bytes_per_s: link(g.write_bandwidth_gbps),
+                shared_read_bytes_per_s: if shared { link(g.shared_read_bandwidth_gbps) } else { None },
+                shared_write_bytes_per_s: if shared { link(g.shared_write_bandwidth_gbps) } else { None },
+                first_byte: SimDur::from_ms_f64(g.latency_to_first_byte_ms),
+            },
+            g.scope,
+        ))
+    }
+
+    /// How `role`'s workers attach to their storage tier, a fresh shared store for this run
+    /// when it is cluster-shared.
+    fn g3_attach(&self, role: &PreparedRole) -> Option<G3Attach> {
+        let (spec, scope) = self.g3_spec(role)?;
+        Some(match scope {
+            G3Scope::WorkerLocal => G3Attach::PerWorker(spec),
+            G3Scope::ClusterShared => G3Attach::Shared(Rc::new(RefCell::new(G3Store::new(spec)))),
         })
     }
 
@@ -624,6 +662,7 @@ impl Prepared {
                 prefix_caching: rc.kv_cache.prefix_caching,
                 radix: backend == servesim_core::engine::Backend::Sglang,
                 host: self.host_spec(role),
+                g3: self.g3_attach(role),
             };
             let first_slot = workers.len();
             let slots = self.slots(role);
