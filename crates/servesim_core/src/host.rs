@@ -192,15 +192,10 @@ impl HostTier {
         if self.blocks.slot(key).is_some() {
             return;
         }
-        let slot = match self.blocks.insert(key, at) {
-            Inserted::Slot { slot, evicted } => {
-                self.stats.evicted_blocks += u64::from(evicted);
-                slot
-            }
-            Inserted::Dropped => {
-                self.stats.dropped_blocks += 1;
-                return;
-            }
+        let st = &mut self.stats;
+        let Some(slot) = self.blocks.insert_counted(key, at, &mut st.evicted_blocks, &mut st.dropped_blocks)
+        else {
+            return;
         };
         let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
         self.d2h_free = done;

@@ -184,10 +184,13 @@ fn restore_from_host(
     } else {
         (found, 0)
     };
-    if found + stored == 0 {
+    // A prompt whose blocks another restore is reading (or reading in from storage) waits
+    // for that one: they come back once.
+    let reading = host.any_being_read(&keys[..span.max(found)]);
+    if found + stored == 0 && !reading {
         return Restore::None;
     }
-    if busy || host.any_being_read(&keys[..span.max(found)]) {
+    if busy || reading {
         return Restore::Wait;
     }
     #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
@@ -280,5 +283,56 @@ mod tests {
         assert!(items.contains(&(0, 4)) && items.contains(&(1, 4)), "{items:?}");
         assert_eq!(reqs[1].first_admission_reused, Some(96));
         assert!(plan.restores.is_empty());
+    }
+
+    #[test]
+    fn a_prompt_only_storage_holds_is_read_in_then_restored_and_its_twin_waits_for_it() {
+        // Requests 0 and 1 share a 100-token prompt whose six full blocks only the storage
+        // tier behind host memory holds. 1 MB blocks: storage reads at 2 GB/s (3 ms for six,
+        // plus 0.1 ms to the first byte), host to device at 1 GB/s (6 ms).
+        let host_spec = HostSpec {
+            capacity_blocks: 64,
+            block_bytes: 1_000_000,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: Some(1e9),
+            first_byte: SimDur::ZERO,
+        };
+        let g3_spec = crate::host::G3Spec {
+            capacity_blocks: 64,
+            block_bytes: 1_000_000,
+            read_bytes_per_s: Some(2e9),
+            write_bytes_per_s: None,
+            shared_read_bytes_per_s: None,
+            shared_write_bytes_per_s: None,
+            first_byte: SimDur::from_ns(100_000),
+        };
+        let store = alloc::rc::Rc::new(core::cell::RefCell::new(crate::host::G3Store::new(g3_spec)));
+        let writer = store.borrow_mut().attach();
+        let mut reqs = vec![req(7, 100), req(7, 100)];
+        for &h in &reqs[0].hashes {
+            store.borrow_mut().write(writer, h, SimTime::ZERO);
+        }
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(100, 16, true)));
+        let mut host = HostTier::new(host_spec).with_g3(store.clone(), true);
+        // The writes end 0.1 ms in (their first byte); the scheduler plans at 1 ms.
+        host.set_clock(SimTime::from_ns(1_000_000));
+        rank.host = Some(Box::new(host));
+        rank.waiting.extend([0, 1]);
+        let mut plan = RankPlan::default();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        // Request 0 reads six blocks in (3.1 ms), then restores them (6 ms more); request 1,
+        // whose blocks are on their way into host memory, waits rather than recomputing.
+        assert_eq!(plan.restores, [(0, SimTime::from_ns(10_100_000))]);
+        assert_eq!(rank.restoring, [(0, 0, 6)]);
+        assert!(plan.items.is_empty());
+        assert_eq!(rank.waiting, [1]);
+        let st = store.borrow().stats(SimTime::ZERO);
+        assert_eq!((st.read_jobs, st.read_blocks, st.cross_worker_read_blocks), (1, 6, 6));
+        crate::engine::finish_restore(&mut rank, &mut reqs[0], 0);
+        plan.clear();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        let items: Vec<(u32, u32)> = plan.items.iter().map(|p| (p.req, p.new_tokens)).collect();
+        assert!(items.contains(&(0, 4)) && items.contains(&(1, 4)), "{items:?}");
+        assert_eq!(store.borrow().stats(SimTime::ZERO).read_jobs, 1);
     }
 }

@@ -120,6 +120,27 @@ impl BlockLru {
         Inserted::Slot { slot, evicted }
     }
 
+    /// [`BlockLru::insert`], counting an eviction in `evicted` or a drop in `dropped`: the
+    /// block's slot, unless dropped.
+    pub(crate) fn insert_counted(
+        &mut self,
+        key: u64,
+        at: SimTime,
+        evicted: &mut u64,
+        dropped: &mut u64,
+    ) -> Option<u32> {
+        match self.insert(key, at) {
+            Inserted::Slot { slot, evicted: e } => {
+                *evicted += u64::from(e);
+                Some(slot)
+            }
+            Inserted::Dropped => {
+                *dropped += 1;
+                None
+            }
+        }
+    }
+
     /// Frees the least recently used idle block at `at`; busy blocks keep their places.
     /// `None` when all are busy.
     fn evict(&mut self, at: SimTime) -> Option<u32> {

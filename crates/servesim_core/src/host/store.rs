@@ -25,7 +25,7 @@
 
 use alloc::vec::Vec;
 
-use super::lru::{BlockLru, Inserted};
+use super::lru::BlockLru;
 use super::transfer;
 use crate::units::{SimDur, SimTime};
 
@@ -217,15 +217,10 @@ impl G3Store {
         if self.blocks.slot(key).is_some() {
             return;
         }
-        let slot = match self.blocks.insert(key, at) {
-            Inserted::Slot { slot, evicted } => {
-                self.stats.evicted_blocks += u64::from(evicted);
-                slot
-            }
-            Inserted::Dropped => {
-                self.stats.dropped_blocks += 1;
-                return;
-            }
+        let st = &mut self.stats;
+        let Some(slot) = self.blocks.insert_counted(key, at, &mut st.evicted_blocks, &mut st.dropped_blocks)
+        else {
+            return;
         };
         let done = self.move_bytes(port, WRITE, self.spec.block_bytes, at);
         self.blocks.entry_mut(slot).ready_at = done + self.spec.first_byte;
