@@ -476,20 +476,18 @@ impl Worker {
     }
 
     /// Adds to `all` the counters of the storage tiers behind this worker's host tiers at
-    /// `now`: its own (those of replaced ranks included), and shared ones not in `seen` yet.
+    /// `now`: its own (those of replaced ranks included), and the live stores not in `seen` yet.
     pub fn add_g3_stats(&self, now: SimTime, all: &mut crate::host::G3Stats, seen: &mut Vec<*const ()>) {
         if let Some(r) = &self.retired_g3 {
             all.add(r);
         }
-        for (store, shared) in self.ranks.iter().filter_map(|r| r.host.as_deref()?.g3()) {
-            if shared {
-                let id = alloc::rc::Rc::as_ptr(store).cast::<()>();
-                if seen.contains(&id) {
-                    continue;
-                }
+        // Ranks of one worker, or workers, may share a store: each is counted once.
+        for (store, _) in self.ranks.iter().filter_map(|r| r.host.as_deref()?.g3()) {
+            let id = alloc::rc::Rc::as_ptr(store).cast::<()>();
+            if !seen.contains(&id) {
                 seen.push(id);
+                all.add(&store.borrow().stats(now));
             }
-            all.add(&store.borrow().stats(now));
         }
     }
 
@@ -519,13 +517,15 @@ impl Worker {
             self.retired.1 = Some(old);
         }
         self.retired.0 = evicted;
-        for h in self.ranks.iter().filter_map(|r| r.host.as_deref()) {
-            if let Some((store, false)) = h.g3() {
-                let mut old = store.borrow().stats(h.clock());
-                // Capacity is the new store's, not a sum over lifetimes.
-                old.capacity_blocks = 0;
-                self.retired_g3.get_or_insert_with(Default::default).add(&old);
-            }
+        // A store of the worker's own goes with its ranks (one per worker, whatever its ranks).
+        let own = self.ranks.iter().filter_map(|r| r.host.as_deref()).find_map(|h| match h.g3() {
+            Some((store, false)) => Some(store.borrow().stats(h.clock())),
+            _ => None,
+        });
+        if let Some(mut old) = own {
+            // Capacity is the new store's, not a sum over lifetimes.
+            old.capacity_blocks = 0;
+            self.retired_g3.get_or_insert_with(Default::default).add(&old);
         }
         let n = ranks.len();
         self.ranks = ranks;

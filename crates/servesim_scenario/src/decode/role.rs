@@ -525,8 +525,8 @@ fn decode_kv_cache(
         None => None,
     };
     let g3_offload = match f.take("g3_offload") {
-        // Without a host tier the refusal above (engine, mode, prefix caching) or the one
-        // below says why.
+        // A host_offload given but refused (engine, mode, prefix caching) has said why
+        // already; one not given is named here.
         Some((n, p)) if host_offload.is_none() => {
             if host_entry {
                 None
