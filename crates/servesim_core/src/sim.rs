@@ -500,21 +500,15 @@ impl Simulation {
         }
     }
 
-    /// The storage tiers' counters at `end`, each shared store counted once.
+    /// The storage tiers' counters at `end`, each shared store counted once (`None` when the
+    /// workers have none).
     fn g3_stats(&self, end: SimTime) -> Option<crate::host::G3Stats> {
-        let any = self
-            .workers
-            .iter()
-            .any(|w| w.ranks.iter().any(|r| r.host.as_deref().is_some_and(|h| h.g3().is_some())));
-        if !any {
-            return None;
-        }
         let mut all = crate::host::G3Stats::default();
         let mut seen = Vec::new();
         for w in &self.workers {
             w.add_g3_stats(end, &mut all, &mut seen);
         }
-        Some(all)
+        (!seen.is_empty()).then_some(all)
     }
 
     fn schedule_next_arrival(&mut self) {

@@ -8,7 +8,6 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use servesim_core::frontend::FrontendStats;
-use servesim_core::host::HostStats;
 use servesim_core::metrics::{Dist, Summary};
 use servesim_core::record::{Record, RecordLog};
 use servesim_core::request::{ReqSeq, Status, NEVER};
@@ -21,6 +20,10 @@ use crate::scenario::{Prepared, PreparedRole};
 
 mod agentic;
 mod planner;
+mod summary;
+mod tiers;
+
+pub use summary::{rejection_line, summary_table};
 
 /// Version of servesim's own `servesim` section in prediction.json.
 pub const SERVESIM_SECTION_VERSION: u32 = 1;
@@ -600,10 +603,10 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(f) = frontend_section(r) {
         section["frontend"] = f;
     }
-    if let Some(h) = host_section(p, r) {
+    if let Some(h) = tiers::host_section(p, r) {
         section["host_offload"] = h;
     }
-    if let Some(g) = g3_section(p, r) {
+    if let Some(g) = tiers::g3_section(p, r) {
         section["g3_offload"] = g;
     }
     if let Some(pl) = planner::section(p, r) {
@@ -689,7 +692,7 @@ fn frontend_section(r: &RunResult) -> Option<Value> {
 }
 
 /// Each worker's figures, as `describe` gives them, with its index.
-fn workers_json<T>(per_worker: &[(usize, T)], describe: impl Fn(&T) -> Value) -> Value {
+pub(crate) fn workers_json<T>(per_worker: &[(usize, T)], describe: impl Fn(&T) -> Value) -> Value {
     per_worker
         .iter()
         .map(|(w, x)| {
@@ -699,88 +702,6 @@ fn workers_json<T>(per_worker: &[(usize, T)], describe: impl Fn(&T) -> Value) ->
         })
         .collect::<Vec<_>>()
         .into()
-}
-
-/// The host KV tiers (G2), when the workers keep them: their size and links, and what they
-/// wrote, evicted and restored over the run.
-#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
-fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
-    let role = p.roles.first()?;
-    let spec = p.host_spec(role)?;
-    let block_size = u64::from(role.config.kv_cache.block_size);
-    let describe = |h: &HostStats| {
-        json!({
-            "written_blocks": h.written_blocks,
-            "dropped_blocks": h.dropped_blocks,
-            "evicted_blocks": h.evicted_blocks,
-            "restores": h.restores,
-            "restored_blocks": h.restored_blocks,
-            "restored_tokens": h.restored_blocks * block_size,
-            "mean_restore_wait_ms": if h.restores > 0 { h.restore_wait_ns as f64 / h.restores as f64 / 1e6 } else { 0.0 },
-            "resident_blocks": h.resident_blocks,
-        })
-    };
-    let per_worker: Vec<(usize, HostStats)> =
-        r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.host.map(|h| (w, h))).collect();
-    let mut all = HostStats::default();
-    for (_, h) in &per_worker {
-        all.add(h);
-    }
-    let mut out = describe(&all);
-    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
-    out["scope"] = json!("dp_rank_local");
-    out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
-    out["block_bytes_per_gpu"] = json!(spec.block_bytes);
-    out["capacity_gib_per_gpu"] =
-        json!(u64::from(spec.capacity_blocks) as f64 * spec.block_bytes as f64 / (1u64 << 30) as f64);
-    out["d2h_bandwidth_gbps"] = json!(gbps(spec.d2h_bytes_per_s));
-    out["h2d_bandwidth_gbps"] = json!(gbps(spec.h2d_bytes_per_s));
-    out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
-    out["workers"] = workers_json(&per_worker, describe);
-    Some(out)
-}
-
-/// The storage KV tier (G3) behind the host tiers: its scope, size and links, and what it
-/// wrote, evicted and read back over the run (shared stores counted once).
-#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
-fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
-    let g = r.g3?;
-    let role = p.roles.first()?;
-    let (spec, scope) = p.g3_spec(role)?;
-    let block_size = u64::from(role.config.kv_cache.block_size);
-    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
-    let mut out = json!({
-        "scope": match scope {
-            crate::config::G3Scope::WorkerLocal => "worker_local",
-            crate::config::G3Scope::ClusterShared => "cluster_shared",
-        },
-        "capacity_blocks": spec.capacity_blocks,
-        "capacity_blocks_total": g.capacity_blocks,
-        "block_bytes": spec.block_bytes,
-        "read_bandwidth_gbps": gbps(spec.read_bytes_per_s),
-        "write_bandwidth_gbps": gbps(spec.write_bytes_per_s),
-        "latency_to_first_byte_ms": spec.first_byte.as_ms_f64(),
-        "lookup_probes": g.lookup_probes,
-        "lookup_hits": g.lookup_hits,
-        "lookup_pending": g.lookup_pending,
-        "read_jobs": g.read_jobs,
-        "read_blocks": g.read_blocks,
-        "read_tokens": g.read_blocks * block_size,
-        "read_bytes": g.read_blocks * spec.block_bytes,
-        "cross_worker_read_blocks": g.cross_worker_read_blocks,
-        "written_blocks": g.written_blocks,
-        "written_bytes": g.written_blocks * spec.block_bytes,
-        "dropped_blocks": g.dropped_blocks,
-        "evicted_blocks": g.evicted_blocks,
-        "bypassed_restores": g.bypassed_restores,
-        "resident_blocks": g.resident_blocks,
-        "pending_blocks": g.pending_blocks,
-    });
-    if scope == crate::config::G3Scope::ClusterShared {
-        out["shared_read_bandwidth_gbps"] = json!(gbps(spec.shared_read_bytes_per_s));
-        out["shared_write_bandwidth_gbps"] = json!(gbps(spec.shared_write_bytes_per_s));
-    }
-    Some(out)
 }
 
 /// Pretty JSON text of prediction.json (two-space indent, trailing newline).
@@ -798,212 +719,6 @@ pub fn to_jsonl(requests: &Requests) -> String {
     // Writing to memory cannot fail, and serde_json writes valid UTF-8.
     let _ = requests.write_jsonl(&mut out);
     String::from_utf8(out).unwrap_or_default()
-}
-
-/// The summary table printed by `servesim predict`.
-#[must_use]
-pub fn summary_table(p: &Prediction) -> String {
-    let s = &p.summary;
-    let dep = &p.json["servesim"]["deployment"];
-    let mut out = String::new();
-    let roles: Vec<String> = dep["roles"]
-        .as_array()
-        .map(|rs| {
-            rs.iter()
-                .map(|x| {
-                    format!(
-                        "{} {}x {} TP{}{}",
-                        x["role"].as_str().unwrap_or("?"),
-                        x["replicas"],
-                        x["hardware"].as_str().unwrap_or("?"),
-                        x["tensor"],
-                        if x["attention_data"].as_u64().unwrap_or(1) > 1 {
-                            format!(" DP{}", x["attention_data"])
-                        } else {
-                            String::new()
-                        }
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let planner = &p.json["servesim"]["planner"];
-    out.push_str(&format!(
-        "servesim predict: {} with {} ({} GPUs{}, {})\n",
-        dep["model"].as_str().unwrap_or("?"),
-        dep["backend"].as_str().unwrap_or("?"),
-        dep["gpus"],
-        if planner.is_object() {
-            format!(" to start, autoscaled up to {}", planner["max_num_gpus"])
-        } else {
-            String::new()
-        },
-        roles.join(" + "),
-    ));
-    out.push_str(&format!(
-        "requests: {} completed of {}, duration {:.1} s, {:.3} req/s, {:.1} output tok/s, {:.4} GPU-hours\n\n",
-        s.completed_requests,
-        s.num_requests,
-        s.duration_ms / 1000.0,
-        s.request_throughput_rps,
-        s.output_throughput_tok_s,
-        s.gpu_hours
-    ));
-    if let Some(line) = rejection_line(&p.json["servesim"]) {
-        out.push_str(&line);
-        out.push_str("\n\n");
-    }
-    out.push_str(&format!(
-        "{:<22}{:>11}{:>11}{:>11}{:>11}{:>11}\n",
-        "metric", "mean", "p50", "p90", "p99", "max"
-    ));
-    for (name, d) in [
-        ("TTFT (ms)", &s.ttft),
-        ("TPOT (ms)", &s.tpot),
-        ("ITL (ms)", &s.itl),
-        ("E2E latency (ms)", &s.e2e_latency),
-    ] {
-        out.push_str(&format!(
-            "{name:<22}{:>11.2}{:>11.2}{:>11.2}{:>11.2}{:>11.2}\n",
-            d.mean, d.median, d.p90, d.p99, d.max
-        ));
-    }
-    if let Some(g) = s.goodput {
-        out.push_str(&format!(
-            "\ngoodput: {} of {} requests met the SLA ({:.3} req/s, {:.1} output tok/s)\n",
-            g.completed_requests, s.completed_requests, g.request_throughput_rps, g.output_throughput_tok_s
-        ));
-    }
-    out.push_str(&format!(
-        "prefix cache reuse: {:.1}%   preemptions: {}\n",
-        s.prefix_cache_reused_ratio * 100.0,
-        s.num_preemptions
-    ));
-    let sp = &p.json["servesim"]["speculation"];
-    if sp.is_object() {
-        out.push_str(&format!(
-            "speculative decoding: {} drafts a round, {:.2} tokens a round ({:.2} expected)\n",
-            sp["draft_tokens"].as_u64().unwrap_or(0),
-            sp["tokens_per_round"].as_f64().unwrap_or(0.0),
-            sp["expected_tokens_per_round"].as_f64().unwrap_or(0.0),
-        ));
-    }
-    let fe = &p.json["servesim"]["frontend"];
-    if fe.is_object() {
-        out.push_str(&format!(
-            "serving frontend: {} {:.0}% busy, requests wait {:.2} ms for them, tokens reach clients {:.2} ms after the engine\n",
-            match fe["processes"].as_u64() {
-                Some(1) => "1 process".to_string(),
-                n => format!("{} processes", n.unwrap_or(0)),
-            },
-            fe["busy_fraction"].as_f64().unwrap_or(0.0) * 100.0,
-            fe["mean_request_wait_ms"].as_f64().unwrap_or(0.0),
-            fe["mean_token_delay_ms"].as_f64().unwrap_or(0.0),
-        ));
-    }
-    let host = &p.json["servesim"]["host_offload"];
-    if host.is_object() {
-        let n = |k: &str| host[k].as_u64().unwrap_or(0);
-        out.push_str(&format!(
-            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written, {} evicted, {} dropped; {} blocks a rank\n",
-            n("restores"),
-            n("restored_blocks"),
-            n("restored_tokens"),
-            host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0),
-            n("written_blocks"),
-            n("evicted_blocks"),
-            n("dropped_blocks"),
-            n("capacity_blocks_per_rank"),
-        ));
-    }
-    let g3 = &p.json["servesim"]["g3_offload"];
-    if g3.is_object() {
-        let n = |k: &str| g3[k].as_u64().unwrap_or(0);
-        out.push_str(&format!(
-            "storage KV tier (G3, {}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",
-            g3["scope"].as_str().unwrap_or(""),
-            n("read_blocks"),
-            n("read_jobs"),
-            n("read_tokens"),
-            n("cross_worker_read_blocks"),
-            n("lookup_hits"),
-            n("lookup_probes"),
-            n("written_blocks"),
-            n("evicted_blocks"),
-            n("dropped_blocks"),
-            n("bypassed_restores"),
-        ));
-    }
-    for line in planner::summary_lines(&p.json["servesim"]["planner"]) {
-        out.push_str(&line);
-    }
-    if let Some(line) = agentic::summary_line(&p.json["servesim"]["agentic"]) {
-        out.push_str(&line);
-    }
-    for line in crate::uncertainty::summary_lines(&p.json["servesim"]["uncertainty"]) {
-        out.push_str(&line);
-    }
-    for t in p.json["servesim"]["timing"].as_array().into_iter().flatten() {
-        out.push_str(&timing_line(t));
-        out.push('\n');
-    }
-    for line in crate::details::time_lines(&p.json["details"]["time"]) {
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
-}
-
-/// The refused requests and why, as one sentence (`None` when every request was accepted).
-#[must_use]
-pub fn rejection_line(servesim: &Value) -> Option<String> {
-    let n = servesim["rejected_requests"].as_u64().filter(|&n| n > 0)?;
-    let why = &servesim["rejections"];
-    let count = |k: &str| why[k].as_u64().unwrap_or(0);
-    let mut reasons = Vec::new();
-    if count("beyond_context") > 0 {
-        reasons.push(format!(
-            "{} longer (prompt + output) than the model's context of {} tokens",
-            count("beyond_context"),
-            why["context_tokens"].as_u64().unwrap_or(0)
-        ));
-    }
-    if count("beyond_kv_pool") > 0 {
-        reasons.push(format!(
-            "{} longer than a rank's KV pool of {} tokens",
-            count("beyond_kv_pool"),
-            why["kv_pool_tokens"].as_u64().unwrap_or(0)
-        ));
-    }
-    let what = if n == 1 { "request was" } else { "requests were" };
-    Some(if reasons.is_empty() {
-        format!("warning: {n} {what} rejected and never ran")
-    } else {
-        format!("warning: {n} {what} rejected and never ran: {}", reasons.join("; "))
-    })
-}
-
-/// One role's timing provenance for the table: which model and data timed its steps, and how
-/// its kernel lookups split between measured points, interpolation and the roofline (so a run
-/// that found no tables says so where the user looks, not only in prediction.json).
-fn timing_line(t: &Value) -> String {
-    let role = t["role"].as_str().unwrap_or("?");
-    let model = t["model"].as_str().unwrap_or("?");
-    let data = t["data"].as_str().unwrap_or("?");
-    let l = &t["lookups"];
-    let count = |k: &str| l[k].as_u64().unwrap_or(0);
-    let total = count("measured") + count("interpolated") + count("extrapolated") + count("roofline");
-    if total == 0 {
-        return format!("timing, {role}: {model}, {data}");
-    }
-    let pct = |k: &str| count(k) as f64 / total as f64 * 100.0;
-    format!(
-        "timing, {role}: {model}, {data}; kernel lookups {:.0}% measured, {:.0}% interpolated, {:.0}% extrapolated, {:.0}% roofline",
-        pct("measured"),
-        pct("interpolated"),
-        pct("extrapolated"),
-        pct("roofline"),
-    )
 }
 
 #[cfg(test)]

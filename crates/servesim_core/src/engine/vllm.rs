@@ -186,7 +186,7 @@ fn restore_from_host(
     };
     // A prompt whose blocks another restore is reading (or reading in from storage) waits
     // for that one: they come back once.
-    let reading = host.any_being_read(&keys[..span.max(found)]);
+    let reading = host.any_being_read(&keys[..span]);
     if found + stored == 0 && !reading {
         return Restore::None;
     }

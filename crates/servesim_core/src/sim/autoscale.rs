@@ -58,18 +58,18 @@ impl RankTemplate {
     pub fn build(&self) -> Vec<Rank> {
         let mut ranks =
             make_ranks(self.dp, self.blocks_per_rank, self.block_size, self.prefix_caching, self.radix);
-        // One store per worker, whatever its ranks.
-        let own = match &self.g3 {
-            Some(G3Attach::PerWorker(spec)) => Some(Rc::new(RefCell::new(G3Store::new(*spec)))),
-            _ => None,
+        // One store per worker, whatever its ranks, or the one all workers share.
+        let g3 = match &self.g3 {
+            Some(G3Attach::PerWorker(spec)) => Some((Rc::new(RefCell::new(G3Store::new(*spec))), false)),
+            Some(G3Attach::Shared(store)) => Some((store.clone(), true)),
+            None => None,
         };
         for r in &mut ranks {
             r.host = self.host.map(|h| {
                 let tier = HostTier::new(h);
-                Box::new(match (&self.g3, &own) {
-                    (Some(G3Attach::Shared(store)), _) => tier.with_g3(store.clone(), true),
-                    (_, Some(store)) => tier.with_g3(store.clone(), false),
-                    _ => tier,
+                Box::new(match &g3 {
+                    Some((store, shared)) => tier.with_g3(store.clone(), *shared),
+                    None => tier,
                 })
             });
         }

@@ -542,12 +542,11 @@ impl Prepared {
         let h = role.config.kv_cache.host_offload?;
         let block_bytes = u64::from(role.config.kv_cache.block_size) * role.memory.kv_bytes_per_token.max(1);
         let capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, role.config.parallelism.tensor);
-        let link = |gbps: f64| (gbps > 0.0).then_some(gbps * 1e9);
         Some(HostSpec {
             capacity_blocks,
             block_bytes,
-            d2h_bytes_per_s: link(h.d2h_bandwidth_gbps),
-            h2d_bytes_per_s: link(h.h2d_bandwidth_gbps),
+            d2h_bytes_per_s: link_bytes_per_s(h.d2h_bandwidth_gbps),
+            h2d_bytes_per_s: link_bytes_per_s(h.h2d_bandwidth_gbps),
             first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
         })
     }
@@ -559,16 +558,23 @@ impl Prepared {
     pub fn g3_spec(&self, role: &PreparedRole) -> Option<(G3Spec, G3Scope)> {
         let g = role.config.kv_cache.g3_offload?;
         let host = self.host_spec(role)?;
-        let link = |gbps: f64| (gbps > 0.0).then_some(gbps * 1e9);
         let shared = g.scope == G3Scope::ClusterShared;
         Some((
             G3Spec {
                 capacity_blocks: g.num_g3_blocks,
                 block_bytes: host.block_bytes,
-                read_bytes_per_s: link(g.read_bandwidth_gbps),
-                write_bytes_per_s: link(g.write_bandwidth_gbps),
-                shared_read_bytes_per_s: if shared { link(g.shared_read_bandwidth_gbps) } else { None },
-                shared_write_bytes_per_s: if shared { link(g.shared_write_bandwidth_gbps) } else { None },
+                read_bytes_per_s: link_bytes_per_s(g.read_bandwidth_gbps),
+                write_bytes_per_s: link_bytes_per_s(g.write_bandwidth_gbps),
+                shared_read_bytes_per_s: if shared {
+                    link_bytes_per_s(g.shared_read_bandwidth_gbps)
+                } else {
+                    None
+                },
+                shared_write_bytes_per_s: if shared {
+                    link_bytes_per_s(g.shared_write_bandwidth_gbps)
+                } else {
+                    None
+                },
                 first_byte: SimDur::from_ms_f64(g.latency_to_first_byte_ms),
             },
             g.scope,
@@ -842,4 +848,9 @@ pub fn predict_with_catalog(
 ) -> Result<Prediction, ScenarioError> {
     let root = parse_with_overrides(text, source, &[])?;
     prepare(&root, source, catalog, None, files)?.run()
+}
+
+/// A link's bandwidth in decimal GB/s as bytes a second (0: unlimited, `None`).
+fn link_bytes_per_s(gbps: f64) -> Option<f64> {
+    (gbps > 0.0).then_some(gbps * 1e9)
 }

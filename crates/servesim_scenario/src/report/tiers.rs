@@ -1,0 +1,129 @@
+//! prediction.json's sections for the KV tiers beyond GPU memory — `servesim.host_offload`
+//! (G2) and `servesim.g3_offload` (G3) — and the summary's lines for them.
+
+use serde_json::{json, Value};
+use servesim_core::host::HostStats;
+use servesim_core::sim::RunResult;
+
+use crate::scenario::Prepared;
+
+/// The host KV tiers (G2), when the workers keep them: their size and links, and what they
+/// wrote, evicted and restored over the run.
+#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
+pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let role = p.roles.first()?;
+    let spec = p.host_spec(role)?;
+    let block_size = u64::from(role.config.kv_cache.block_size);
+    let describe = |h: &HostStats| {
+        json!({
+            "written_blocks": h.written_blocks,
+            "dropped_blocks": h.dropped_blocks,
+            "evicted_blocks": h.evicted_blocks,
+            "restores": h.restores,
+            "restored_blocks": h.restored_blocks,
+            "restored_tokens": h.restored_blocks * block_size,
+            "mean_restore_wait_ms": if h.restores > 0 { h.restore_wait_ns as f64 / h.restores as f64 / 1e6 } else { 0.0 },
+            "resident_blocks": h.resident_blocks,
+        })
+    };
+    let per_worker: Vec<(usize, HostStats)> =
+        r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.host.map(|h| (w, h))).collect();
+    let mut all = HostStats::default();
+    for (_, h) in &per_worker {
+        all.add(h);
+    }
+    let mut out = describe(&all);
+    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
+    out["scope"] = json!("dp_rank_local");
+    out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
+    out["block_bytes_per_gpu"] = json!(spec.block_bytes);
+    out["capacity_gib_per_gpu"] =
+        json!(u64::from(spec.capacity_blocks) as f64 * spec.block_bytes as f64 / (1u64 << 30) as f64);
+    out["d2h_bandwidth_gbps"] = json!(gbps(spec.d2h_bytes_per_s));
+    out["h2d_bandwidth_gbps"] = json!(gbps(spec.h2d_bytes_per_s));
+    out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
+    out["workers"] = super::workers_json(&per_worker, describe);
+    Some(out)
+}
+
+/// The storage KV tier (G3) behind the host tiers: its scope, size and links, and what it
+/// wrote, evicted and read back over the run (shared stores counted once).
+#[allow(clippy::cast_precision_loss)] // Counters are far below 2^52.
+pub(super) fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
+    let g = r.g3?;
+    let role = p.roles.first()?;
+    let (spec, scope) = p.g3_spec(role)?;
+    let block_size = u64::from(role.config.kv_cache.block_size);
+    let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
+    let mut out = json!({
+        "scope": match scope {
+            crate::config::G3Scope::WorkerLocal => "worker_local",
+            crate::config::G3Scope::ClusterShared => "cluster_shared",
+        },
+        "capacity_blocks": spec.capacity_blocks,
+        "capacity_blocks_total": g.capacity_blocks,
+        "block_bytes": spec.block_bytes,
+        "read_bandwidth_gbps": gbps(spec.read_bytes_per_s),
+        "write_bandwidth_gbps": gbps(spec.write_bytes_per_s),
+        "latency_to_first_byte_ms": spec.first_byte.as_ms_f64(),
+        "lookup_probes": g.lookup_probes,
+        "lookup_hits": g.lookup_hits,
+        "lookup_pending": g.lookup_pending,
+        "read_jobs": g.read_jobs,
+        "read_blocks": g.read_blocks,
+        "read_tokens": g.read_blocks * block_size,
+        "read_bytes": g.read_blocks * spec.block_bytes,
+        "cross_worker_read_blocks": g.cross_worker_read_blocks,
+        "written_blocks": g.written_blocks,
+        "written_bytes": g.written_blocks * spec.block_bytes,
+        "dropped_blocks": g.dropped_blocks,
+        "evicted_blocks": g.evicted_blocks,
+        "bypassed_restores": g.bypassed_restores,
+        "resident_blocks": g.resident_blocks,
+        "pending_blocks": g.pending_blocks,
+    });
+    if scope == crate::config::G3Scope::ClusterShared {
+        out["shared_read_bandwidth_gbps"] = json!(gbps(spec.shared_read_bytes_per_s));
+        out["shared_write_bandwidth_gbps"] = json!(gbps(spec.shared_write_bytes_per_s));
+    }
+    Some(out)
+}
+
+/// The summary's lines for the host and storage tiers, from prediction.json's `servesim`.
+pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let host = &servesim["host_offload"];
+    if host.is_object() {
+        let n = |k: &str| host[k].as_u64().unwrap_or(0);
+        out.push(format!(
+            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written, {} evicted, {} dropped; {} blocks a rank\n",
+            n("restores"),
+            n("restored_blocks"),
+            n("restored_tokens"),
+            host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0),
+            n("written_blocks"),
+            n("evicted_blocks"),
+            n("dropped_blocks"),
+            n("capacity_blocks_per_rank"),
+        ));
+    }
+    let g3 = &servesim["g3_offload"];
+    if g3.is_object() {
+        let n = |k: &str| g3[k].as_u64().unwrap_or(0);
+        out.push(format!(
+            "storage KV tier (G3, {}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",
+            g3["scope"].as_str().unwrap_or(""),
+            n("read_blocks"),
+            n("read_jobs"),
+            n("read_tokens"),
+            n("cross_worker_read_blocks"),
+            n("lookup_hits"),
+            n("lookup_probes"),
+            n("written_blocks"),
+            n("evicted_blocks"),
+            n("dropped_blocks"),
+            n("bypassed_restores"),
+        ));
+    }
+    out
+}
