@@ -62,6 +62,20 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             g3["written_blocks"], g3["evicted_blocks"], g3["dropped_blocks"], g3["bypassed_restores"]
         );
     }
+    let ev = &extra["kv_eviction"];
+    if ev.is_object() {
+        out += &format!(
+            "kv_eviction: {} ({}), forecast {} requests over {} blocks, {} ended, first-admission reuse {:.4}, {} prefill tokens, {} evicted tokens\n",
+            ev["policy"].as_str().unwrap_or(""),
+            ev["assumption"].as_str().unwrap_or(""),
+            ev["forecast_requests"],
+            ev["forecast_blocks"],
+            ev["demand_ended_requests"],
+            ev["first_admission_prefix_cache_reused_ratio"].as_f64().unwrap_or(0.0),
+            ev["committed_prefill_tokens"],
+            ev["evicted_tokens"]
+        );
+    }
     for pool in extra["planner"]["pools"].as_array().into_iter().flatten() {
         out += &format!(
             "planner {}: {} -> {} workers, peak {}, {} up, {} down, {:.3} worker-s\n",
@@ -148,6 +162,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
+    ("vllm_belady_prompt_pool", "tests/scenarios/vllm_belady_prompt_pool.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
     ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
     ("uncertainty_vllm_poisson", "tests/scenarios/uncertainty_vllm_poisson.yaml"),

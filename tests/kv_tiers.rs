@@ -1,12 +1,13 @@
 //! The storage KV tier (G3) behind host memory, end to end: it keeps what the host tiers lose,
 //! a shared store serves every worker and a local one only its own, the KV-aware router
 //! credits what it holds, and a host tier too small for a history cuts restores short rather
-//! than stalling.
+//! than stalling. And Belady eviction of the GPU pools: the forecast keeps what is asked for
+//! soonest, changes nothing when nothing is evicted, and is refused where it cannot hold.
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
-use servesim_tests::predict_file_with;
+use servesim_tests::{config_refusal, predict_file_with};
 
 const SHARED: &str = "tests/scenarios/vllm_g3_shared.yaml";
 const LOCAL: &str = "tests/scenarios/vllm_g3_local_kv_router.yaml";
@@ -108,4 +109,110 @@ fn workers_the_planner_starts_get_their_own_store() {
     let g3 = &p.json["servesim"]["g3_offload"];
     assert!(n(g3, "read_blocks") > 0);
     assert_eq!(n(g3, "cross_worker_read_blocks"), 0);
+}
+
+const BELADY_POOL: &str = "tests/scenarios/vllm_belady_prompt_pool.yaml";
+const BELADY_TRACE: &str = "tests/scenarios/trtllm_belady_documents.yaml";
+
+#[test]
+fn belady_keeps_the_prompts_asked_for_soonest_where_lru_drops_them() {
+    for rel in [BELADY_POOL, BELADY_TRACE] {
+        let belady = run(rel, &[]);
+        let lru = run(rel, &["engine.kv_eviction_policy=lru"]);
+        assert!(lru.json["servesim"]["kv_eviction"].is_null());
+        let ev = &belady.json["servesim"]["kv_eviction"];
+        assert_eq!(ev["policy"], "belady");
+        assert_eq!(ev["assumption"], "global_input_trace_order_v1");
+        // The forecast holds every request sent, and every one's demand ended by its prefill.
+        let s = &belady.summary;
+        assert_eq!(s.completed_requests, s.num_requests);
+        assert_eq!(n(ev, "forecast_requests"), s.num_requests);
+        assert_eq!(n(ev, "demand_ended_requests"), s.num_requests);
+        // About half of the prompts fit: the forecast reuses several times what LRU does.
+        let (b, l) = (
+            s.first_admission_prefix_cache_reused_ratio,
+            lru.summary.first_admission_prefix_cache_reused_ratio,
+        );
+        assert!(b > 0.4 && b > 3.0 * l, "{rel}: belady {b} vs lru {l}");
+        assert!(s.ttft.mean < 0.85 * lru.summary.ttft.mean, "{rel}");
+        let prefill = |p: &servesim_scenario::Prediction| {
+            p.json["servesim"]["time_series"]["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| n(w, "prefill_tokens"))
+                .sum::<u64>()
+        };
+        assert_eq!(n(ev, "committed_prefill_tokens"), prefill(&belady));
+        assert!(prefill(&belady) < prefill(&lru), "{rel}");
+    }
+}
+
+#[test]
+fn belady_changes_nothing_when_the_cache_holds_every_prompt() {
+    // 100 prompts of 63 blocks fit in 20,000: nothing is evicted, so the order cannot matter.
+    let big = "engine.workers.aggregated.kv_cache.capacity.blocks=20000";
+    let mut belady = run(BELADY_POOL, &[big]);
+    let lru = run(BELADY_POOL, &[big, "engine.kv_eviction_policy=lru"]);
+    assert_eq!(n(&belady.json["servesim"]["kv_eviction"], "evicted_tokens"), 0);
+    belady.json["servesim"].as_object_mut().unwrap().remove("kv_eviction");
+    assert_eq!(belady.json, lru.json);
+}
+
+#[test]
+fn belady_forecasts_across_replicas_and_attention_dp_ranks() {
+    // The forecast is global: it does not know which worker a request will go to.
+    for sets in [
+        ["engine.workers.aggregated.parallelism.replicas=2"],
+        ["engine.workers.aggregated.parallelism.attention_data=2"],
+    ] {
+        let p = run(BELADY_POOL, &sets);
+        let ev = &p.json["servesim"]["kv_eviction"];
+        assert_eq!(n(ev, "demand_ended_requests"), p.summary.num_requests, "{sets:?}");
+        let lru = run(BELADY_POOL, &[sets[0], "engine.kv_eviction_policy=lru"]);
+        assert!(
+            p.summary.first_admission_prefix_cache_reused_ratio
+                > lru.summary.first_admission_prefix_cache_reused_ratio,
+            "{sets:?}"
+        );
+    }
+}
+
+#[test]
+fn belady_is_refused_where_its_forecast_cannot_hold() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["traffic.load={type: concurrency, concurrency: 8}"], "use an open-loop traffic.load"),
+        (
+            &[
+                "traffic.source={type: synthetic-session, session: {turns: 3}}",
+                "traffic.load={type: poisson, sessions_per_second: 1}",
+            ],
+            "cannot forecast multi-turn sessions",
+        ),
+        (&["engine.backend=sglang"], "SGLang's radix cache evicts by LRU"),
+        (
+            &["engine.workers.aggregated.kv_cache.host_offload={num_host_blocks: 100}"],
+            "host_offload is not simulated",
+        ),
+        (&["engine.workers.aggregated.kv_cache.prefix_caching=false"], "prefix_caching is false"),
+        (&["planner={policy: enabled, max_num_gpus: 4}"], "the planner would start and stop them"),
+        (&["engine.kv_eviction_policy=optimal"], "not one of: lru, belady"),
+    ];
+    for (sets, needle) in cases {
+        let msg = config_refusal(BELADY_POOL, sets);
+        assert!(msg.contains("engine.kv_eviction_policy") && msg.contains(needle), "{sets:?}: {msg}");
+    }
+    // A trace whose rows are turns of a session: named by file and request.
+    let dir = std::env::temp_dir().join(format!("servesim_belady_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("chat.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 10, \"hash_ids\": [1, 2]}\n{\"timestamp\": 5, \"session_id\": \"a\", \"input_length\": 600, \"output_length\": 10, \"hash_ids\": [1, 3]}\n",
+    )
+    .unwrap();
+    let set = format!("traffic.source.paths=[{}]", trace.display());
+    let msg = config_refusal(BELADY_TRACE, &[&set]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(msg.contains("chat.jsonl: request 2 of the file belongs to a multi-turn session"), "{msg}");
 }

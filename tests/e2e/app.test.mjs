@@ -591,37 +591,33 @@ test('Compare runs two scenarios and shows their differences', async () => {
   await page.close();
 });
 
+/** Picks Predict preset `index`, waits for its run to replace `before`, and checks the page's
+ * prediction.json against the CLI on `file` (written into `dir`); returns that text. */
+async function presetMatchesCli(page, index, file, before, dir) {
+  await page.selectOption('#preset', String(index));
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
+  execFileSync(BIN, ['predict', '-c', file, '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
+  assert.equal(await page.textContent('#prediction-json'), cli, file);
+  return cli;
+}
+
 test('a preset runs at once and matches the CLI on the same file', async () => {
   const page = await openPage();
   await waitDone(page);
-  const before = await page.textContent('#prediction-json');
-  await page.selectOption('#preset', '3');
-  assert.match(await page.inputValue('#scenario-yaml'), /Prefill\/decode disaggregation/);
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, before, { timeout: 60000 });
   const dir = scratchDir('preset-');
-  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/pd_vllm.yaml', '--output-dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
-  assert.equal(await page.textContent('#prediction-json'), readFileSync(join(dir, 'prediction.json'), 'utf8'));
+  const pd = await presetMatchesCli(page, 3, 'tests/scenarios/pd_vllm.yaml', await page.textContent('#prediction-json'), dir);
+  assert.match(await page.inputValue('#scenario-yaml'), /Prefill\/decode disaggregation/);
   assert.equal(await page.textContent('#host-tier'), 'none');
   // KV offloading to host memory: the summary says what the tier restored.
-  const pd = await page.textContent('#prediction-json');
-  await page.selectOption('#preset', '7');
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, pd, { timeout: 60000 });
-  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/vllm_host_offload.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
-  assert.equal(await page.textContent('#prediction-json'), cli);
+  const cli = await presetMatchesCli(page, 7, 'tests/scenarios/vllm_host_offload.yaml', pd, dir);
   const host = JSON.parse(cli).servesim.host_offload;
   assert.match(await page.textContent('#host-tier'),
     new RegExp(`^${host.restores} restores of [0-9,]+ tokens · ${host.mean_restore_wait_ms.toFixed(2)} ms wait on average · `));
   assert.equal(await page.textContent('#autoscaling'), 'off');
   // Autoscaling through a traffic peak: the planner's fleet in the summary and on the chart.
-  await page.selectOption('#preset', '8');
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, cli, { timeout: 60000 });
-  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/planner_vllm_ramp.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const ramp = readFileSync(join(dir, 'prediction.json'), 'utf8');
-  assert.equal(await page.textContent('#prediction-json'), ramp);
+  const ramp = await presetMatchesCli(page, 8, 'tests/scenarios/planner_vllm_ramp.yaml', cli, dir);
   const pool = JSON.parse(ramp).servesim.planner.pools[0];
   assert.equal(await page.textContent('#autoscaling'),
     `aggregated 1 → ${pool.peak_workers} → ${pool.final_workers} workers, ${pool.scale_ups} up, ${pool.scale_downs} down`);
@@ -631,16 +627,18 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   await page.screenshot({ path: join(ARTIFACTS, 'autoscaling.png'), fullPage: true });
   assert.equal(await page.textContent('#storage-tier'), 'none');
   // A storage KV tier (G3) shared by two replicas: the summary says what it read back.
-  await page.selectOption('#preset', '9');
-  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
-    && document.querySelector('#prediction-json')?.textContent !== b, ramp, { timeout: 60000 });
-  execFileSync(BIN, ['predict', '-c', 'tests/scenarios/vllm_g3_shared.yaml', '--output-dir', dir, '--overwrite'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const g3cli = readFileSync(join(dir, 'prediction.json'), 'utf8');
-  assert.equal(await page.textContent('#prediction-json'), g3cli);
+  const g3cli = await presetMatchesCli(page, 9, 'tests/scenarios/vllm_g3_shared.yaml', ramp, dir);
   const g3 = JSON.parse(g3cli).servesim.g3_offload;
   assert.ok(g3.cross_worker_read_blocks > 0, 'reads across workers');
   assert.match(await page.textContent('#storage-tier'),
     new RegExp(`^cluster shared · [0-9,]+ blocks read back in ${g3.read_jobs} reads \\([0-9,]+ across workers\\) · `));
+  assert.equal(await page.textContent('#kv-eviction'), 'LRU');
+  // Belady eviction over a benchmark dataset twice the KV cache: the summary names the forecast.
+  const belady = await presetMatchesCli(page, 10, 'tests/scenarios/vllm_belady_prompt_pool.yaml', g3cli, dir);
+  const ev = JSON.parse(belady).servesim.kv_eviction;
+  assert.ok(ev.first_admission_prefix_cache_reused_ratio > 0.4, 'the forecast keeps half the prompts');
+  assert.match(await page.textContent('#kv-eviction'),
+    new RegExp(`^Belady \\(global_input_trace_order_v1\\) · forecast of 1500 requests over 6200 blocks · `));
   await page.close();
 });
 

@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 10] = [
+pub const PRESETS: [(&str, &str); 11] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -53,6 +53,10 @@ pub const PRESETS: [(&str, &str); 10] = [
     (
         "Two replicas sharing a storage KV tier (G3) behind host memory, vLLM",
         include_str!("../../tests/scenarios/vllm_g3_shared.yaml"),
+    ),
+    (
+        "A benchmark dataset twice the KV cache, Belady eviction, vLLM",
+        include_str!("../../tests/scenarios/vllm_belady_prompt_pool.yaml"),
     ),
 ];
 

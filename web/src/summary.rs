@@ -165,6 +165,22 @@ pub fn storage_tier(p: &Value) -> String {
     )
 }
 
+/// The GPU pools' eviction rule, as text: `LRU`, or Belady with what its forecast covered.
+#[must_use]
+pub fn kv_eviction(p: &Value) -> String {
+    let e = &p["servesim"]["kv_eviction"];
+    if !e.is_object() {
+        return "LRU".into();
+    }
+    format!(
+        "Belady ({}) · forecast of {} requests over {} blocks · {} cached tokens evicted",
+        e["assumption"].as_str().unwrap_or(""),
+        fmt_num(&e["forecast_requests"], 0),
+        fmt_num(&e["forecast_blocks"], 0),
+        fmt_num(&e["evicted_tokens"], 0)
+    )
+}
+
 /// GPUs the run used: the deployment's, or with the autoscaling planner how many it started
 /// with, held at most and held on average.
 #[must_use]
@@ -277,6 +293,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     <dt>"Preemptions"</dt><dd id="preemptions">{with(|p| fmt_num(&p["servesim"]["num_preemptions"], 0))}</dd>
                     <dt>"Host KV tier"</dt><dd id="host-tier">{with(host_tier)}</dd>
                     <dt>"Storage KV tier"</dt><dd id="storage-tier">{with(storage_tier)}</dd>
+                    <dt>"KV eviction"</dt><dd id="kv-eviction">{with(kv_eviction)}</dd>
                     <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
                     <dt>"Speculative decoding"</dt><dd id="speculation">{with(speculation)}</dd>
                 </dl>
@@ -432,6 +449,20 @@ mod tests {
                 fmt_num(&serde_json::json!(32275), 0),
                 fmt_num(&serde_json::json!(17690), 0),
                 fmt_num(&serde_json::json!(15236), 0)
+            )
+        );
+        assert_eq!(kv_eviction(&g3), "LRU");
+        let belady = serde_json::json!({"servesim": {"kv_eviction": {
+            "policy": "belady", "assumption": "global_input_trace_order_v1",
+            "forecast_requests": 1500, "forecast_blocks": 6200, "evicted_tokens": 3_396_672
+        }}});
+        assert_eq!(
+            kv_eviction(&belady),
+            format!(
+                "Belady (global_input_trace_order_v1) · forecast of {} requests over {} blocks · {} cached tokens evicted",
+                fmt_num(&serde_json::json!(1500), 0),
+                fmt_num(&serde_json::json!(6200), 0),
+                fmt_num(&serde_json::json!(3_396_672), 0)
             )
         );
         let mtp = serde_json::json!({"servesim": {"speculation": {

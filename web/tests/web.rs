@@ -133,6 +133,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/vllm_g3_shared.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/vllm_belady_prompt_pool.yaml"),
+            include_str!("../../tests/golden/vllm_belady_prompt_pool.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
             include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"),
         ),

@@ -34,6 +34,9 @@ use core::hash::{BuildHasherDefault, Hasher};
 
 use hashbrown::{HashMap, HashTable};
 
+pub mod belady;
+use belady::{BeladyFree, SharedOracle};
+
 /// Block hashes are already uniformly mixed 64-bit values (SplitMix64 chains), so the prefix
 /// index uses them as their own hash instead of hashing them again.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,6 +125,9 @@ pub struct BlockPool {
     index: HashTable<BlockId>,
     prefix_caching: bool,
     stats: PoolStats,
+    /// Belady eviction: free blocks ranked by their next use instead of the LRU ring (which
+    /// then stays empty).
+    belady: Option<alloc::boxed::Box<BeladyFree>>,
 }
 
 impl BlockPool {
@@ -147,6 +153,42 @@ impl BlockPool {
             },
             prefix_caching,
             stats: PoolStats::default(),
+            belady: None,
+        }
+    }
+
+    /// The same pool evicting by `oracle`'s forecast of each block's next use (Belady)
+    /// instead of least recently freed first.
+    #[must_use]
+    pub fn with_belady(mut self, oracle: SharedOracle) -> Self {
+        self.evict_by(oracle);
+        self
+    }
+
+    /// From now on evicts by `oracle`'s forecast (Belady); the free blocks keep their order
+    /// among equal forecasts.
+    pub fn evict_by(&mut self, oracle: SharedOracle) {
+        let mut bf = BeladyFree::new(oracle, self.capacity());
+        for (b, epoch) in core::mem::take(&mut self.queue) {
+            let blk = &self.blocks[b as usize];
+            if blk.ref_count == 0 && blk.epoch == epoch {
+                bf.push(b, blk.indexed());
+            }
+        }
+        self.belady = Some(alloc::boxed::Box::new(bf));
+    }
+
+    /// The eviction forecast this pool follows, if it evicts by Belady's rule.
+    #[must_use]
+    pub fn eviction_oracle(&self) -> Option<&SharedOracle> {
+        self.belady.as_deref().map(BeladyFree::oracle)
+    }
+
+    /// Ends request `seq`'s forecast demand (its first prefill chunk was committed) when the
+    /// pool evicts by Belady's rule.
+    pub fn retire_demand(&mut self, seq: crate::request::ReqSeq) {
+        if let Some(bf) = &self.belady {
+            bf.oracle().borrow_mut().retire(seq);
         }
     }
 
@@ -235,18 +277,28 @@ impl BlockPool {
         self.blocks[b as usize].ref_count += 1;
     }
 
-    /// Hands out a block, evicting the least recently freed cached block if needed.
+    /// Hands out a block, evicting the least recently freed cached block if needed (under
+    /// Belady's rule, the one whose next use is furthest away).
     pub fn allocate(&mut self) -> Option<BlockId> {
-        let b = loop {
-            let (b, epoch) = self.queue.pop_front()?;
-            let blk = &self.blocks[b as usize];
-            if blk.ref_count == 0 && blk.epoch == epoch {
-                break b;
-            }
-        };
+        let b = self.pop_free()?;
         self.unlink(b);
         self.claim(b);
         Some(b)
+    }
+
+    /// Takes the next free block to hand out off the eviction order (the caller unlinks it).
+    fn pop_free(&mut self) -> Option<BlockId> {
+        if let Some(bf) = self.belady.as_deref_mut() {
+            let (index, blocks) = (&self.index, &self.blocks);
+            return bf.pop(|h| lookup_in(index, blocks, h));
+        }
+        loop {
+            let (b, epoch) = self.queue.pop_front()?;
+            let blk = &self.blocks[b as usize];
+            if blk.ref_count == 0 && blk.epoch == epoch {
+                return Some(b);
+            }
+        }
     }
 
     /// Gives an unlinked free block its first reference, evicting its cached content.
@@ -278,11 +330,8 @@ impl BlockPool {
         let start = out.len();
         out.reserve(n as usize);
         while out.len() - start < n as usize {
-            let Some((b, epoch)) = self.queue.pop_front() else { break };
-            let blk = &self.blocks[b as usize];
-            if blk.ref_count == 0 && blk.epoch == epoch {
-                out.push(b);
-            }
+            let Some(b) = self.pop_free() else { break };
+            out.push(b);
         }
         for &b in &out[start..] {
             let blk = &mut self.blocks[b as usize];
@@ -372,7 +421,7 @@ impl BlockPool {
 
     /// The indexed block holding the content hashed `hash`.
     fn lookup(&self, hash: u64) -> Option<BlockId> {
-        self.index.find(hash, |&x| self.blocks[x as usize].hash == hash).copied()
+        lookup_in(&self.index, &self.blocks, hash)
     }
 
     /// Reference count of a block (for tests and invariant checks).
@@ -383,6 +432,9 @@ impl BlockPool {
 
     /// Takes a free block out of the queue (its entry, wherever it is, becomes dead).
     fn unlink(&mut self, b: BlockId) {
+        if let Some(bf) = self.belady.as_deref_mut() {
+            bf.remove(b);
+        }
         let blk = &mut self.blocks[b as usize];
         blk.epoch = blk.epoch.wrapping_add(1);
         self.free_len -= 1;
@@ -401,7 +453,11 @@ impl BlockPool {
     }
 
     fn push_tail(&mut self, b: BlockId) {
-        self.queue.push_back((b, self.blocks[b as usize].epoch));
+        let blk = &self.blocks[b as usize];
+        match self.belady.as_deref_mut() {
+            Some(bf) => bf.push(b, blk.indexed()),
+            None => self.queue.push_back((b, blk.epoch)),
+        }
         self.free_len += 1;
     }
 
@@ -412,7 +468,11 @@ impl BlockPool {
     pub fn check_invariants(&self) {
         let mut seen = 0u32;
         let mut queued = alloc::vec![false; self.blocks.len()];
-        for &(b, e) in &self.queue {
+        let live: Vec<(BlockId, u32)> = match self.belady.as_deref() {
+            Some(bf) => bf.free_blocks().map(|b| (b, self.blocks[b as usize].epoch)).collect(),
+            None => self.queue.iter().copied().collect(),
+        };
+        for (b, e) in live {
             let blk = &self.blocks[b as usize];
             if blk.epoch != e {
                 continue; // Dead: the block left the queue after this entry was pushed.
@@ -436,6 +496,11 @@ impl BlockPool {
         let indexed = self.blocks.iter().filter(|blk| blk.content == Content::Indexed).count();
         assert_eq!(indexed, self.index.len(), "an indexed block is missing from the index");
     }
+}
+
+/// The indexed block holding the content hashed `hash`.
+fn lookup_in(index: &HashTable<BlockId>, blocks: &[Block], hash: u64) -> Option<BlockId> {
+    index.find(hash, |&x| blocks[x as usize].hash == hash).copied()
 }
 
 #[cfg(test)]

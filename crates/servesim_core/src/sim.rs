@@ -211,6 +211,8 @@ pub struct RunResult {
     pub planner: Option<crate::planner::Planner>,
     /// The storage KV tiers' counters, summed over stores (`None` without any).
     pub g3: Option<crate::host::G3Stats>,
+    /// The Belady eviction forecast's counters (`None` under LRU eviction).
+    pub eviction: Option<crate::kv::belady::ForecastStats>,
 }
 
 /// One simulation run.
@@ -476,8 +478,14 @@ impl Simulation {
         let end = SimTime::ZERO + SimDur::from_ms_f64(summary.duration_ms);
         self.bill_provisioned_time(&mut summary, end);
         let g3 = self.g3_stats(end);
+        let eviction = self
+            .workers
+            .iter()
+            .find_map(|w| w.ranks.first().and_then(|r| r.kv.eviction_oracle()))
+            .map(|o| o.borrow().stats());
         RunResult {
             g3,
+            eviction,
             summary,
             worker_stats: self
                 .workers
@@ -558,6 +566,10 @@ impl Simulation {
             if too_long || u64::from(req.max_tokens()) > cap_tokens {
                 req.status = Status::Rejected;
                 req.worker = worker.id;
+                if let Some(oracle) = worker.ranks.first().and_then(|r| r.kv.eviction_oracle()) {
+                    // A refused request's forecast demand ends unserved (Belady).
+                    oracle.borrow_mut().retire(req.seq);
+                }
                 self.traffic.on_request_done(self.now, req.spec.session, req.content());
                 self.records.set(req.seq, Record::from(&req));
                 self.finished += 1;

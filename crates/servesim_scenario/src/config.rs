@@ -267,6 +267,30 @@ pub struct EngineConfig {
     pub kv_transfer: KvTransferConfig,
     /// `nextn` / `nextn_accepted`, or `speculation` (off by default).
     pub speculation: SpeculationConfig,
+    /// `kv_eviction_policy` (REF §5.3): which cached block a full KV pool drops first.
+    pub kv_eviction_policy: KvEvictionPolicy,
+}
+
+/// `engine.kv_eviction_policy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvEvictionPolicy {
+    /// `lru`: the least recently freed block (the engines' own rule).
+    #[default]
+    Lru,
+    /// `belady`: the block whose next request, in the run's known input order, comes last
+    /// (AISimulate's best-effort oracle, `global_input_trace_order_v1`).
+    Belady,
+}
+
+impl KvEvictionPolicy {
+    /// The name the config and the report use.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvEvictionPolicy::Lru => "lru",
+            KvEvictionPolicy::Belady => "belady",
+        }
+    }
 }
 
 /// Speculative decoding (REF §1.2, §5.6).

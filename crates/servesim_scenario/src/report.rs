@@ -609,6 +609,9 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
     if let Some(g) = tiers::g3_section(p, r) {
         section["g3_offload"] = g;
     }
+    if let Some(e) = tiers::eviction_section(r) {
+        section["kv_eviction"] = e;
+    }
     if let Some(pl) = planner::section(p, r) {
         section["planner"] = pl;
     }

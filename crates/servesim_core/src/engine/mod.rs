@@ -379,6 +379,15 @@ impl KvStore {
         }
     }
 
+    /// The forecast a paged pool evicts by (Belady), if it does.
+    #[must_use]
+    pub fn eviction_oracle(&self) -> Option<&crate::kv::belady::SharedOracle> {
+        match self {
+            KvStore::Paged(p) => p.eviction_oracle(),
+            KvStore::Radix(_) => None,
+        }
+    }
+
     /// Whether reuse across requests is on.
     #[must_use]
     pub fn prefix_caching(&self) -> bool {
@@ -523,7 +532,13 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
 /// that ended at `at`: new full blocks or prompt tokens become reusable.
 pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned, at: crate::units::SimTime) {
     match &mut rank.kv {
-        KvStore::Paged(_) => register_and_offer(rank, req, at),
+        KvStore::Paged(pool) => {
+            // A committed prefill chunk ends the request's forecast demand (Belady).
+            if !planned.decode {
+                pool.retire_demand(req.seq);
+            }
+            register_and_offer(rank, req, at);
+        }
         KvStore::Radix(cache) => {
             if !planned.decode {
                 sglang::cache_computed(cache, req);

@@ -41,6 +41,8 @@ pub struct RankTemplate {
     pub host: Option<HostSpec>,
     /// A storage tier behind the host tiers.
     pub g3: Option<G3Attach>,
+    /// Belady eviction: the forecast every paged pool evicts by (LRU when `None`).
+    pub eviction: Option<crate::kv::belady::SharedOracle>,
 }
 
 /// Which storage tier a worker's host tiers write through to.
@@ -65,6 +67,9 @@ impl RankTemplate {
             None => None,
         };
         for r in &mut ranks {
+            if let (Some(oracle), crate::engine::KvStore::Paged(pool)) = (&self.eviction, &mut r.kv) {
+                pool.evict_by(oracle.clone());
+            }
             r.host = self.host.map(|h| {
                 let tier = HostTier::new(h);
                 Box::new(match &g3 {

@@ -5,7 +5,8 @@ use servesim_core::engine::Backend;
 use servesim_perf::spec::{Dtype, GemmQuant, MoeQuant};
 
 use crate::config::{
-    ContextLength, EngineConfig, KvTransferConfig, Mode, Quantization, SpeculationConfig, TimingKind,
+    ContextLength, EngineConfig, KvEvictionPolicy, KvTransferConfig, Mode, Quantization, SpeculationConfig,
+    TimingKind, Workers,
 };
 use crate::diag::{boolean, choice, number_in, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -97,11 +98,10 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
         None => Some(KvTransferConfig::default()),
     };
     let speculation = decode_speculation(&mut f, backend, cx);
-    for k in ["afd", "kv_eviction_policy"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(&p, n, format!("'{k}' is not simulated by servesim yet"));
-        }
+    if let Some((n, p)) = f.take("afd") {
+        cx.unsupported(&p, n, "'afd' is not simulated by servesim yet");
     }
+    let eviction = f.take("kv_eviction_policy");
     let quantization = match f.take("quantization") {
         Some((n, p)) => decode_quantization(n, &p, cx),
         None => Some(Quantization::default()),
@@ -117,6 +117,10 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
             cx.schema(&crate::diag::join(path, "workers"), node, "required: e.g. workers: {aggregated: {}}");
             None
         }
+    };
+    let kv_eviction_policy = match eviction {
+        Some((n, p)) => decode_eviction(n, &p, cx, backend, mode, workers.as_ref()),
+        None => Some(KvEvictionPolicy::Lru),
     };
     if let (Some(spec), Some(w)) = (&speculation, &workers) {
         let key = if matches!(spec, SpeculationConfig::Ngram { .. }) { "speculation" } else { "nextn" };
@@ -155,7 +159,55 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
         workers: workers?,
         kv_transfer: kv_transfer?,
         speculation: speculation?,
+        kv_eviction_policy: kv_eviction_policy?,
     })
+}
+
+/// `kv_eviction_policy`, refused where AISimulate's Belady oracle does not apply: SGLang's
+/// radix cache, P/D, host offload, and pools without prefix caching (nothing to keep).
+fn decode_eviction(
+    node: &Node,
+    path: &str,
+    cx: &mut Cx,
+    backend: Option<Backend>,
+    mode: Option<Mode>,
+    workers: Option<&Workers>,
+) -> Option<KvEvictionPolicy> {
+    if choice(node, path, cx, &["lru", "belady"])? == "lru" {
+        return Some(KvEvictionPolicy::Lru);
+    }
+    let before = cx.diags.len();
+    if backend == Some(Backend::Sglang) {
+        cx.unsupported(
+            path,
+            node,
+            "Belady eviction is simulated for vLLM and TensorRT-LLM block pools; SGLang's radix cache evicts by LRU here",
+        );
+    }
+    if mode == Some(Mode::Disaggregated) {
+        cx.unsupported(
+            path,
+            node,
+            "Belady eviction is simulated for aggregated workers only, as in AISimulate",
+        );
+    }
+    for (name, role) in workers.map(Workers::roles).into_iter().flatten() {
+        if role.kv_cache.host_offload.is_some() {
+            cx.unsupported(
+                path,
+                node,
+                format!("Belady eviction with engine.workers.{name}.kv_cache.host_offload is not simulated (AISimulate rejects it too)"),
+            );
+        }
+        if !role.kv_cache.prefix_caching {
+            cx.domain(
+                path,
+                node,
+                format!("Belady eviction ranks cached blocks, and engine.workers.{name}.kv_cache.prefix_caching is false"),
+            );
+        }
+    }
+    (cx.diags.len() == before).then_some(KvEvictionPolicy::Belady)
 }
 
 /// Most draft tokens a round (AISimulate's bound, as the core keeps it).

@@ -68,11 +68,49 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
         let at = crate::edit::lookup(root, path).unwrap_or(root);
         cx.domain(path, at, "spreads speculative decoding's acceptance, and engine.speculation is off");
     }
+    if engine.kv_eviction_policy == crate::config::KvEvictionPolicy::Belady {
+        check_belady_traffic(root, &traffic, planner.is_some(), cx);
+    }
     if cx.diags.len() > before {
         return None;
     }
     let config = Config { traffic, engine, router, evaluation, planner };
     Some(config)
+}
+
+/// Belady's forecast is the whole input known before the run (AISimulate: open-loop,
+/// complete input traces on fixed workers): refuses what would make it wrong.
+fn check_belady_traffic(root: &Node, traffic: &crate::config::TrafficConfig, planner: bool, cx: &mut Cx) {
+    use crate::config::{LoadKind, SourceConfig, TraceFormatConfig};
+    let path = "engine.kv_eviction_policy";
+    let at = crate::edit::lookup(root, path).unwrap_or(root);
+    if matches!(traffic.load.kind, LoadKind::Concurrency(_) | LoadKind::KvCapacityFraction(_)) {
+        cx.domain(
+            path,
+            at,
+            "Belady eviction forecasts the requests in the order they arrive, which a closed loop only learns as requests complete: use an open-loop traffic.load (poisson, constant_rate, gamma or trace_timestamps)",
+        );
+    }
+    match &traffic.source {
+        SourceConfig::Session { .. } => cx.domain(
+            path,
+            at,
+            "Belady eviction cannot forecast multi-turn sessions (a turn's prompt holds the previous turn's output and is sent when it completes)",
+        ),
+        SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. } => cx.domain(
+            path,
+            at,
+            "Belady eviction cannot forecast an agentic trace (its rows are sent as the rows they wait for complete)",
+        ),
+        _ => {}
+    }
+    if planner {
+        cx.unsupported(
+            path,
+            at,
+            "Belady eviction is simulated on fixed workers; the planner would start and stop them",
+        );
+    }
 }
 
 const ROUTER_KEYS: &[&str] = &[

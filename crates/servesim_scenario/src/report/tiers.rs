@@ -1,5 +1,6 @@
 //! prediction.json's sections for the KV tiers beyond GPU memory — `servesim.host_offload`
-//! (G2) and `servesim.g3_offload` (G3) — and the summary's lines for them.
+//! (G2) and `servesim.g3_offload` (G3) — and for Belady eviction (`servesim.kv_eviction`),
+//! and the summary's lines for them.
 
 use serde_json::{json, Value};
 use servesim_core::host::HostStats;
@@ -89,7 +90,26 @@ pub(super) fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     Some(out)
 }
 
-/// The summary's lines for the host and storage tiers, from prediction.json's `servesim`.
+/// Belady eviction, when the pools evict by its forecast: the assumption (AISimulate's
+/// label), what the forecast covered, and the figures to compare with an LRU run of the same
+/// config (reuse at first admission, prefill tokens computed, cached tokens evicted).
+pub(super) fn eviction_section(r: &RunResult) -> Option<Value> {
+    let f = r.eviction?;
+    Some(json!({
+        "policy": crate::config::KvEvictionPolicy::Belady.name(),
+        "assumption": "global_input_trace_order_v1",
+        "forecast_requests": f.requests,
+        "forecast_blocks": f.blocks,
+        "forecast_demands": f.demands,
+        "demand_ended_requests": f.ended_requests,
+        "first_admission_prefix_cache_reused_ratio": r.summary.first_admission_prefix_cache_reused_ratio,
+        "committed_prefill_tokens": r.worker_stats.iter().map(|s| s.prefill_tokens).sum::<u64>(),
+        "evicted_tokens": r.worker_stats.iter().map(|s| s.kv_evicted_tokens).sum::<u64>(),
+    }))
+}
+
+/// The summary's lines for the host and storage tiers and for Belady eviction, from
+/// prediction.json's `servesim`.
 pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let host = &servesim["host_offload"];
@@ -123,6 +143,19 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
             n("evicted_blocks"),
             n("dropped_blocks"),
             n("bypassed_restores"),
+        ));
+    }
+    let ev = &servesim["kv_eviction"];
+    if ev.is_object() {
+        let n = |k: &str| ev[k].as_u64().unwrap_or(0);
+        out.push(format!(
+            "KV eviction: Belady ({} forecast of {} requests over {} blocks); first-admission prefix reuse {:.1}%, {} prefill tokens computed, {} cached tokens evicted\n",
+            ev["assumption"].as_str().unwrap_or(""),
+            n("forecast_requests"),
+            n("forecast_blocks"),
+            100.0 * ev["first_admission_prefix_cache_reused_ratio"].as_f64().unwrap_or(0.0),
+            n("committed_prefill_tokens"),
+            n("evicted_tokens"),
         ));
     }
     out

@@ -10,6 +10,7 @@ use servesim_core::frontend::FrontendSpec;
 use std::cell::RefCell;
 
 use servesim_core::host::{G3Spec, G3Store, HostSpec};
+use servesim_core::kv::belady::{DemandOracle, SharedOracle};
 use servesim_core::metrics::Fleet;
 use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
 use servesim_core::router::Router;
@@ -27,7 +28,8 @@ use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Config, ContextLength, G3Scope, RoleConfig, RouterPolicy, SpeculationConfig, TransferMode,
+    Config, ContextLength, G3Scope, KvEvictionPolicy, RoleConfig, RouterPolicy, SpeculationConfig,
+    TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
@@ -591,6 +593,21 @@ impl Prepared {
         })
     }
 
+    /// Belady eviction's forecast for one run (`None` under LRU): every request the traffic
+    /// will send, generated up front, with its prompt blocks at the engine's block size.
+    fn eviction_oracle(&self) -> Option<SharedOracle> {
+        if self.config.engine.kv_eviction_policy != KvEvictionPolicy::Belady {
+            return None;
+        }
+        let block_size = self.roles.first().map_or(1, |r| r.config.kv_cache.block_size);
+        Some(Rc::new(RefCell::new(DemandOracle::for_traffic(
+            &self.traffic,
+            self.seed,
+            self.frontend_delay,
+            block_size,
+        ))))
+    }
+
     /// Whether `role`'s engine plans each step while the one before it runs
     /// (`scheduler.plan_ahead`; by default vLLM's async scheduling).
     #[must_use]
@@ -646,6 +663,7 @@ impl Prepared {
         let mut timers: Vec<Box<dyn StepTimer>> = Vec::new();
         let mut pools = Vec::new();
         let mut templates = Vec::new();
+        let eviction = self.eviction_oracle();
         for (ti, role) in self.roles.iter().enumerate() {
             let rc = &role.config;
             let cfg = SchedulerConfig {
@@ -669,6 +687,7 @@ impl Prepared {
                 radix: backend == servesim_core::engine::Backend::Sglang,
                 host: self.host_spec(role),
                 g3: self.g3_attach(role),
+                eviction: eviction.clone(),
             };
             let first_slot = workers.len();
             let slots = self.slots(role);

@@ -7,7 +7,7 @@ use servesim_core::units::{SimDur, SimTime};
 use servesim_data::trace::{ParsedTrace, TraceFormat};
 
 use super::{config_error, origin_of, Files, ScenarioError};
-use crate::config::{Config, LoadKind, SourceConfig, TraceFormatConfig};
+use crate::config::{Config, KvEvictionPolicy, LoadKind, SourceConfig, TraceFormatConfig};
 use crate::decode::{MAX_CONCURRENCY, MAX_REQUESTS};
 use crate::diag::{DiagKind, Diagnostic};
 use crate::node::{Node, Origin};
@@ -43,6 +43,15 @@ fn parse_trace(
     }
 }
 
+/// What the rest of the config asks of a trace.
+#[derive(Clone, Copy)]
+struct Needs {
+    /// Every job's first request has a timestamp (load type `trace_timestamps`).
+    timestamps: bool,
+    /// No row is a later turn of a session (Belady eviction forecasts the input order).
+    no_sessions: bool,
+}
+
 /// Reads and parses every trace file of a trace source.
 fn load_traces(
     paths: &[(String, Origin)],
@@ -50,7 +59,7 @@ fn load_traces(
     (block_size, kv_block): (Option<u32>, u32),
     files: &dyn Files,
     source: &str,
-    timestamps_needed: bool,
+    needs: Needs,
 ) -> Result<Trace, ScenarioError> {
     let mut rows = Vec::new();
     let mut names: Vec<String> = Vec::new();
@@ -92,7 +101,13 @@ fn load_traces(
             Some(_) => {}
             None => hashed_at = Some((path.clone(), block)),
         }
-        if let (true, Some(line)) = (timestamps_needed, parsed.untimed_line) {
+        if needs.no_sessions {
+            if let Some(row) = parsed.trace.rows.iter().position(|r| r.session.is_some()) {
+                diags.push(problem(format!("{path}: request {} of the file belongs to a multi-turn session; engine.kv_eviction_policy: belady cannot forecast sessions (a turn is sent when the one before it completes)", row + 1)));
+                continue;
+            }
+        }
+        if let (true, Some(line)) = (needs.timestamps, parsed.untimed_line) {
             let fix = if fmt == TraceFormat::AgenticMooncake {
                 "add a timestamp to every request that waits for nothing"
             } else {
@@ -179,17 +194,12 @@ pub(super) fn build_traffic(
         ),
         SourceConfig::Trace { paths, format, block_size } => {
             let needs_timestamps = matches!(t.load.kind, LoadKind::TraceTimestamps { .. });
-            (
-                Source::Trace(Arc::new(load_traces(
-                    paths,
-                    *format,
-                    (*block_size, kv_block),
-                    files,
-                    source,
-                    needs_timestamps,
-                )?)),
-                0.0,
-            )
+            let needs = Needs {
+                timestamps: needs_timestamps,
+                no_sessions: config.engine.kv_eviction_policy == KvEvictionPolicy::Belady,
+            };
+            let trace = load_traces(paths, *format, (*block_size, kv_block), files, source, needs)?;
+            (Source::Trace(Arc::new(trace)), 0.0)
         }
     };
     let load = match t.load.kind {
