@@ -160,6 +160,14 @@ fn belady_changes_nothing_when_the_cache_holds_every_prompt() {
 }
 
 #[test]
+fn a_refused_request_ends_its_demand() {
+    // 50 blocks of 64 tokens cannot hold a 4,200-token request: every one is refused.
+    let p = run(BELADY_POOL, &["engine.workers.aggregated.kv_cache.capacity.blocks=50"]);
+    assert_eq!(p.json["servesim"]["rejected_requests"], 1500);
+    assert_eq!(n(&p.json["servesim"]["kv_eviction"], "demand_ended_requests"), 1500);
+}
+
+#[test]
 fn belady_forecasts_across_replicas_and_attention_dp_ranks() {
     // The forecast is global: it does not know which worker a request will go to.
     for sets in [

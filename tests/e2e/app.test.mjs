@@ -171,6 +171,16 @@ test('the form and the YAML stay in step both ways, and problems show at their f
   await page.fill('#f-traffic-source-prompt-pool', '20');
   await page.press('#f-traffic-source-prompt-pool', 'Tab');
   assert.match(await page.inputValue('#scenario-yaml'), /prompt_pool: 20/);
+  // Belady eviction ranks block-pool blocks: with SGLang (chosen above) the validator says
+  // at the field that its radix cache keeps LRU, and unsetting it clears the problem.
+  await page.selectOption('#f-engine-kv-eviction-policy', 'belady');
+  assert.match(await page.inputValue('#scenario-yaml'), /kv_eviction_policy: belady/);
+  const belady = page.locator('#f-engine-kv-eviction-policy-error');
+  await belady.waitFor({ timeout: 30000 });
+  assert.match(await belady.textContent(), /SGLang's radix cache evicts by LRU/);
+  await page.selectOption('#f-engine-kv-eviction-policy', '');
+  await belady.waitFor({ state: 'detached', timeout: 30000 });
+  assert.doesNotMatch(await page.inputValue('#scenario-yaml'), /kv_eviction_policy/);
   // A bad value typed in the form is named at that field (by the worker's validator).
   await page.fill('#f-engine-workers-aggregated-parallelism-tensor', '0');
   await page.press('#f-engine-workers-aggregated-parallelism-tensor', 'Tab');

@@ -41,7 +41,7 @@ const fn field(path: &'static str, label: &'static str, kind: Kind) -> Field {
 }
 
 /// Engine fields (below `engine.`).
-pub const ENGINE: [Field; 7] = [
+pub const ENGINE: [Field; 8] = [
     field("model", "Model", Kind::Text),
     field("hardware", "GPU", Kind::Text),
     field("backend", "Engine", Kind::Choice(&["vllm", "sglang", "trtllm"])),
@@ -49,6 +49,7 @@ pub const ENGINE: [Field; 7] = [
     field("enable_chunked_prefill", "Chunked prefill", Kind::Bool),
     field("nextn", "MTP/EAGLE drafts (nextn)", Kind::Int),
     field("nextn_accepted", "Drafts accepted per round", Kind::Float),
+    field("kv_eviction_policy", "KV eviction", Kind::Choice(&["lru", "belady"])),
 ];
 
 /// Fields of each worker role (below `engine.workers.<role>.`). The last seven are SGLang's
