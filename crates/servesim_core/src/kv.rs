@@ -287,6 +287,7 @@ impl BlockPool {
     }
 
     /// Takes the next free block to hand out off the eviction order (the caller unlinks it).
+    #[inline]
     fn pop_free(&mut self) -> Option<BlockId> {
         if let Some(bf) = self.belady.as_deref_mut() {
             let (index, blocks) = (&self.index, &self.blocks);
@@ -329,9 +330,20 @@ impl BlockPool {
         }
         let start = out.len();
         out.reserve(n as usize);
-        while out.len() - start < n as usize {
-            let Some(b) = self.pop_free() else { break };
-            out.push(b);
+        if self.belady.is_some() {
+            while out.len() - start < n as usize {
+                let Some(b) = self.pop_free() else { break };
+                out.push(b);
+            }
+        } else {
+            // The LRU ring inline: this loop hands out most of a run's blocks.
+            while out.len() - start < n as usize {
+                let Some((b, epoch)) = self.queue.pop_front() else { break };
+                let blk = &self.blocks[b as usize];
+                if blk.ref_count == 0 && blk.epoch == epoch {
+                    out.push(b);
+                }
+            }
         }
         for &b in &out[start..] {
             let blk = &mut self.blocks[b as usize];
