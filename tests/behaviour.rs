@@ -833,6 +833,56 @@ fn speculative_rounds_cost_more_than_a_step_and_emit_several_tokens() {
     }
 }
 
+/// Draft-model speculation (vLLM): a round costs the target's verify pass plus the draft
+/// model's passes, so TPOT lies between free drafts at the same acceptance (n-gram lookup)
+/// and no speculation; the draft's weights and KV share the GPUs. Bad drafts are refused with
+/// the key named.
+#[test]
+fn a_draft_model_costs_its_passes_and_its_memory() {
+    let path = "tests/scenarios/spec_draft_model_vllm.yaml";
+    let draft = predict_file_with(path, &[]).unwrap();
+    let free =
+        predict_file_with(path, &["engine.speculation.kind=ngram", "engine.speculation.model=null"]).unwrap();
+    let plain = predict_file_with(path, &["engine.speculation=null"]).unwrap();
+    let sp = &draft.json["servesim"]["speculation"];
+    assert_eq!(sp["kind"], "draft_model");
+    assert_eq!(sp["draft_model"], "meta-llama/Llama-3.1-8B-Instruct");
+    // 1 + 0.8 + 0.8 x 0.7 + 0.8 x 0.7 x 0.6 + 0.8 x 0.7 x 0.6 x 0.5 tokens a round.
+    assert!((sp["expected_tokens_per_round"].as_f64().unwrap() - 2.864).abs() < 1e-9);
+    assert_eq!(sp["rounds"], free.json["servesim"]["speculation"]["rounds"], "same acceptance draws");
+    let (d, f, p) = (draft.summary.tpot.mean, free.summary.tpot.mean, plain.summary.tpot.mean);
+    assert!(f < d && d < p, "free drafts {f} ms < draft model {d} ms < none {p} ms");
+    // Four passes of an 8B draft on four H200s add at least a few ms a round.
+    assert!((d - f) * 2.864 > 4.0, "draft passes {} ms a round", (d - f) * 2.864);
+    // The first draft pass also runs the prompts: TTFT grows too.
+    assert!(draft.summary.ttft.median > free.summary.ttft.median);
+    let mem = |r: &servesim_scenario::Prediction, k: &str| {
+        r.json["servesim"]["memory"]["aggregated"][k].as_u64().unwrap()
+    };
+    // Llama-3.1-8B's bf16 weights over four GPUs, and its KV beside the target's in every block.
+    let extra = mem(&draft, "weights_bytes") - mem(&plain, "weights_bytes");
+    assert!(extra > 3_900_000_000 && extra < 4_100_000_000, "{extra}");
+    assert_eq!(
+        mem(&draft, "kv_size_per_token_bytes") - mem(&plain, "kv_size_per_token_bytes"),
+        2 * 32 * 2 * 128 * 2
+    );
+    assert!(mem(&draft, "kv_blocks_per_rank") * 10 < mem(&plain, "kv_blocks_per_rank") * 7);
+    for (sets, words) in [
+        (&["engine.speculation.model=meta-llama/Llama-3.1-9B"][..], "unknown draft model"),
+        (&["engine.speculation.model=Qwen/Qwen3-8B"][..], "share the target's tokenizer"),
+        (&["engine.speculation.model=null"][..], "required for kind: draft_model"),
+        (&["engine.speculation.kind=ngram"][..], "n-gram lookup has none"),
+        (&["engine.backend=sglang"][..], "vLLM's here"),
+        (
+            &["engine.workers.aggregated.parallelism={tensor: 2, pipeline: 2}"][..],
+            "without pipeline parallelism",
+        ),
+    ] {
+        let text = config_refusal(path, sets);
+        assert!(text.contains(words) && text.contains("engine."), "{sets:?}: {text}");
+    }
+}
+
 /// `timing.allreduce: nccl` (an engine run with its custom all-reduce disabled) times every
 /// tensor-parallel all-reduce from the NCCL table: slower decode at TP8, where each of Qwen3-32B's
 /// 64 layers pays two of them a step, and nothing changes without tensor parallelism.

@@ -121,7 +121,11 @@ pub fn speculation(p: &Value) -> String {
     if !s.is_object() {
         return "off".into();
     }
-    let kind = if s["kind"] == "ngram" { "n-gram lookup" } else { "draft layers (MTP/EAGLE)" };
+    let kind = match s["kind"].as_str() {
+        Some("ngram") => "n-gram lookup".to_string(),
+        Some("draft_model") => format!("draft model {}", s["draft_model"].as_str().unwrap_or("")),
+        _ => "draft layers (MTP/EAGLE)".to_string(),
+    };
     format!(
         "{kind}: {} drafts a round · {} tokens a round ({} expected)",
         fmt_num(&s["draft_tokens"], 0),
@@ -472,6 +476,14 @@ mod tests {
         assert_eq!(
             speculation(&mtp),
             "draft layers (MTP/EAGLE): 3 drafts a round · 3.21 tokens a round (3.20 expected)"
+        );
+        let draft = serde_json::json!({"servesim": {"speculation": {
+            "kind": "draft_model", "draft_model": "meta-llama/Llama-3.1-8B-Instruct", "draft_tokens": 4,
+            "expected_tokens_per_round": 2.864, "tokens_per_round": 2.8485, "rounds": 6718
+        }}});
+        assert_eq!(
+            speculation(&draft),
+            "draft model meta-llama/Llama-3.1-8B-Instruct: 4 drafts a round · 2.85 tokens a round (2.86 expected)"
         );
     }
 }

@@ -13,6 +13,7 @@
 
 extern crate alloc;
 
+pub mod draft;
 pub mod fpm;
 pub mod memory;
 pub mod oplevel;

@@ -314,6 +314,16 @@ pub enum SpeculationConfig {
         /// Seed of the acceptance draws.
         seed: u64,
     },
+    /// vLLM's draft-model speculation (`speculation: {kind: draft_model, model, ...}`): a
+    /// smaller model of the same vocabulary proposes the drafts, one forward pass each.
+    DraftModel {
+        /// The draft model's catalog id.
+        model: String,
+        /// Conditional acceptance rate of each draft position.
+        rates: Vec<f64>,
+        /// Seed of the acceptance draws.
+        seed: u64,
+    },
 }
 
 impl SpeculationConfig {
@@ -323,6 +333,15 @@ impl SpeculationConfig {
         match self {
             SpeculationConfig::DraftLayers { nextn, .. } => *nextn,
             _ => 0,
+        }
+    }
+
+    /// The draft model's catalog id, for draft-model speculation.
+    #[must_use]
+    pub fn draft_model(&self) -> Option<&str> {
+        match self {
+            SpeculationConfig::DraftModel { model, .. } => Some(model),
+            _ => None,
         }
     }
 }

@@ -638,18 +638,23 @@ fn speculation_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     }
     let kind = match &p.config.engine.speculation {
         crate::config::SpeculationConfig::Ngram { .. } => "ngram",
+        crate::config::SpeculationConfig::DraftModel { .. } => "draft_model",
         _ => "draft_layers",
     };
     let tokens: u64 = r.worker_stats.iter().map(|w| w.decode_tokens).sum();
     let rounds: u64 = r.worker_stats.iter().map(|w| w.decode_rounds).sum();
-    Some(json!({
+    let mut out = json!({
         "kind": kind,
         "draft_tokens": s.draft_tokens,
         "draft_layers": p.config.engine.speculation.draft_layers(),
         "expected_tokens_per_round": s.expected_tokens(),
         "tokens_per_round": if rounds > 0 { tokens as f64 / rounds as f64 } else { 0.0 },
         "rounds": rounds,
-    }))
+    });
+    if let Some(d) = &p.draft {
+        out["draft_model"] = json!(d.id);
+    }
+    Some(out)
 }
 
 /// The serving processes' work over the run, when they were simulated: how busy they were,

@@ -74,6 +74,11 @@ pub fn variant(p: &Prepared, k: usize) -> Prepared {
             rates: rates.iter().map(|r| (r * scale).clamp(0.0, 1.0)).collect(),
             seed: seed.wrapping_add(k),
         },
+        SpeculationConfig::DraftModel { model, rates, seed } => SpeculationConfig::DraftModel {
+            model: model.clone(),
+            rates: rates.iter().map(|r| (r * scale).clamp(0.0, 1.0)).collect(),
+            seed: seed.wrapping_add(k),
+        },
     };
     v
 }

@@ -123,7 +123,7 @@ pub(super) fn decode_engine(node: &Node, path: &str, cx: &mut Cx) -> Option<Engi
         None => Some(KvEvictionPolicy::Lru),
     };
     if let (Some(spec), Some(w)) = (&speculation, &workers) {
-        let key = if matches!(spec, SpeculationConfig::Ngram { .. }) { "speculation" } else { "nextn" };
+        let key = if matches!(spec, SpeculationConfig::DraftLayers { .. }) { "nextn" } else { "speculation" };
         for (name, role) in w.roles() {
             if *spec != SpeculationConfig::Off && role.scheduler.sglang.mixed_chunk {
                 // SGLang's server arguments turn mixed chunks off under any draft algorithm.
@@ -257,26 +257,43 @@ fn decode_speculation(f: &mut Fields, backend: Option<Backend>, cx: &mut Cx) -> 
             cx.domain(
                 &p,
                 n,
-                "n-gram speculation (prompt lookup) is vLLM's; use nextn for MTP or EAGLE drafts",
+                "speculation (n-gram lookup, draft model) is vLLM's here; use nextn for MTP or EAGLE drafts",
             );
             return None;
         }
-        return decode_ngram(n, &p, cx);
+        return decode_speculation_block(n, &p, cx);
     }
     out
 }
 
-const SPECULATION_KEYS: &[&str] = &["kind", "num_speculative_tokens", "acceptance_rates", "seed"];
+const SPECULATION_KEYS: &[&str] = &["kind", "model", "num_speculative_tokens", "acceptance_rates", "seed"];
 
-/// `speculation: {kind: ngram, num_speculative_tokens, acceptance_rates, seed}`.
-fn decode_ngram(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfig> {
+/// `speculation: {kind: ngram | draft_model, model (draft_model), num_speculative_tokens,
+/// acceptance_rates, seed}`.
+fn decode_speculation_block(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfig> {
     let mut f = Fields::of(node, path, cx)?;
     let kind = match f.take("kind") {
-        Some((n, p)) => choice(n, &p, cx, &["ngram"]).map(|_| ()),
+        Some((n, p)) => choice(n, &p, cx, &["ngram", "draft_model"]),
         None => {
-            cx.schema(&crate::diag::join(path, "kind"), node, "required: ngram");
+            cx.schema(&crate::diag::join(path, "kind"), node, "required: ngram or draft_model");
             None
         }
+    };
+    let model = match (f.take("model"), kind) {
+        (Some((n, p)), Some("draft_model")) => string(n, &p, cx).map(Some),
+        (Some((n, p)), Some(_)) => {
+            cx.schema(&p, n, "model names the draft model of kind: draft_model; n-gram lookup has none");
+            None
+        }
+        (None, Some("draft_model")) => {
+            cx.schema(
+                &crate::diag::join(path, "model"),
+                node,
+                "required for kind: draft_model: the draft model's id, e.g. meta-llama/Llama-3.1-8B-Instruct",
+            );
+            None
+        }
+        (_, _) => Some(None),
     };
     let count = match f.take("num_speculative_tokens") {
         Some((n, p)) => u32_in(n, &p, cx, 1, MAX).map(|k| (k, n, p)),
@@ -319,7 +336,7 @@ fn decode_ngram(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfi
         None => Some(42),
     };
     f.finish(cx, SPECULATION_KEYS, "");
-    kind?;
+    let (_, model) = (kind?, model?);
     let ((k, ..), (rates, rn, rp)) = (count?, rates?);
     if rates.len() != k as usize {
         cx.domain(
@@ -329,7 +346,11 @@ fn decode_ngram(node: &Node, path: &str, cx: &mut Cx) -> Option<SpeculationConfi
         );
         return None;
     }
-    Some(SpeculationConfig::Ngram { rates, seed: seed? })
+    let seed = seed?;
+    Some(match model {
+        Some(model) => SpeculationConfig::DraftModel { model, rates, seed },
+        None => SpeculationConfig::Ngram { rates, seed },
+    })
 }
 
 fn gemm_quant(node: &Node, path: &str, cx: &mut Cx) -> Option<GemmQuant> {

@@ -86,8 +86,9 @@ pub fn summary_table(p: &Prediction) -> String {
     ));
     let sp = &p.json["servesim"]["speculation"];
     if sp.is_object() {
+        let by = sp["draft_model"].as_str().map(|m| format!(" by {m}")).unwrap_or_default();
         out.push_str(&format!(
-            "speculative decoding: {} drafts a round, {:.2} tokens a round ({:.2} expected)\n",
+            "speculative decoding: {} drafts a round{by}, {:.2} tokens a round ({:.2} expected)\n",
             sp["draft_tokens"].as_u64().unwrap_or(0),
             sp["tokens_per_round"].as_f64().unwrap_or(0.0),
             sp["expected_tokens_per_round"].as_f64().unwrap_or(0.0),

@@ -20,6 +20,7 @@ use servesim_core::traffic::TrafficSpec;
 use servesim_core::transfer::TransferNet;
 use servesim_core::units::{SimDur, SimTime};
 use servesim_core::worker::Worker;
+use servesim_perf::draft::DraftModelTimer;
 use servesim_perf::fpm::{FpmModel, FpmTimer};
 use servesim_perf::memory::{MemoryPlan, Parallelism};
 use servesim_perf::oplevel::{OpConstants, OpLevelSetup, OpLevelTimer, PerfDb};
@@ -261,6 +262,8 @@ pub struct Prepared {
     pub seed: u64,
     /// The model.
     pub model: ModelArch,
+    /// The draft model of draft-model speculation.
+    pub draft: Option<ModelArch>,
     /// Worker roles in worker order: `aggregated`, or `prefill` then `decode`.
     pub roles: Vec<PreparedRole>,
     /// GEMM format.
@@ -290,6 +293,55 @@ fn origin_of(root: &Node, path: &str) -> Origin {
         }
     }
     n.origin.clone()
+}
+
+/// The draft model of draft-model speculation, from the catalog: one that shares the target's
+/// vocabulary (its drafts are the target's tokens), on workers without pipeline parallelism.
+fn draft_model<'a>(
+    engine: &crate::config::EngineConfig,
+    model: &ModelArch,
+    catalog: &'a Catalog,
+    root: &Node,
+    cx: &mut Cx,
+) -> Option<&'a ModelArch> {
+    let id = engine.speculation.draft_model()?;
+    let path = "engine.speculation.model";
+    let Some(d) = catalog.model(id) else {
+        let hint = catalog.suggest_model(id).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
+        let known: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
+        cx.report(
+            DiagKind::Domain,
+            path,
+            &origin_of(root, path),
+            format!("unknown draft model '{id}'{hint}; known: {}", known.join(", ")),
+        );
+        return None;
+    };
+    if d.vocab_size != model.vocab_size {
+        cx.report(
+            DiagKind::Domain,
+            path,
+            &origin_of(root, path),
+            format!(
+                "the draft model {} has a vocabulary of {} tokens and {} one of {}: a draft model must share the target's tokenizer",
+                d.id, d.vocab_size, model.id, model.vocab_size
+            ),
+        );
+        return None;
+    }
+    for (name, role) in engine.workers.roles() {
+        if role.parallelism.pipeline > 1 {
+            let p = format!("engine.workers.{name}.parallelism.pipeline");
+            cx.report(
+                DiagKind::Domain,
+                &p,
+                &origin_of(root, &p),
+                "draft-model speculation is simulated without pipeline parallelism",
+            );
+            return None;
+        }
+    }
+    Some(d)
 }
 
 /// Validates a parsed config against the catalog and resolves everything the run needs.
@@ -367,12 +419,14 @@ pub fn prepare(
     };
     let gemm_dtype = gemm_quant.dtype();
     let kv_dtype = engine.quantization.kv_cache.unwrap_or(model.default_kv_dtype);
+    let draft = draft_model(engine, model, catalog, root, &mut cx);
     let env = RoleEnv {
         root,
         catalog,
         files,
         engine,
         model,
+        draft,
         hardware,
         gemm_quant,
         moe_quant,
@@ -429,6 +483,7 @@ pub fn prepare(
     Ok(Prepared {
         seed: seed.unwrap_or(config.traffic.load.seed),
         model: model.clone(),
+        draft: draft.cloned(),
         roles,
         gemm_dtype,
         kv_dtype,
@@ -618,9 +673,57 @@ impl Prepared {
         )
     }
 
-    /// A fresh step timer for `role` (one of `self.roles`).
+    /// A fresh step timer for `role` (one of `self.roles`): with draft-model speculation, the
+    /// target's verify steps plus the draft model's passes, timed the same way.
     #[must_use]
     pub fn timer(&self, role: &PreparedRole) -> Box<dyn StepTimer> {
+        let target = self.model_timer(role);
+        match (&self.draft, &self.config.engine.speculation) {
+            (Some(d), SpeculationConfig::DraftModel { rates, .. }) => {
+                let draft = self.draft_timer(role, d);
+                #[allow(clippy::cast_possible_truncation)] // At most MAX_DRAFT_TOKENS.
+                Box::new(DraftModelTimer::new(target, draft, rates.len() as u32))
+            }
+            _ => target,
+        }
+    }
+
+    /// The draft model's own timer on `role`'s GPUs: its shapes over the same kernel tables,
+    /// without the serving processes' and host's per-step costs the target's steps carry.
+    fn draft_timer(&self, role: &PreparedRole, draft: &ModelArch) -> Box<dyn StepTimer> {
+        match &role.timing {
+            RoleTiming::OpLevel { setup, db } => {
+                let mut s = (**setup).clone();
+                s.model = draft.clone();
+                s.gemm = draft.gemm_quant;
+                s.moe = draft.moe_quant;
+                s.draft_layers = 0;
+                s.constants = OpConstants {
+                    step_overhead_s: 0.0,
+                    frontend_s: 0.0,
+                    frontend_request_s: 0.0,
+                    frontend_chunk_s: 0.0,
+                    frontend_prompt_token_s: 0.0,
+                    host_s_per_step: 0.0,
+                    host_s_per_sequence: 0.0,
+                    ..s.constants
+                };
+                Box::new(OpLevelTimer::new(s, db.clone()))
+            }
+            // FPM roles never speculate (refused at validation); roofline times the draft as
+            // it times the target.
+            RoleTiming::Roofline | RoleTiming::Fpm(_) => Box::new(RooflineTimer::new(
+                draft.clone(),
+                role.hardware.clone(),
+                role.parallelism,
+                draft.gemm_quant.dtype(),
+                self.kv_dtype,
+            )),
+        }
+    }
+
+    /// A fresh step timer for `role`'s own model.
+    fn model_timer(&self, role: &PreparedRole) -> Box<dyn StepTimer> {
         match &role.timing {
             RoleTiming::OpLevel { setup, db } => Box::new(OpLevelTimer::new((**setup).clone(), db.clone())),
             RoleTiming::Fpm(m) => Box::new(FpmTimer::new(m.clone())),
@@ -649,7 +752,7 @@ impl Prepared {
                 *accepted,
                 Rng::stream(self.seed, Stream::Acceptance).next_u64(),
             ),
-            SpeculationConfig::Ngram { rates, seed } => {
+            SpeculationConfig::Ngram { rates, seed } | SpeculationConfig::DraftModel { rates, seed, .. } => {
                 Speculation::conditional(rates, Rng::stream(*seed, Stream::Acceptance).next_u64())
             }
         }

@@ -27,6 +27,8 @@ pub(super) struct RoleEnv<'a> {
     pub files: &'a dyn Files,
     pub engine: &'a EngineConfig,
     pub model: &'a ModelArch,
+    /// The draft model of draft-model speculation.
+    pub draft: Option<&'a ModelArch>,
     /// The engine's GPU; a role may name its own.
     pub hardware: &'a Hardware,
     pub gemm_quant: GemmQuant,
@@ -202,6 +204,26 @@ pub(super) fn prepare_role(
         },
     )
     .map_err(|e| ScenarioError::Resource { message: format!("{name} workers: {}", e.message) })?;
+    if let Some(d) = env.draft {
+        // vLLM loads the draft beside the target with the same tensor parallelism, and its
+        // layers' KV lives in the same blocks as the target's.
+        let draft_weights = memory::weight_bytes_per_gpu(d, parallelism, d.weight_dtype, d.moe_quant.dtype());
+        let Some(left) = memory.kv_cache_bytes.checked_sub(draft_weights) else {
+            return Err(ScenarioError::Resource {
+                message: format!(
+                    "{name} workers: the draft model {} needs {:.2} GiB a GPU and only {:.2} GiB is left for KV",
+                    d.id,
+                    gib(draft_weights),
+                    gib(memory.kv_cache_bytes)
+                ),
+            });
+        };
+        memory.weights_bytes += draft_weights;
+        memory.kv_cache_bytes = left;
+        memory.kv_bytes_per_token += memory::kv_bytes_per_token(d, parallelism, kv_dtype);
+        memory.kv_tokens = memory.kv_cache_bytes / memory.kv_bytes_per_token.max(1);
+        memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
+    }
     if let Some(b) = role.kv_cache.bytes_per_token {
         memory.kv_bytes_per_token = b;
         memory.kv_tokens = memory.kv_cache_bytes / b;
@@ -351,7 +373,9 @@ pub(super) fn prepare_role(
 fn sglang_draft_mib(speculation: &SpeculationConfig) -> f64 {
     match speculation {
         SpeculationConfig::DraftLayers { .. } => 2048.0,
-        SpeculationConfig::Off | SpeculationConfig::Ngram { .. } => 0.0,
+        SpeculationConfig::Off | SpeculationConfig::Ngram { .. } | SpeculationConfig::DraftModel { .. } => {
+            0.0
+        }
     }
 }
 
@@ -396,4 +420,10 @@ pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32
             b
         }
     }
+}
+
+/// Bytes in GiB, for messages.
+#[allow(clippy::cast_precision_loss)] // GPU memory is far below 2^53 bytes.
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / memory::GIB as f64
 }
