@@ -854,6 +854,13 @@ fn a_draft_model_costs_its_passes_and_its_memory() {
     assert!(f < d && d < p, "free drafts {f} ms < draft model {d} ms < none {p} ms");
     // Four passes of an 8B draft on four H200s add at least a few ms a round.
     assert!((d - f) * 2.864 > 4.0, "draft passes {} ms a round", (d - f) * 2.864);
+    // The provenance counts the draft's kernel lookups beside the target's.
+    let by_op = &draft.json["servesim"]["timing"][0]["lookups_by_op"];
+    assert!(by_op["draft gemm"]["interpolated"].as_u64().unwrap() > 0, "{by_op}");
+    assert!(
+        by_op["gemm"].is_object()
+            && free.json["servesim"]["timing"][0]["lookups_by_op"]["draft gemm"].is_null()
+    );
     // The first draft pass also runs the prompts: TTFT grows too.
     assert!(draft.summary.ttft.median > free.summary.ttft.median);
     let mem = |r: &servesim_scenario::Prediction, k: &str| {

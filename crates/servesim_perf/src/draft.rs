@@ -70,8 +70,14 @@ impl StepTimer for DraftModelTimer {
         Ok(verify + self.draft_time(ranks)?)
     }
 
+    /// The target's report, with the draft model's lookups beside its own (op kinds named
+    /// `draft <kind>`), so the provenance counts every pass.
     fn report(&self) -> Option<TimerReport> {
-        self.target.report()
+        let mut r = self.target.report()?;
+        if let Some(d) = self.draft.report() {
+            r.lookups.extend(d.lookups.into_iter().map(|(kind, c)| (alloc::format!("draft {kind}"), c)));
+        }
+        Some(r)
     }
 
     fn breakdown(&mut self, ranks: &[RankLoad]) -> Option<StepBreakdown> {
