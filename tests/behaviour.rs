@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use servesim_tests::{config_refusal, predict_file_with, repo_root};
+use servesim_tests::{config_refusal, predict_file, predict_file_with, repo_root};
 
 fn shared_trace(name: &str) -> Option<String> {
     std::fs::read_to_string(repo_root().join("../shared/traces").join(name)).ok()
@@ -1208,4 +1208,22 @@ fn a_long_run_s_page_sample_is_every_nth_record_and_the_csv_has_them_all() {
     assert_eq!(header, first.as_object().unwrap().keys().map(String::as_str).collect::<Vec<_>>());
     let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
     assert_eq!(row[header.iter().position(|k| *k == "uuid").unwrap()], first["uuid"].as_str().unwrap());
+}
+
+/// The power contract (REF §2.4): `power_w` and `power_coverage` are always present;
+/// coverage is the share of op latency with an energy figure — 0 over kernel tables that
+/// carry none, so no power is published — and both are null without per-op timing.
+#[test]
+fn power_is_withheld_with_its_coverage_stated() {
+    let op = predict_file("data/scenarios/default.yaml").unwrap();
+    assert_eq!(op.json["power_coverage"], 0.0);
+    assert!(op.json["power_w"].is_null() && op.json.as_object().unwrap().contains_key("power_w"));
+    for (path, sets) in [
+        ("tests/scenarios/fpm_vllm.yaml", &[][..]),
+        ("data/scenarios/default.yaml", &["engine.workers.aggregated.timing={type: roofline}"][..]),
+    ] {
+        let p = predict_file_with(path, sets).unwrap();
+        assert!(p.json["power_w"].is_null() && p.json["power_coverage"].is_null(), "{path} {sets:?}");
+        assert!(p.json.as_object().unwrap().contains_key("power_coverage"));
+    }
 }

@@ -36,8 +36,8 @@ impl Details {
                 "energy" => {
                     return Err(
                         "--detail energy has nothing to add: the kernel tables servesim reads carry no \
-                                energy figures, so power_w and power_coverage are null (summary, memory, \
-                                time, source and all are available)"
+                                energy figures, so power_coverage is 0 (null without op-level timing) and \
+                                power_w null (summary, memory, time, source and all are available)"
                             .to_string(),
                     )
                 }

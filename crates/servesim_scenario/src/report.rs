@@ -382,9 +382,14 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
     put_dist(&mut m, "itl", &s.itl, "_ms");
     put_dist(&mut m, "e2e_latency", &s.e2e_latency, "_ms");
     put_dist(&mut m, "output_token_throughput_per_user", &s.output_token_throughput_per_user, "");
-    // Power needs per-op energy data (REF §2.4); the roofline model has none.
+    // Power needs per-op energy (REF §2.4): the share of op latency whose op carries an energy
+    // figure. The op-level model's kernel tables carry none (the importer keeps latency only),
+    // so its coverage is 0 and power_w is withheld; whole-forward (FPM) and roofline timing
+    // have no per-op figures at all, so both are null, as the contract has it for FPM.
+    let op_level = !result.timers.is_empty()
+        && result.timers.iter().all(|t| t.as_ref().is_some_and(|t| t.model == "op_level"));
     m.insert("power_w".into(), Value::Null);
-    m.insert("power_coverage".into(), Value::Null);
+    m.insert("power_coverage".into(), if op_level { json!(0.0) } else { Value::Null });
     m.insert("servesim".into(), servesim_section(p, &result));
 
     let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();
