@@ -148,6 +148,24 @@ impl OpConstants {
         }
     }
 
+    /// The same kernel efficiencies, latencies and calibration without the costs a step pays
+    /// once outside its kernels (per-step overhead, host and serving-process time): for a
+    /// second model's passes inside the same step (a speculative draft model).
+    #[must_use]
+    pub fn kernels_only(self) -> Self {
+        let none = OpConstants::default();
+        OpConstants {
+            step_overhead_s: none.step_overhead_s,
+            frontend_s: none.frontend_s,
+            frontend_request_s: none.frontend_request_s,
+            frontend_chunk_s: none.frontend_chunk_s,
+            frontend_prompt_token_s: none.frontend_prompt_token_s,
+            host_s_per_step: none.host_s_per_step,
+            host_s_per_sequence: none.host_s_per_sequence,
+            ..self
+        }
+    }
+
     /// The constants for an engine (`vllm`, `sglang`, `trtllm`): shared efficiencies and
     /// latencies, plus the engine's calibrated per-step overhead.
     #[must_use]

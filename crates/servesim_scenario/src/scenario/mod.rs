@@ -698,16 +698,7 @@ impl Prepared {
                 s.gemm = draft.gemm_quant;
                 s.moe = draft.moe_quant;
                 s.draft_layers = 0;
-                s.constants = OpConstants {
-                    step_overhead_s: 0.0,
-                    frontend_s: 0.0,
-                    frontend_request_s: 0.0,
-                    frontend_chunk_s: 0.0,
-                    frontend_prompt_token_s: 0.0,
-                    host_s_per_step: 0.0,
-                    host_s_per_sequence: 0.0,
-                    ..s.constants
-                };
+                s.constants = s.constants.kernels_only();
                 Box::new(OpLevelTimer::new(s, db.clone()))
             }
             // FPM roles never speculate (refused at validation); roofline times the draft as
