@@ -34,26 +34,21 @@ impl DraftModelTimer {
     /// The draft model's passes for a step of `ranks`.
     fn draft_time(&mut self, ranks: &[RankLoad]) -> Result<SimDur, TimingError> {
         let rows_per_request = self.drafts + 1;
-        // Per rank: decoding requests (a request near its end may verify fewer rows) and the
-        // mean context of a verify row.
-        let per_rank: Vec<(u32, u64)> = ranks
-            .iter()
-            .map(|r| {
-                let requests = r.decode_requests.div_ceil(rows_per_request);
-                let context = r.decode_kv_tokens.checked_div(u64::from(r.decode_requests)).unwrap_or(0);
-                (requests, context)
-            })
-            .collect();
+        self.scratch.resize_with(ranks.len(), RankLoad::default);
         let mut total = SimDur::ZERO;
         for pass in 0..self.drafts {
-            self.scratch.clear();
-            for (r, &(requests, context)) in ranks.iter().zip(&per_rank) {
-                self.scratch.push(RankLoad {
-                    // The first pass also runs the step's prompt chunks through the draft.
-                    prefill: if pass == 0 { r.prefill.clone() } else { Vec::new() },
-                    decode_requests: requests,
-                    decode_kv_tokens: u64::from(requests) * (context + u64::from(pass)),
-                });
+            for (d, r) in self.scratch.iter_mut().zip(ranks) {
+                // Decoding requests (one near its end may verify fewer rows) at the mean
+                // context of a verify row, one key longer each pass.
+                let requests = r.decode_requests.div_ceil(rows_per_request);
+                let context = r.decode_kv_tokens.checked_div(u64::from(r.decode_requests)).unwrap_or(0);
+                d.prefill.clear();
+                // The first pass also runs the step's prompt chunks through the draft.
+                if pass == 0 {
+                    d.prefill.extend_from_slice(&r.prefill);
+                }
+                d.decode_requests = requests;
+                d.decode_kv_tokens = u64::from(requests) * (context + u64::from(pass));
             }
             if self.scratch.iter().all(RankLoad::is_empty) {
                 break;
