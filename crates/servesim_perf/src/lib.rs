@@ -50,6 +50,7 @@ mod tests {
             sliding_window: None,
             linear_attention: None,
             sparse_attention_topk: None,
+            attn_output_gate: false,
             gemm_quant: GemmQuant::Fp8Block,
             moe_quant: MoeQuant::Fp8Block,
             weight_dtype: Dtype::Fp8,

@@ -10,6 +10,7 @@
 use alloc::format;
 use alloc::string::String;
 
+pub use crate::spec::StateDtype;
 use crate::spec::{Dtype, Hardware, ModelArch};
 
 /// Bytes per GiB.
@@ -243,6 +244,25 @@ pub fn kv_bytes_per_token(model: &ModelArch, p: Parallelism, kv_dtype: Dtype) ->
         }
     };
     libm::ceil(elems as f64 * kv_dtype.bytes()) as u64
+}
+
+/// Recurrent state one sequence holds on one GPU for the linear-attention layers of this
+/// pipeline stage (0 for models without them). Per layer, Gated DeltaNet keeps a
+/// `key_head_dim x value_head_dim` matrix per value head (`ssm`) and the last
+/// `conv_kernel - 1` inputs of its q/k/v convolution (`conv`); tensor parallelism splits the
+/// heads, as vLLM's and SGLang's state shapes do.
+#[must_use]
+pub fn state_bytes_per_sequence(model: &ModelArch, p: Parallelism, ssm: StateDtype, conv: StateDtype) -> u64 {
+    let Some(la) = &model.linear_attention else { return 0 };
+    let tp = u64::from(p.tensor.max(1));
+    let layers = u64::from(la.layers.min(model.num_layers).div_ceil(p.pipeline.max(1)));
+    let value_heads = u64::from(la.value_heads).div_ceil(tp);
+    let ssm_bytes = value_heads * la.key_head_dim * la.value_head_dim * ssm.bytes();
+    let channels = (2 * u64::from(la.key_heads) * la.key_head_dim
+        + u64::from(la.value_heads) * la.value_head_dim)
+        .div_ceil(tp);
+    let conv_bytes = la.conv_kernel.saturating_sub(1) * channels * conv.bytes();
+    layers * (ssm_bytes + conv_bytes)
 }
 
 /// Weight bytes resident on one GPU: dense layers sharded by TP and PP (replicated across

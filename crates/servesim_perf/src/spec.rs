@@ -219,6 +219,40 @@ pub struct LinearAttention {
     pub value_heads: u32,
     /// Dimension of one value head.
     pub value_head_dim: u64,
+    /// Width of the short causal convolution over q, k and v (`linear_conv_kernel_dim`);
+    /// its last `conv_kernel - 1` inputs are part of each sequence's state.
+    pub conv_kernel: u64,
+    /// The state matrices' type the checkpoint asks for (`mamba_ssm_dtype`; Qwen3.5: float32).
+    pub ssm_dtype: Option<StateDtype>,
+}
+
+/// Element type of a hybrid model's recurrent state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateDtype {
+    /// 16-bit (bf16 or fp16).
+    Half,
+    /// 32-bit float.
+    Fp32,
+}
+
+impl StateDtype {
+    /// Bytes per element.
+    #[must_use]
+    pub fn bytes(self) -> u64 {
+        match self {
+            StateDtype::Half => 2,
+            StateDtype::Fp32 => 4,
+        }
+    }
+
+    /// The name engines use for it (`bfloat16`, `float32`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            StateDtype::Half => "bfloat16",
+            StateDtype::Fp32 => "float32",
+        }
+    }
 }
 
 /// A transformer's architecture, as its public `config.json` gives it.
@@ -254,6 +288,9 @@ pub struct ModelArch {
     pub linear_attention: Option<LinearAttention>,
     /// Sparse attention: keys each query attends to (DeepSeek V3.2 / GLM-5 indexer top-k).
     pub sparse_attention_topk: Option<u64>,
+    /// Softmax attention's output is gated by a sigmoid of a second query-sized projection
+    /// (`attn_output_gate`, Qwen3-Next and Qwen3.5): the query projection is twice as wide.
+    pub attn_output_gate: bool,
     /// Format of the checkpoint's dense linear weights.
     pub gemm_quant: GemmQuant,
     /// Format of the checkpoint's experts.
@@ -297,7 +334,8 @@ impl ModelArch {
             None => {
                 let q = heads * self.head_dim;
                 let kv = u64::from(self.num_kv_heads) * self.head_dim;
-                h * q + 2 * h * kv + q * h
+                let gate = if self.attn_output_gate { q } else { 0 };
+                h * (q + gate) + 2 * h * kv + q * h
             }
         }
     }

@@ -2,7 +2,9 @@
 //! by the user), never hard-coded.
 
 use servesim_perf::memory::GIB;
-use servesim_perf::spec::{Dtype, GemmQuant, Hardware, LinearAttention, Mla, ModelArch, Moe, MoeQuant};
+use servesim_perf::spec::{
+    Dtype, GemmQuant, Hardware, LinearAttention, Mla, ModelArch, Moe, MoeQuant, StateDtype,
+};
 
 use crate::diag::{number, string, suggest, u32_in, Cx, Fields};
 use crate::node::{self, Value};
@@ -239,6 +241,14 @@ pub fn parse_model(id: &str, text: &str) -> Result<ModelArch, CatalogError> {
             key_head_dim: get("linear_key_head_dim").unwrap_or(0),
             value_heads: get("linear_num_value_heads").map_or(0, to_u32),
             value_head_dim: get("linear_value_head_dim").unwrap_or(0),
+            // Gated DeltaNet's convolution is 4 wide when the config does not say
+            // (`linear_conv_kernel_dim` in Qwen3-Next and Qwen3.5).
+            conv_kernel: get("linear_conv_kernel_dim").unwrap_or(4),
+            ssm_dtype: match v.get("mamba_ssm_dtype").and_then(serde_json::Value::as_str) {
+                Some("float32") => Some(StateDtype::Fp32),
+                Some("bfloat16" | "float16") => Some(StateDtype::Half),
+                _ => None,
+            },
         }),
     };
     let (gemm_quant, moe_quant) = quantization(&file, v.get("quantization_config"))?;
@@ -271,6 +281,7 @@ pub fn parse_model(id: &str, text: &str) -> Result<ModelArch, CatalogError> {
         sliding_window,
         linear_attention,
         sparse_attention_topk: get("index_topk"),
+        attn_output_gate: v.get("attn_output_gate").and_then(serde_json::Value::as_bool).unwrap_or(false),
         gemm_quant,
         moe_quant,
         weight_dtype,
@@ -387,6 +398,7 @@ mod published_sizes {
             ("Qwen/Qwen3-235B-A22B", 235.0, 22.0),
             ("Qwen/Qwen3-30B-A3B", 30.5, 3.3),
             ("Qwen/Qwen3.5-397B-A17B", 397.0, 17.0),
+            ("Qwen/Qwen3.5-27B", 27.0, 27.0),
             ("meta-llama/Llama-3.1-405B-Instruct", 405.0, 405.0),
             ("moonshotai/Kimi-K2.5", 1040.0, 32.0),
             ("zai-org/GLM-5", 744.0, 40.0),

@@ -384,7 +384,9 @@ impl OpLevelTimer {
             add(self, "gemm", g, attn_layers, &mut prov);
         } else {
             let kvh = u64::from(m.num_kv_heads.div_ceil(self.tp()).max(1));
-            let g = self.gemm(t, (heads + 2 * kvh) * m.head_dim, h, gq);
+            // An output gate widens the query projection by the queries' width.
+            let gate = if m.attn_output_gate { heads } else { 0 };
+            let g = self.gemm(t, (heads + gate + 2 * kvh) * m.head_dim, h, gq);
             add(self, "gemm", g, attn_layers, &mut prov);
             let g = self.gemm(t, h, heads * m.head_dim, gq);
             add(self, "gemm", g, attn_layers, &mut prov);

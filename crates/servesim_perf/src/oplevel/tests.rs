@@ -33,6 +33,7 @@ fn model() -> ModelArch {
         sliding_window: None,
         linear_attention: None,
         sparse_attention_topk: None,
+        attn_output_gate: false,
         gemm_quant: GemmQuant::Bf16,
         moe_quant: MoeQuant::Bf16,
         weight_dtype: Dtype::Bf16,
