@@ -62,6 +62,21 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             g3["written_blocks"], g3["evicted_blocks"], g3["dropped_blocks"], g3["bypassed_restores"]
         );
     }
+    for (role, m) in extra["memory"].as_object().into_iter().flatten() {
+        let st = &m["recurrent_state"];
+        if st.is_object() {
+            out += &format!(
+                "recurrent_state {role}: {} bytes ({}), {}, blocks {}, slots {}, reserved {} bytes, reuse {}\n",
+                st["bytes_per_sequence"],
+                st["ssm_dtype"].as_str().unwrap_or(""),
+                st["kept_in"].as_str().unwrap_or(""),
+                st["blocks_per_sequence"],
+                st["slots"],
+                st["reserved_bytes"],
+                st["prefix_reuse"].as_str().unwrap_or("")
+            );
+        }
+    }
     let ev = &extra["kv_eviction"];
     if ev.is_object() {
         out += &format!(
@@ -163,6 +178,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
     ("vllm_belady_prompt_pool", "tests/scenarios/vllm_belady_prompt_pool.yaml"),
+    ("hybrid_qwen35_vllm_sessions", "tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
     ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
     ("uncertainty_vllm_poisson", "tests/scenarios/uncertainty_vllm_poisson.yaml"),

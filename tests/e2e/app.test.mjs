@@ -649,6 +649,13 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.ok(ev.first_admission_prefix_cache_reused_ratio > 0.4, 'the forecast keeps half the prompts');
   assert.match(await page.textContent('#kv-eviction'),
     new RegExp(`^Belady \\(global_input_trace_order_v1\\) · forecast of 1500 requests over 6200 blocks · `));
+  assert.equal(await page.textContent('#recurrent-state'), '–');
+  // A hybrid model: the summary says how big its recurrent state is and where vLLM keeps it.
+  const hybrid = await presetMatchesCli(page, 11, 'tests/scenarios/hybrid_qwen35_vllm_sessions.yaml', belady, dir);
+  const st = JSON.parse(hybrid).servesim.memory.aggregated.recurrent_state;
+  assert.equal(st.blocks_per_sequence, 3);
+  assert.equal(await page.textContent('#recurrent-state'),
+    'aggregated: 146.8 MiB a sequence (float32) · 3 KV blocks a sequence · reuse up to a checkpointed block');
   await page.close();
 });
 

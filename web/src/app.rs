@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 11] = [
+pub const PRESETS: [(&str, &str); 12] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -57,6 +57,10 @@ pub const PRESETS: [(&str, &str); 11] = [
     (
         "A benchmark dataset twice the KV cache, Belady eviction, vLLM",
         include_str!("../../tests/scenarios/vllm_belady_prompt_pool.yaml"),
+    ),
+    (
+        "Hybrid model (Qwen3.5-27B, recurrent state) in multi-turn sessions, vLLM",
+        include_str!("../../tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
     ),
 ];
 

@@ -185,6 +185,43 @@ pub fn kv_eviction(p: &Value) -> String {
     )
 }
 
+/// A hybrid model's recurrent state, as text: its size and where the engine keeps it (`–`
+/// for models without one).
+#[must_use]
+pub fn recurrent_state(p: &Value) -> String {
+    let Some(roles) = p["servesim"]["memory"].as_object() else { return "–".into() };
+    let parts: Vec<String> = roles
+        .iter()
+        .filter(|(_, m)| m["recurrent_state"].is_object())
+        .map(|(role, m)| {
+            let st = &m["recurrent_state"];
+            #[allow(clippy::cast_precision_loss)] // State sizes are far below 2^53 bytes.
+            let mib = st["bytes_per_sequence"].as_u64().unwrap_or(0) as f64 / f64::from(1u32 << 20);
+            let kept = match st["kept_in"].as_str() {
+                Some("kv_pool_blocks") => {
+                    format!("{} KV blocks a sequence", fmt_num(&st["blocks_per_sequence"], 0))
+                }
+                Some("state_pool_slots") => format!("{} state slots a rank", fmt_num(&st["slots"], 0)),
+                _ => format!("{} batch slots allocated", fmt_num(&st["slots"], 0)),
+            };
+            let reuse = match st["prefix_reuse"].as_str() {
+                Some("block_boundary_checkpoints") => "reuse up to a checkpointed block",
+                Some("finished_sequence_states") => "reuse where a finished request left its state",
+                _ => "no prefix reuse",
+            };
+            format!(
+                "{role}: {mib:.1} MiB a sequence ({}) · {kept} · {reuse}",
+                st["ssm_dtype"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        "–".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
 /// GPUs the run used: the deployment's, or with the autoscaling planner how many it started
 /// with, held at most and held on average.
 #[must_use]
@@ -298,6 +335,7 @@ pub fn Summary(prediction: Signal<Option<Value>>) -> impl IntoView {
                     <dt>"Host KV tier"</dt><dd id="host-tier">{with(host_tier)}</dd>
                     <dt>"Storage KV tier"</dt><dd id="storage-tier">{with(storage_tier)}</dd>
                     <dt>"KV eviction"</dt><dd id="kv-eviction">{with(kv_eviction)}</dd>
+                    <dt>"Recurrent state"</dt><dd id="recurrent-state">{with(recurrent_state)}</dd>
                     <dt>"Serving frontend"</dt><dd id="frontend">{with(frontend)}</dd>
                     <dt>"Speculative decoding"</dt><dd id="speculation">{with(speculation)}</dd>
                 </dl>
@@ -456,6 +494,15 @@ mod tests {
             )
         );
         assert_eq!(kv_eviction(&g3), "LRU");
+        assert_eq!(recurrent_state(&g3), "–");
+        let hybrid = serde_json::json!({"servesim": {"memory": {"aggregated": {"recurrent_state": {
+            "bytes_per_sequence": 153_944_064_u64, "ssm_dtype": "float32", "kept_in": "kv_pool_blocks",
+            "blocks_per_sequence": 3, "slots": null, "prefix_reuse": "block_boundary_checkpoints"
+        }}}}});
+        assert_eq!(
+            recurrent_state(&hybrid),
+            "aggregated: 146.8 MiB a sequence (float32) · 3 KV blocks a sequence · reuse up to a checkpointed block"
+        );
         let belady = serde_json::json!({"servesim": {"kv_eviction": {
             "policy": "belady", "assumption": "global_input_trace_order_v1",
             "forecast_requests": 1500, "forecast_blocks": 6200, "evicted_tokens": 3_396_672

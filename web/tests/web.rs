@@ -137,6 +137,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/vllm_belady_prompt_pool.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
+            include_str!("../../tests/golden/hybrid_qwen35_vllm_sessions.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/planner_vllm_ramp.yaml"),
             include_str!("../../tests/golden/planner_vllm_ramp.prediction.json"),
         ),

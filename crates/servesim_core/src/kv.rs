@@ -21,6 +21,15 @@
 //! its own blocks up again, so they are indexed then ([`BlockPool::index_private`]). The
 //! results are those of indexing every block; a property test runs both side by side.
 //!
+//! **Recurrent state (hybrid models).** A pool built [`BlockPool::with_state`] serves a model
+//! whose linear-attention layers keep a fixed-size state per sequence, as vLLM's hybrid KV
+//! manager does: each running sequence holds that many blocks besides its tokens' blocks. With
+//! prefix caching on (vLLM's `mamba_cache_mode: align`), the state a sequence reaches at a
+//! block boundary is copied into fresh blocks indexed under [`state_key`]s of that block's
+//! hash (a checkpoint), which are free and evictable like any cached block; a prefix is reusable
+//! only up to its last block whose checkpoint is resident, since the state cannot be rebuilt
+//! from the tokens' KV.
+//!
 //! Invariants (checked by the property tests against a naive model):
 //! - blocks in use never exceed capacity;
 //! - every block is either referenced or in the free queue, never both;
@@ -128,6 +137,20 @@ pub struct BlockPool {
     /// Belady eviction: free blocks ranked by their next use instead of the LRU ring (which
     /// then stays empty).
     belady: Option<alloc::boxed::Box<BeladyFree>>,
+    /// Blocks each running sequence holds for its recurrent state (0: no linear attention).
+    state_blocks: u32,
+}
+
+/// The index key of slot `slot` of the recurrent-state checkpoint taken after the block whose
+/// content hash is `prefix` (a SplitMix64 finaliser of both, so it never meets a token block's
+/// hash in practice).
+#[must_use]
+pub fn state_key(prefix: u64, slot: u32) -> u64 {
+    // SplitMix64's increment and multipliers (Steele, Lea and Flood, 2014).
+    let mut z = prefix ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(u64::from(slot) + 1) ^ 0x5354_4154_4500_0000;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl BlockPool {
@@ -154,6 +177,76 @@ impl BlockPool {
             prefix_caching,
             stats: PoolStats::default(),
             belady: None,
+            state_blocks: 0,
+        }
+    }
+
+    /// The same pool for a hybrid model whose sequences each hold `blocks_per_sequence` blocks
+    /// of recurrent state; with prefix caching, states at block boundaries are checkpointed
+    /// and bound prefix hits (see the module docs).
+    #[must_use]
+    pub fn with_state(mut self, blocks_per_sequence: u32) -> Self {
+        self.hold_states(blocks_per_sequence);
+        self
+    }
+
+    /// From now on each running sequence holds `blocks_per_sequence` blocks of recurrent state
+    /// ([`BlockPool::with_state`]).
+    pub fn hold_states(&mut self, blocks_per_sequence: u32) {
+        self.state_blocks = blocks_per_sequence;
+    }
+
+    /// Blocks each running sequence holds for its recurrent state (0 without one).
+    #[must_use]
+    pub fn state_blocks(&self) -> u32 {
+        self.state_blocks
+    }
+
+    /// Whether states at block boundaries are checkpointed (and prefix hits end at one).
+    #[must_use]
+    pub fn checkpoints(&self) -> bool {
+        self.state_blocks > 0 && self.prefix_caching
+    }
+
+    /// Whether the checkpoint taken after the block hashed `prefix` is resident (all its slots).
+    #[must_use]
+    pub fn has_checkpoint(&self, prefix: u64) -> bool {
+        (0..self.state_blocks).all(|slot| self.lookup(state_key(prefix, slot)).is_some())
+    }
+
+    /// Checkpoints the state a sequence has after the block hashed `prefix`: copies it into
+    /// fresh blocks that join the free queue's tail, findable under its [`state_key`]s. A
+    /// resident checkpoint is only moved to the tail; none is taken when too few blocks are free.
+    pub fn checkpoint(&mut self, prefix: u64) {
+        if !self.checkpoints() {
+            return;
+        }
+        if self.has_checkpoint(prefix) {
+            self.refresh_checkpoint(prefix);
+            return;
+        }
+        let mut copy = Vec::with_capacity(self.state_blocks as usize);
+        if !self.allocate_many(self.state_blocks, &mut copy) {
+            return;
+        }
+        for (slot, &b) in (0..).zip(&copy) {
+            self.register(b, state_key(prefix, slot));
+        }
+        for &b in &copy {
+            self.release(b);
+        }
+    }
+
+    /// Moves the resident slots of the checkpoint after the block hashed `prefix` that nobody
+    /// holds to the free queue's tail (a restore read it, so it is evicted last).
+    pub fn refresh_checkpoint(&mut self, prefix: u64) {
+        for slot in 0..self.state_blocks {
+            if let Some(b) = self.lookup(state_key(prefix, slot)) {
+                if self.blocks[b as usize].ref_count == 0 {
+                    self.unlink(b);
+                    self.push_tail(b);
+                }
+            }
         }
     }
 
@@ -255,6 +348,20 @@ impl BlockPool {
                 None => break,
             }
         }
+        if self.checkpoints() {
+            // A hybrid model resumes only from a checkpointed state: the hit ends at the last
+            // block whose checkpoint is resident.
+            let mut k = out.len();
+            while k > 0 && !self.has_checkpoint(hashes[k - 1]) {
+                k -= 1;
+            }
+            for &b in &out[k..] {
+                if self.blocks[b as usize].ref_count == 0 {
+                    free_hits -= 1;
+                }
+            }
+            out.truncate(k);
+        }
         self.stats.lookup_blocks += hashes.len() as u64;
         self.stats.hit_blocks += out.len() as u64;
         free_hits
@@ -266,7 +373,11 @@ impl BlockPool {
         if !self.prefix_caching {
             return 0;
         }
-        hashes.iter().take_while(|h| self.lookup(**h).is_some()).count()
+        let n = hashes.iter().take_while(|h| self.lookup(**h).is_some()).count();
+        if self.checkpoints() {
+            return (1..=n).rev().find(|&k| self.has_checkpoint(hashes[k - 1])).unwrap_or(0);
+        }
+        n
     }
 
     /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].
@@ -583,6 +694,33 @@ mod tests {
         Finish(u8),
     }
 
+    /// An [`Op::Admit`]'s block hashes: `blocks` of family `family`, block `gap` skipped.
+    fn prompt_hashes(family: u8, blocks: u8, gap: u8) -> Vec<u64> {
+        (0..u64::from(blocks) + 1)
+            .filter(|i| *i != u64::from(gap))
+            .take(usize::from(blocks))
+            .map(|i| u64::from(family) * 1000 + i)
+            .collect()
+    }
+
+    /// [`Op::Finish`]: releases the live request at position `k` (modulo the live count) in
+    /// both the pool and the naive model, last block first.
+    fn finish_both(pool: &mut BlockPool, naive: &mut Naive, live: &mut Vec<Vec<(BlockId, usize)>>, k: u8) {
+        if live.is_empty() {
+            return;
+        }
+        let held = live.remove(k as usize % live.len());
+        for (b, i) in held.into_iter().rev() {
+            pool.release(b);
+            naive.release(i);
+        }
+    }
+
+    /// The hashes [`Op::Admit`] prompts draw from (every family's first 8 blocks).
+    fn universe() -> Vec<u64> {
+        (0..4u64).flat_map(|f| (0..8u64).map(move |i| f * 1000 + i)).collect()
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             (0u8..4, 1u8..6, 0u8..8).prop_map(|(family, blocks, gap)| Op::Admit { family, blocks, gap }),
@@ -770,15 +908,11 @@ mod tests {
             let mut pool = BlockPool::new(capacity, 16, true);
             let mut naive = Naive::new(capacity as usize);
             let mut live: Vec<Vec<(BlockId, usize)>> = Vec::new();
-            let universe: Vec<u64> = (0..4u64).flat_map(|f| (0..8u64).map(move |i| f * 1000 + i)).collect();
+            let universe = universe();
             for op in ops {
                 match op {
                     Op::Admit { family, blocks, gap } => {
-                        let hashes: Vec<u64> = (0..u64::from(blocks) + 1)
-                            .filter(|i| *i != u64::from(gap))
-                            .take(usize::from(blocks))
-                            .map(|i| u64::from(family) * 1000 + i)
-                            .collect();
+                        let hashes = prompt_hashes(family, blocks, gap);
                         let mut found = Vec::new();
                         let free_hits = pool.find_prefix(&hashes, &mut found);
                         let naive_hits: Vec<usize> = hashes.iter().map_while(|h| naive.find(*h)).collect();
@@ -806,14 +940,7 @@ mod tests {
                         }
                         live.push(held);
                     }
-                    Op::Finish(k) => {
-                        if live.is_empty() { continue; }
-                        let held = live.remove(k as usize % live.len());
-                        for (b, i) in held.into_iter().rev() {
-                            pool.release(b);
-                            naive.release(i);
-                        }
-                    }
+                    Op::Finish(k) => finish_both(&mut pool, &mut naive, &mut live, k),
                 }
                 pool.check_invariants();
                 prop_assert!(pool.num_used() <= pool.capacity(), "in use exceeds capacity");
@@ -829,6 +956,135 @@ mod tests {
             }
             prop_assert_eq!(pool.num_used(), 0);
             pool.check_invariants();
+        }
+    }
+
+    #[test]
+    fn a_hybrid_prefix_hit_ends_at_its_last_resident_checkpoint() {
+        let mut p = BlockPool::new(8, 16, true).with_state(2);
+        assert!(p.checkpoints());
+        let mut held = Vec::new();
+        for h in [10, 11, 12] {
+            let b = p.allocate().unwrap();
+            p.register(b, h);
+            held.push(b);
+        }
+        // The state after the second block is checkpointed (two blocks, free and cached).
+        p.checkpoint(11);
+        assert!(p.has_checkpoint(11));
+        assert_eq!(p.num_free(), 5);
+        for &b in held.iter().rev() {
+            p.release(b);
+        }
+        let mut found = Vec::new();
+        assert_eq!(p.find_prefix(&[10, 11, 12], &mut found), 2);
+        assert_eq!(found.len(), 2, "the third block's tokens are cached but no state after it");
+        assert_eq!(p.match_len(&[10, 11, 12]), 2);
+        // Losing one slot of the checkpoint loses the whole hit.
+        let mut taken = Vec::new();
+        assert!(p.allocate_many(6, &mut taken));
+        assert!(!p.has_checkpoint(11));
+        assert_eq!(p.find_prefix(&[10, 11, 12], &mut found), 0);
+        assert!(found.is_empty());
+        p.release_all(&taken);
+        p.check_invariants();
+    }
+
+    #[test]
+    fn without_prefix_caching_a_hybrid_pool_takes_no_checkpoint() {
+        let mut p = BlockPool::new(4, 16, false).with_state(1);
+        assert!(!p.checkpoints());
+        p.checkpoint(5);
+        assert!(!p.contains(state_key(5, 0)));
+        assert_eq!(p.num_free(), 4);
+    }
+
+    proptest! {
+        /// A hybrid model's pool against the naive model: token blocks and state checkpoints
+        /// share one LRU order, a hit ends at the last block whose checkpoint is resident in
+        /// full, every sequence holds its state's blocks, and a request that ends at a block
+        /// boundary leaves a checkpoint there (or refreshes the one already resident).
+        #[test]
+        fn hybrid_pool_matches_naive_model(
+            ops in proptest::collection::vec(op(), 1..150),
+            capacity in 1u32..24,
+            state in 1u32..3,
+        ) {
+            let mut pool = BlockPool::new(capacity, 16, true).with_state(state);
+            let mut naive = Naive::new(capacity as usize);
+            let naive_has = |n: &Naive, h: u64| (0..state).all(|s| n.find(state_key(h, s)).is_some());
+            let mut live: Vec<Vec<(BlockId, usize)>> = Vec::new();
+            let universe = universe();
+            for op in ops {
+                match op {
+                    Op::Admit { family, blocks, gap } => {
+                        let hashes = prompt_hashes(family, blocks, gap);
+                        let mut found = Vec::new();
+                        let free_hits = pool.find_prefix(&hashes, &mut found);
+                        let run: Vec<usize> = hashes.iter().map_while(|h| naive.find(*h)).collect();
+                        let k = (1..=run.len()).rev().find(|&k| naive_has(&naive, hashes[k - 1])).unwrap_or(0);
+                        let naive_hits = &run[..k];
+                        prop_assert_eq!(found.len(), k, "hit length");
+                        let naive_free_hits = naive_hits.iter().filter(|i| naive.slots[**i].1 == 0).count();
+                        prop_assert_eq!(free_hits as usize, naive_free_hits);
+                        let new_blocks = hashes.len() - k + state as usize;
+                        let fits = new_blocks <= (pool.num_free() - free_hits) as usize;
+                        prop_assert_eq!(fits, new_blocks + naive_free_hits <= naive.free());
+                        if !fits {
+                            continue;
+                        }
+                        let mut held = Vec::new();
+                        for (b, i) in found.iter().zip(naive_hits) {
+                            pool.touch(*b);
+                            naive.slots[*i].1 += 1;
+                            held.push((*b, *i));
+                        }
+                        for _ in 0..state {
+                            held.push((pool.allocate().expect("capacity was checked"), naive.allocate()));
+                        }
+                        for h in &hashes[k..] {
+                            let b = pool.allocate().expect("capacity was checked");
+                            let i = naive.allocate();
+                            pool.register(b, *h);
+                            naive.register(i, *h);
+                            held.push((b, i));
+                        }
+                        // The prompt ends at a block boundary: its state is checkpointed.
+                        if let Some(&last) = hashes.last() {
+                            pool.checkpoint(last);
+                            if naive_has(&naive, last) {
+                                for s in 0..state {
+                                    let i = naive.find(state_key(last, s)).unwrap_or(0);
+                                    if naive.slots[i].1 == 0 {
+                                        naive.slots[i].2 = naive.clock;
+                                        naive.clock += 1;
+                                    }
+                                }
+                            } else if naive.free() >= state as usize {
+                                let copy: Vec<usize> = (0..state).map(|_| naive.allocate()).collect();
+                                for (s, &i) in (0..).zip(&copy) {
+                                    naive.register(i, state_key(last, s));
+                                }
+                                for &i in &copy {
+                                    naive.release(i);
+                                }
+                            }
+                        }
+                        live.push(held);
+                    }
+                    Op::Finish(k) => finish_both(&mut pool, &mut naive, &mut live, k),
+                }
+                pool.check_invariants();
+                prop_assert_eq!(pool.num_used() as usize, naive.used(), "blocks in use");
+                for h in &universe {
+                    prop_assert_eq!(pool.contains(*h), naive.find(*h).is_some(), "residency of {}", h);
+                    prop_assert_eq!(pool.has_checkpoint(*h), naive_has(&naive, *h), "checkpoint after {}", h);
+                }
+            }
+            for held in live.drain(..) {
+                for (b, _) in held.into_iter().rev() { pool.release(b); }
+            }
+            prop_assert_eq!(pool.num_used(), 0);
         }
     }
 }

@@ -77,6 +77,8 @@ struct Node {
     lock: u32,
     last_access: u64,
     alive: bool,
+    /// A hybrid model's recurrent state after this node's last token is kept with it.
+    state: bool,
 }
 
 /// Token-granular radix cache with a fixed token capacity.
@@ -92,6 +94,8 @@ pub struct RadixCache {
     clock: u64,
     enabled: bool,
     evicted_tokens: u64,
+    /// A hybrid model's cache: a prefix is reused only up to a node that keeps a state.
+    states: bool,
 }
 
 /// Tokens shared by the start of two piece lists, stopping at `limit`.
@@ -161,6 +165,36 @@ impl RadixCache {
             clock: 0,
             enabled,
             evicted_tokens: 0,
+            states: false,
+        }
+    }
+
+    /// The same cache for a hybrid model (SGLang's `MambaRadixCache`,
+    /// `mamba_scheduler_strategy: no_buffer`): a prefix is reused only up to the end of a node
+    /// that keeps a recurrent state ([`RadixCache::keep_state`]), since the state cannot be
+    /// rebuilt from the tokens' KV.
+    #[must_use]
+    pub fn with_states(mut self) -> Self {
+        self.resume_at_states();
+        self
+    }
+
+    /// From now on a match ends at a node keeping a state ([`RadixCache::with_states`]).
+    pub fn resume_at_states(&mut self) {
+        self.states = true;
+    }
+
+    /// Whether reuse must end where a state is kept.
+    #[must_use]
+    pub fn states(&self) -> bool {
+        self.states
+    }
+
+    /// Keeps a recurrent state after node `n`'s last token (a finished request's sequence
+    /// ends there); it lives as long as the node.
+    pub fn keep_state(&mut self, n: NodeId) {
+        if self.states && n != ROOT {
+            self.nodes[n as usize].state = true;
         }
     }
 
@@ -232,6 +266,7 @@ impl RadixCache {
         let mut node = ROOT;
         let mut rest = key.to_vec();
         let mut matched = 0;
+        let mut resumable = 0;
         while matched < limit {
             let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k))
             else {
@@ -243,15 +278,28 @@ impl RadixCache {
             if n < c.len {
                 break;
             }
+            if c.state {
+                resumable = matched;
+            }
             rest = skip_tokens(&rest, n);
             node = child;
         }
-        matched
+        if self.states {
+            resumable
+        } else {
+            matched
+        }
     }
 
     /// Matches `key` (at most `limit` tokens), splitting a node so the match ends on a node
     /// boundary, and marks the path used. Returns the matched tokens and the deepest node.
     pub fn match_prefix(&mut self, key: &[Piece], limit: u32) -> (u32, NodeId) {
+        self.walk(key, limit, self.states)
+    }
+
+    /// [`RadixCache::match_prefix`]; `resumable`: the match ends at the deepest node keeping a
+    /// state.
+    fn walk(&mut self, key: &[Piece], limit: u32, resumable_only: bool) -> (u32, NodeId) {
         if !self.enabled {
             return (0, ROOT);
         }
@@ -259,6 +307,7 @@ impl RadixCache {
         let mut node = ROOT;
         let mut rest = key.to_vec();
         let mut matched = 0;
+        let mut resumable = (0, ROOT);
         while matched < limit {
             let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k))
             else {
@@ -268,13 +317,24 @@ impl RadixCache {
             if n == 0 {
                 break;
             }
+            if resumable_only && n < self.nodes[child as usize].len {
+                // A node's state is at its end: a match ending inside it cannot resume there.
+                break;
+            }
             let child = if n < self.nodes[child as usize].len { self.split(child, n) } else { child };
             self.touch(child, t);
             matched += n;
+            if self.nodes[child as usize].state {
+                resumable = (matched, child);
+            }
             rest = skip_tokens(&rest, n);
             node = child;
         }
-        (matched, node)
+        if resumable_only {
+            resumable
+        } else {
+            (matched, node)
+        }
     }
 
     /// Splits `n` so its first `at` tokens become a new parent node; returns that parent.
@@ -290,6 +350,7 @@ impl RadixCache {
             lock: old.lock,
             last_access: old.last_access,
             alive: true,
+            state: false,
         });
         if let Some(k) = first_key(&old.key) {
             self.nodes[parent as usize].children.insert(k, id);
@@ -329,7 +390,7 @@ impl RadixCache {
         if !self.enabled || total == 0 {
             return (ROOT, 0);
         }
-        let (matched, node) = self.match_prefix(key, total);
+        let (matched, node) = self.walk(key, total, false);
         if matched == total {
             return (node, matched);
         }
@@ -346,6 +407,7 @@ impl RadixCache {
             lock: 0,
             last_access: t,
             alive: true,
+            state: false,
         });
         self.nodes[node as usize].children.insert(k, id);
         if parent_was_lru_leaf {
@@ -517,6 +579,32 @@ mod tests {
         off.alloc(40);
         off.insert(&key(&[(1, 40)]));
         assert_eq!(off.peek(&key(&[(1, 40)]), 40), 0);
+    }
+
+    #[test]
+    fn a_hybrid_cache_resumes_only_where_a_finished_sequence_left_its_state() {
+        let mut c = RadixCache::new(1000, true).with_states();
+        c.alloc(150);
+        let (done, _) = c.insert(&key(&[(1, 100), (2, 50)]));
+        // Cached tokens without a state are no use to a hybrid model.
+        assert_eq!(c.peek(&key(&[(1, 100), (2, 50), (3, 9)]), 1000), 0);
+        assert_eq!(c.match_prefix(&key(&[(1, 100), (2, 50), (3, 9)]), 1000).0, 0);
+        c.keep_state(done);
+        // The whole sequence resumes (its next turn); a prompt sharing part of it does not.
+        assert_eq!(c.peek(&key(&[(1, 100), (2, 50), (3, 9)]), 1000), 150);
+        let (m, n) = c.match_prefix(&key(&[(1, 100), (2, 50), (3, 9)]), 1000);
+        assert_eq!((m, n), (150, done));
+        assert_eq!(c.peek(&key(&[(1, 100), (4, 9)]), 1000), 0);
+        assert_eq!(c.match_prefix(&key(&[(1, 100), (4, 9)]), 1000).0, 0);
+        // Inserting still shares the tokens, and the state stays at its node's end.
+        c.alloc(20);
+        let (_, dup) = c.insert(&key(&[(1, 100), (5, 20)]));
+        assert_eq!(dup, 100);
+        assert_eq!(c.peek(&key(&[(1, 100), (2, 50)]), 1000), 150);
+        // Evicting the node drops its state.
+        c.evict(1000);
+        assert_eq!(c.peek(&key(&[(1, 100), (2, 50)]), 1000), 0);
+        c.check_invariants();
     }
 
     #[test]

@@ -165,6 +165,8 @@ pub struct Request {
     pub phase: Phase,
     /// KV blocks held, in token order.
     pub blocks: Vec<BlockId>,
+    /// Blocks holding this request's recurrent state (hybrid models on a paged pool).
+    pub state: Vec<BlockId>,
     /// Worker it was routed to.
     pub worker: u32,
     /// Attention-DP rank within that worker.
@@ -243,6 +245,7 @@ impl Request {
             computed: 0,
             emitted: 0,
             blocks: Vec::new(),
+            state: Vec::new(),
             content,
             hashes: Vec::new(),
             public_blocks,

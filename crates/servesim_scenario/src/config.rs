@@ -502,6 +502,21 @@ pub struct KvCacheConfig {
     pub host_offload: Option<HostOffloadConfig>,
     /// `g3_offload` (G3): a storage KV tier behind the host tiers.
     pub g3_offload: Option<G3OffloadConfig>,
+    /// `state_cache` (servesim extension): how a hybrid model's recurrent state is kept.
+    pub state_cache: StateCacheConfig,
+}
+
+/// `kv_cache.state_cache`: the per-sequence recurrent state of hybrid (linear-attention)
+/// models. Every field defaults to what the engine does.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StateCacheConfig {
+    /// `ssm_dtype` (`auto`: the checkpoint's `mamba_ssm_dtype`, else the model's 16-bit type
+    /// for vLLM and TensorRT-LLM and float32 for SGLang): vLLM's `--mamba-ssm-cache-dtype`,
+    /// SGLang's `--mamba-ssm-dtype`.
+    pub ssm_dtype: Option<servesim_perf::memory::StateDtype>,
+    /// `mamba_full_memory_ratio` (SGLang only; 0.9): state memory over full-attention KV
+    /// memory when SGLang splits what is left after the weights.
+    pub mamba_full_memory_ratio: Option<f64>,
 }
 
 /// `kv_cache.g3_offload`: AISimulate's storage tier behind host memory (its KV cache guide;

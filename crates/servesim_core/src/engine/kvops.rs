@@ -9,6 +9,8 @@ use crate::request::Request;
 pub fn free_all(pool: &mut BlockPool, req: &mut Request) {
     pool.release_all(&req.blocks);
     req.blocks.clear();
+    pool.release_all(&req.state);
+    req.state.clear();
     req.computed = 0;
     req.registered_blocks = 0;
 }
@@ -18,15 +20,50 @@ pub fn free_all(pool: &mut BlockPool, req: &mut Request) {
 pub fn try_grow(pool: &mut BlockPool, req: &mut Request, tokens: u32) -> bool {
     let need = pool.blocks_for(u64::from(tokens));
     let have = req.blocks.len() as u64;
-    if need <= have {
+    // A hybrid model's sequence takes its state's blocks with its first tokens.
+    let state = pool.state_blocks().saturating_sub(u32::try_from(req.state.len()).unwrap_or(u32::MAX));
+    if need <= have && state == 0 {
         return true;
     }
-    if need - have > u64::from(pool.num_free()) {
+    if need.saturating_sub(have) + u64::from(state) > u64::from(pool.num_free()) {
         return false;
+    }
+    if state > 0 && !pool.allocate_many(state, &mut req.state) {
+        return false;
+    }
+    if need <= have {
+        return true;
     }
     reserve_block_list(pool, req, need);
     #[allow(clippy::cast_possible_truncation)] // Bounded by the pool's free count, a u32.
     pool.allocate_many((need - have) as u32, &mut req.blocks)
+}
+
+/// The prompt chunk vLLM schedules for a hybrid model with prefix caching
+/// (`Scheduler._mamba_block_aligned_split`, `mamba_cache_mode: align`): a chunk that does not
+/// reach the prompt's last block boundary is cut to whole blocks, and one that crosses it ends
+/// there, so the state is checkpointed at a boundary; the tail after it is computed next step.
+/// `computed` is where the chunk starts (a waiting request's prefix hit). Decodes, and pools
+/// without checkpoints, keep `n`.
+#[must_use]
+pub fn align_chunk(pool: &BlockPool, req: &Request, computed: u32, n: u32) -> u32 {
+    if !pool.checkpoints() {
+        return n;
+    }
+    let known = req.known_tokens();
+    if computed >= req.input_tokens.max(known.saturating_sub(1)) {
+        return n;
+    }
+    let bs = pool.block_size();
+    let last = known - known % bs;
+    let after = computed + n;
+    if after < last {
+        n / bs * bs
+    } else if computed < last && last < after {
+        last - computed
+    } else {
+        n
+    }
 }
 
 /// Makes room in a request's block list for at least `need` blocks, and then at once for every
@@ -56,6 +93,11 @@ pub fn probe(pool: &mut BlockPool, req: &mut Request, scratch: &mut alloc::vec::
     if !pool.prefix_caching() {
         return Probe { hit_tokens: 0, free_hits: 0 };
     }
+    if pool.checkpoints() && req.public_blocks != u32::MAX {
+        // A hybrid model checkpoints its state at every block boundary it reaches, in content
+        // only this request holds too: hash every block, so those checkpoints are indexed.
+        req.publish_all();
+    }
     req.hash_known_blocks();
     let bs = pool.block_size();
     let max_blocks = ((req.known_tokens().saturating_sub(1)) / bs) as usize;
@@ -74,7 +116,7 @@ pub fn probe(pool: &mut BlockPool, req: &mut Request, scratch: &mut alloc::vec::
 pub fn admission_cost(pool: &BlockPool, probe: Probe, new_tokens: u32) -> u64 {
     let total = pool.blocks_for(u64::from(probe.hit_tokens) + u64::from(new_tokens));
     let hit_blocks = u64::from(probe.hit_tokens / pool.block_size());
-    total - hit_blocks + u64::from(probe.free_hits)
+    total - hit_blocks + u64::from(probe.free_hits) + u64::from(pool.state_blocks())
 }
 
 /// Admits a probed request: references the hit blocks and allocates the rest for
@@ -82,6 +124,12 @@ pub fn admission_cost(pool: &BlockPool, probe: Probe, new_tokens: u32) -> u64 {
 pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: u32, scratch: &[u32]) {
     reserve(pool, req, probe, new_tokens, scratch);
     count_reuse(req, probe.hit_tokens);
+    if pool.checkpoints() && !scratch.is_empty() {
+        // The restore read this checkpoint: it is evicted last now.
+        if let Some(&h) = req.hashes.get(scratch.len() - 1) {
+            pool.refresh_checkpoint(h);
+        }
+    }
 }
 
 /// Counts `tokens` of the prompt as served from cache at this admission.
@@ -134,6 +182,23 @@ pub fn register_full_blocks(pool: &mut BlockPool, req: &mut Request) {
     #[allow(clippy::cast_possible_truncation)] // Bounded by `full`, a u32.
     {
         req.registered_blocks = done as u32;
+    }
+}
+
+/// Checkpoints a hybrid model's state when a step has left the request exactly at a block
+/// boundary of content others can look up (vLLM's `align` mode caches the state of a step's
+/// last token when it is at a multiple of the block size).
+pub fn checkpoint_state(pool: &mut BlockPool, req: &mut Request) {
+    if !pool.checkpoints() || req.computed == 0 || !req.computed.is_multiple_of(pool.block_size()) {
+        return;
+    }
+    let j = (req.computed / pool.block_size()) as usize - 1;
+    if j >= req.registered_blocks as usize {
+        return;
+    }
+    req.hash_known_blocks();
+    if let Some(&h) = req.hashes.get(j) {
+        pool.checkpoint(h);
     }
 }
 

@@ -503,6 +503,7 @@ pub fn register_and_offer(rank: &mut Rank, req: &mut Request, at: crate::units::
     let KvStore::Paged(pool) = &mut rank.kv else { return };
     let from = req.registered_blocks;
     kvops::register_full_blocks(pool, req);
+    kvops::checkpoint_state(pool, req);
     if let Some(host) = rank.host.as_deref_mut() {
         offer_blocks(host, req, from, at);
     }
@@ -667,7 +668,7 @@ pub fn release_source(rank: &mut Rank, req: &mut Request) {
 pub fn release(rank: &mut Rank, req: &mut Request) {
     match &mut rank.kv {
         KvStore::Paged(pool) => kvops::free_all(pool, req),
-        KvStore::Radix(cache) => sglang::release(cache, req),
+        KvStore::Radix(cache) => sglang::release(cache, req, true),
     }
 }
 

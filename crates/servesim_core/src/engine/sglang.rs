@@ -49,9 +49,14 @@ pub fn cache_computed(cache: &mut RadixCache, req: &mut Request) {
 }
 
 /// Caches a finished (or retracted) request's computed tokens and releases everything it holds.
-pub fn release(cache: &mut RadixCache, req: &mut Request) {
+/// A hybrid model's finished request leaves its recurrent state with its sequence's last node
+/// (`MambaRadixCache.cache_finished_req`); a retracted one keeps none.
+pub fn release(cache: &mut RadixCache, req: &mut Request, finished: bool) {
     if cache.enabled() {
         cache_computed(cache, req);
+        if finished {
+            cache.keep_state(req.radix_node);
+        }
     }
     cache.free_private(u64::from(req.private_tokens));
     if req.radix_node != ROOT {
@@ -239,7 +244,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         {
             let Some(victim) = decoding.pop() else { break };
             let v = &mut reqs[victim as usize];
-            release(cache, v);
+            release(cache, v, false);
             v.status = Status::Waiting;
             v.preemptions += 1;
             running.retain(|x| *x != victim);

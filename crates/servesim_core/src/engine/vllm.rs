@@ -10,6 +10,8 @@
 //!   the blocks needed now are allocated. No admissions in a step that preempted.
 //! - `prefill_schedule_interval` N > 1 (attention DP): new prompts only every N-th step.
 //! - With speculative decoding a decode also takes its draft tokens' budget and KV slots.
+//! - Hybrid models with prefix caching (`mamba_cache_mode: align`): prompt chunks end at block
+//!   boundaries, where the recurrent state is checkpointed ([`kvops::align_chunk`]).
 //! - With a host tier (KV offloading), a prompt's GPU prefix hit is continued with the blocks
 //!   host memory holds: the request takes GPU blocks for them and waits, outside the queue and
 //!   without budget, while they are copied back (`WAITING_FOR_REMOTE_KVS`); the requests
@@ -34,7 +36,12 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     while i < running.len() && budget > 0 {
         let id = running[i];
         let r = &reqs[id as usize];
-        let n = r.pending_tokens().min(budget);
+        let n = kvops::align_chunk(pool, r, r.computed, r.pending_tokens().min(budget));
+        if n == 0 {
+            // Less budget than a whole block is left for a hybrid model's aligned chunk.
+            i += 1;
+            continue;
+        }
         // Draft tokens take budget and KV slots alongside the pending token (vLLM's
         // `num_lookahead_tokens`).
         let drafts = cfg.speculation.lookahead(r);
@@ -124,7 +131,10 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         if !cfg.chunked_prefill && remaining > budget {
             break;
         }
-        let n = remaining.min(budget);
+        let n = kvops::align_chunk(pool, r, probe.hit_tokens, remaining.min(budget));
+        if n == 0 {
+            break;
+        }
         if kvops::admission_cost(pool, probe, n) > u64::from(pool.num_free()) {
             break;
         }
@@ -242,6 +252,70 @@ mod tests {
 
     fn cfg() -> SchedulerConfig {
         crate::engine::test_config(Backend::Vllm)
+    }
+
+    /// Computes a plan's chunks as a step would and records them.
+    fn compute(rank: &mut Rank, reqs: &mut [Request], plan: &RankPlan) {
+        for p in &plan.items {
+            let r = &mut reqs[p.req as usize];
+            r.computed += p.new_tokens;
+            crate::engine::after_compute(rank, r, p, SimTime::ZERO);
+        }
+    }
+
+    #[test]
+    fn a_hybrid_prompt_stops_at_its_last_block_boundary_and_a_twin_resumes_from_the_checkpoint() {
+        // A hybrid model whose state takes two blocks; 100-token prompts in blocks of 16.
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(100, 16, true).with_state(2)));
+        let shared_head = |tail: u64| {
+            let mut r = Request::new(
+                RequestSpec {
+                    arrival: SimTime::ZERO,
+                    prompt: vec![Segment { id: 7, len: 64 }, Segment { id: tail, len: 36 }],
+                    output_tokens: 4,
+                    output_stream: tail + 1000,
+                    session: None,
+                    public_tokens: crate::request::ALL_SHARED,
+                },
+                16,
+            );
+            r.hash_known_blocks();
+            r
+        };
+        let mut reqs = vec![req(7, 100), req(7, 100), shared_head(8)];
+        rank.waiting.push_back(0);
+        let mut plan = RankPlan::default();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        // The chunk ends at token 96, the last block boundary, where the state is kept.
+        assert_eq!((plan.items[0].req, plan.items[0].new_tokens), (0, 96));
+        assert_eq!(reqs[0].state.len(), 2);
+        compute(&mut rank, &mut reqs, &plan);
+        let KvStore::Paged(pool) = &rank.kv else { unreachable!() };
+        assert!(pool.has_checkpoint(reqs[0].hashes[5]));
+        // Its last four tokens next; the twin resumes from the checkpoint at 96, and the prompt
+        // that shares only the first 64 tokens has no state to resume from.
+        rank.waiting.extend([1, 2]);
+        plan.clear();
+        schedule(&cfg(), &mut rank, &mut reqs, &mut plan);
+        let items: Vec<(u32, u32)> = plan.items.iter().map(|p| (p.req, p.new_tokens)).collect();
+        assert_eq!(items, [(0, 4), (1, 4), (2, 96)]);
+        assert_eq!(reqs[1].first_admission_reused, Some(96));
+        assert_eq!(reqs[2].first_admission_reused, Some(0));
+    }
+
+    #[test]
+    fn a_hybrid_chunk_short_of_the_last_boundary_is_whole_blocks() {
+        let pool = BlockPool::new(100, 16, true).with_state(1);
+        let r = req(7, 100);
+        // Budget 50 from 0: short of 96, cut to 48; from 48 with budget 60: crosses 96, ends there.
+        assert_eq!(kvops::align_chunk(&pool, &r, 0, 50), 48);
+        assert_eq!(kvops::align_chunk(&pool, &r, 48, 60), 48);
+        // Past the boundary: the tail as asked; under a block: nothing this step.
+        assert_eq!(kvops::align_chunk(&pool, &r, 96, 4), 4);
+        assert_eq!(kvops::align_chunk(&pool, &r, 0, 10), 0);
+        // Without prefix caching the engine does not align.
+        let plain = BlockPool::new(100, 16, false).with_state(1);
+        assert_eq!(kvops::align_chunk(&plain, &r, 0, 50), 50);
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct RankTemplate {
     pub g3: Option<G3Attach>,
     /// Belady eviction: the forecast every paged pool evicts by (LRU when `None`).
     pub eviction: Option<crate::kv::belady::SharedOracle>,
+    /// Blocks of recurrent state each sequence holds in a paged pool (hybrid models under
+    /// vLLM; 0 otherwise).
+    pub state_blocks: u32,
+    /// A hybrid model's radix cache (SGLang): reuse ends where a finished request's state is.
+    pub radix_states: bool,
 }
 
 /// Which storage tier a worker's host tiers write through to.
@@ -67,8 +72,18 @@ impl RankTemplate {
             None => None,
         };
         for r in &mut ranks {
-            if let (Some(oracle), crate::engine::KvStore::Paged(pool)) = (&self.eviction, &mut r.kv) {
-                pool.evict_by(oracle.clone());
+            match &mut r.kv {
+                crate::engine::KvStore::Paged(pool) => {
+                    pool.hold_states(self.state_blocks);
+                    if let Some(oracle) = &self.eviction {
+                        pool.evict_by(oracle.clone());
+                    }
+                }
+                crate::engine::KvStore::Radix(cache) => {
+                    if self.radix_states {
+                        cache.resume_at_states();
+                    }
+                }
             }
             r.host = self.host.map(|h| {
                 let tier = HostTier::new(h);

@@ -121,6 +121,11 @@ impl Worker {
             // The next step is planned without them, the one after takes them in.
             return Ok(None);
         }
+        if self.ranks.iter().any(|r| matches!(&r.kv, KvStore::Paged(pool) if pool.checkpoints())) {
+            // A hybrid model's decodes checkpoint their state at every block boundary they
+            // reach, taking blocks as they go: step by step.
+            return Ok(None);
+        }
         let mut k = MAX_RUN_STEPS;
         if !self.recv.inbox.is_empty() {
             // The run ends with the decode step after which the scheduler takes them in.

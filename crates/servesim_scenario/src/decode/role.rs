@@ -2,12 +2,13 @@
 //! capacity, frontend and timing model, with the engine defaults a role inherits.
 
 use servesim_core::engine::Backend;
+use servesim_perf::memory::StateDtype;
 use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeKernel};
 
 use crate::config::{
     Capacity, FpmSource, FrontendConfig, G3OffloadConfig, G3Scope, HostOffloadConfig, HostSize,
-    KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig, RoleConfig, SchedulerKnobs, TimingConfig,
-    TimingKind, TransferMode, Workers,
+    KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig, RoleConfig, SchedulerKnobs, StateCacheConfig,
+    TimingConfig, TimingKind, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -476,6 +477,7 @@ fn decode_kv_cache(
         capacity: Capacity::Default { memory_fraction: None, cuda_graph_reserved_bytes: 0 },
         host_offload: None,
         g3_offload: None,
+        state_cache: StateCacheConfig::default(),
     };
     let Some((node, _)) = entry else { return Some(defaults) };
     let mut f = Fields::of(node, path, cx)?;
@@ -546,14 +548,16 @@ fn decode_kv_cache(
         Some((n, p)) => decode_g3_offload(n, &p, cx),
         None => None,
     };
-    for k in ["state_cache", "prefix_match_unit"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(
-                &p,
-                n,
-                format!("'{k}' (KV tiers beyond GPU memory) is not simulated by servesim yet"),
-            );
-        }
+    let state_cache = match f.take("state_cache") {
+        Some((n, p)) => decode_state_cache(n, &p, cx, backend),
+        None => Some(StateCacheConfig::default()),
+    };
+    if let Some((n, p)) = f.take("prefix_match_unit") {
+        cx.unsupported(
+            &p,
+            n,
+            "'prefix_match_unit' (sub-block prefix reuse of hybrid models) is not simulated by servesim yet",
+        );
     }
     f.finish(
         cx,
@@ -576,7 +580,37 @@ fn decode_kv_cache(
         capacity: capacity?,
         host_offload,
         g3_offload,
+        state_cache: state_cache?,
     })
+}
+
+/// `kv_cache.state_cache`: the recurrent state of hybrid models.
+fn decode_state_cache(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<StateCacheConfig> {
+    let before = cx.diags.len();
+    let mut f = Fields::of(node, path, cx)?;
+    let ssm_dtype = match f.take("ssm_dtype") {
+        Some((n, p)) => match choice(n, &p, cx, &["auto", "bfloat16", "float16", "float32"]) {
+            Some("auto") => None,
+            Some("float32") => Some(StateDtype::Fp32),
+            Some(_) => Some(StateDtype::Half),
+            None => None,
+        },
+        None => None,
+    };
+    let mamba_full_memory_ratio = match f.take("mamba_full_memory_ratio") {
+        Some((n, p)) if backend != Backend::Sglang => {
+            cx.unsupported(
+                &p,
+                n,
+                "'mamba_full_memory_ratio' is an SGLang setting (--mamba-full-memory-ratio); vLLM and TensorRT-LLM do not split memory this way",
+            );
+            None
+        }
+        Some((n, p)) => number_in(n, &p, cx, 0.01, 100.0),
+        None => None,
+    };
+    f.finish(cx, &["ssm_dtype", "mamba_full_memory_ratio"], "");
+    (cx.diags.len() == before).then_some(StateCacheConfig { ssm_dtype, mamba_full_memory_ratio })
 }
 
 /// `kv_cache.g3_offload` (behind a host tier, attention_data 1): its scope, size and links.

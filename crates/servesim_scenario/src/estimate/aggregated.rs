@@ -95,7 +95,12 @@ impl Aggregated {
         let shared = if role.config.kv_cache.prefix_caching { w.shared_prefix } else { 0.0 };
         // Shared prefix blocks are held once per rank; a pooled prompt's by each request.
         let kv_room = (steps.kv_tokens - shared).max(0.0);
-        let by_kv = (kv_room / kv_need(p.config.engine.backend, &w, shared)).floor();
+        // A vLLM hybrid model's request also holds its state's blocks.
+        let state_tokens = role
+            .state
+            .as_ref()
+            .map_or(0.0, |s| f64::from(s.blocks_per_sequence) * f64::from(role.config.kv_cache.block_size));
+        let by_kv = (kv_room / (kv_need(p.config.engine.backend, &w, shared) + state_tokens)).floor();
         let cached = shared + w.pool_reuse;
         if by_kv < 1.0 {
             return Err(run_error(format!(

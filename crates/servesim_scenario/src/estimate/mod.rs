@@ -485,7 +485,11 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
     match &p.traffic.source {
         Source::Synthetic { input_tokens, output_tokens, shared_prefix_tokens, prompt_pool } => {
             let isl = input_tokens.nominal_mean().max(1.0);
-            let shared_prefix = f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0);
+            // A hybrid model resumes only where a state was kept, never where a shared prefix
+            // ends (see `scenario::state`).
+            let hybrid = p.roles.first().is_some_and(|r| r.state.is_some());
+            let shared_prefix =
+                if hybrid { 0.0 } else { f64::from(*shared_prefix_tokens).min(isl - 1.0).max(0.0) };
             Ok(Workload {
                 isl,
                 osl: output_tokens.nominal_mean().max(1.0),
@@ -527,7 +531,10 @@ pub fn workload(p: &Prepared) -> Result<Workload, ScenarioError> {
 /// 84.4 / 75.0%.
 fn pool_reuse(p: &Prepared, size: u32, (isl, osl): (f64, f64), shared: f64) -> f64 {
     let Some(role) = p.roles.first() else { return 0.0 };
-    if size == 0 || !role.config.kv_cache.prefix_caching {
+    // SGLang keeps a hybrid model's state only at the end of a finished sequence, which a
+    // repeated prompt never reaches.
+    let sglang_hybrid = role.state.is_some() && p.config.engine.backend == Backend::Sglang;
+    if size == 0 || !role.config.kv_cache.prefix_caching || sglang_hybrid {
         return 0.0;
     }
     let size = f64::from(size);
@@ -540,7 +547,9 @@ fn pool_reuse(p: &Prepared, size: u32, (isl, osl): (f64, f64), shared: f64) -> f
     };
     #[allow(clippy::cast_precision_loss)] // KV token counts are far below 2^52.
     let room = (role.kv_tokens_per_rank() as f64 - running).max(0.0);
-    let entry = ((isl / block).ceil() + if block > 1.0 { 1.0 } else { 0.0 }) * block;
+    // A vLLM hybrid model's cached prompt also keeps its state's checkpoint.
+    let state_blocks = f64::from(role.state.as_ref().map_or(0, |s| s.blocks_per_sequence));
+    let entry = ((isl / block).ceil() + if block > 1.0 { 1.0 } else { 0.0 } + state_blocks) * block;
     let c = room / entry / size;
     let hit = if c >= 1.0 {
         1.0

@@ -1,6 +1,7 @@
 //! prediction.json's sections for the KV tiers beyond GPU memory — `servesim.host_offload`
-//! (G2) and `servesim.g3_offload` (G3) — and for Belady eviction (`servesim.kv_eviction`),
-//! and the summary's lines for them.
+//! (G2) and `servesim.g3_offload` (G3) — for Belady eviction (`servesim.kv_eviction`) and for
+//! a hybrid model's recurrent state (`servesim.memory.<role>.recurrent_state`), and the
+//! summary's lines for them.
 
 use serde_json::{json, Value};
 use servesim_core::host::HostStats;
@@ -145,6 +146,44 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
             n("bypassed_restores"),
         ));
     }
+    for (role, m) in servesim["memory"].as_object().into_iter().flatten() {
+        let st = &m["recurrent_state"];
+        if !st.is_object() {
+            continue;
+        }
+        #[allow(clippy::cast_precision_loss)] // State sizes are far below 2^53 bytes.
+        let mib = st["bytes_per_sequence"].as_u64().unwrap_or(0) as f64 / f64::from(1u32 << 20);
+        let kept = match st["kept_in"].as_str() {
+            Some("kv_pool_blocks") => format!(
+                "{} KV blocks a sequence{}",
+                st["blocks_per_sequence"].as_u64().unwrap_or(0),
+                match st["block_size_configured"].as_u64() {
+                    Some(b) => format!(
+                        " (vLLM raised the block size from {b} to {} tokens to hold a layer's state)",
+                        servesim["deployment"]["roles"]
+                            .as_array()
+                            .and_then(|rs| rs.iter().find(|r| r["role"] == role.as_str()))
+                            .and_then(|r| r["block_size"].as_u64())
+                            .unwrap_or(0)
+                    ),
+                    None => String::new(),
+                }
+            ),
+            Some("state_pool_slots") => {
+                format!("{} state slots a rank bound the running requests", st["slots"].as_u64().unwrap_or(0))
+            }
+            _ => format!("a state for each of {} max_batch_size slots", st["slots"].as_u64().unwrap_or(0)),
+        };
+        let reuse = match st["prefix_reuse"].as_str() {
+            Some("block_boundary_checkpoints") => "prefix reuse ends at a checkpointed block boundary",
+            Some("finished_sequence_states") => "prefix reuse ends where a finished request's state is kept",
+            _ => "no prefix reuse",
+        };
+        out.push(format!(
+            "recurrent state ({role}): {mib:.1} MiB a sequence on each GPU ({}), {kept}; {reuse}\n",
+            st["ssm_dtype"].as_str().unwrap_or(""),
+        ));
+    }
     let ev = &servesim["kv_eviction"];
     if ev.is_object() {
         let n = |k: &str| ev[k].as_u64().unwrap_or(0);
@@ -159,4 +198,29 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
         ));
     }
     out
+}
+
+/// A hybrid model's recurrent state on one role: its size, and where the engine keeps it.
+pub(crate) fn state_json(p: &Prepared, s: &crate::scenario::StatePlan) -> Value {
+    use servesim_core::engine::Backend;
+    let kept = match p.config.engine.backend {
+        Backend::Vllm => "kv_pool_blocks",
+        Backend::Sglang => "state_pool_slots",
+        Backend::TrtLlm => "max_batch_size_slots",
+    };
+    let reuse = match (s.checkpointed_reuse, p.config.engine.backend) {
+        (false, _) => "none",
+        (true, Backend::Vllm) => "block_boundary_checkpoints",
+        (true, _) => "finished_sequence_states",
+    };
+    json!({
+        "bytes_per_sequence": s.bytes_per_sequence,
+        "ssm_dtype": s.ssm_dtype.name(),
+        "kept_in": kept,
+        "blocks_per_sequence": (s.blocks_per_sequence > 0).then_some(s.blocks_per_sequence),
+        "block_size_configured": s.block_size_raised_from,
+        "slots": s.slots,
+        "reserved_bytes": s.reserved_bytes,
+        "prefix_reuse": reuse,
+    })
 }

@@ -37,7 +37,10 @@ use crate::node::{self, Node, Origin};
 use crate::report::{self, Prediction};
 
 mod role;
+mod state;
 mod traffic;
+
+pub use state::StatePlan;
 
 use role::RoleEnv;
 use traffic::build_traffic;
@@ -215,6 +218,8 @@ pub struct PreparedRole {
     pub blocks_per_rank: u32,
     /// How its steps are timed.
     pub timing: RoleTiming,
+    /// A hybrid model's recurrent state on these workers (`None` without linear attention).
+    pub state: Option<StatePlan>,
 }
 
 /// The step-time model of one role.
@@ -782,6 +787,8 @@ impl Prepared {
                 host: self.host_spec(role),
                 g3: self.g3_attach(role),
                 eviction: eviction.clone(),
+                state_blocks: role.state.as_ref().map_or(0, |s| s.blocks_per_sequence),
+                radix_states: role.state.is_some(),
             };
             let first_slot = workers.len();
             let slots = self.slots(role);

@@ -10,6 +10,7 @@ use servesim_perf::oplevel::{GraphPolicy, OpConstants, OpLevelSetup};
 use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
 use servesim_perf::tables::Family;
 
+use super::state::{self, StateInputs};
 use super::{Files, PreparedRole, RoleTiming, ScenarioError};
 use crate::catalog::Catalog;
 use crate::config::{
@@ -229,7 +230,41 @@ pub(super) fn prepare_role(
         memory.kv_tokens = memory.kv_cache_bytes / b;
         memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
     }
-    let block = u64::from(role.kv_cache.block_size);
+    let kv_path = format!("{base}.kv_cache");
+    let state = state::plan(
+        &StateInputs {
+            backend: engine.backend,
+            model,
+            parallelism,
+            name,
+            role,
+            eviction: engine.kv_eviction_policy,
+            max_sequences: role.scheduler.max_sequences.unwrap_or(default_sequences),
+            origin: env.at(&kv_path),
+        },
+        cx,
+        &mut memory,
+        &mut config.kv_cache.block_size,
+    )?;
+    if !cx.diags.is_empty() {
+        return Ok(None);
+    }
+    if state.as_ref().is_some_and(|s| s.blocks_per_sequence > 0 && s.checkpointed_reuse)
+        && max_batched_tokens < config.kv_cache.block_size
+    {
+        // Aligned chunks are whole blocks: a smaller budget would never schedule one.
+        cx.report(
+            DiagKind::Domain,
+            &format!("{base}.scheduler.max_batched_tokens"),
+            &env.at(&format!("{base}.scheduler.max_batched_tokens")),
+            format!(
+                "{} is a hybrid model: vLLM's block size is {} tokens for it and prompt chunks are whole blocks, so max_batched_tokens ({max_batched_tokens}) must be at least that",
+                model.id, config.kv_cache.block_size
+            ),
+        );
+        return Ok(None);
+    }
+    let block = u64::from(config.kv_cache.block_size);
     let blocks = match role.kv_cache.capacity {
         Capacity::Default { .. } => memory.kv_blocks,
         Capacity::FixedBlocks(b) => b,
@@ -261,6 +296,13 @@ pub(super) fn prepare_role(
             sglang_max_running_requests(blocks * block, context)
         }
     });
+    // Every running request holds one of SGLang's state slots.
+    let max_sequences = match state.as_ref().and_then(|s| s.slots) {
+        Some(slots) if engine.backend == Backend::Sglang => {
+            max_sequences.min(u32::try_from(slots).unwrap_or(u32::MAX))
+        }
+        _ => max_sequences,
+    };
     let timing = match &role.timing.kind {
         TimingKind::Roofline => RoleTiming::Roofline,
         TimingKind::Fpm(src) => {
@@ -364,6 +406,7 @@ pub(super) fn prepare_role(
             .then_some(memory_fraction),
         blocks_per_rank: u32::try_from(blocks).unwrap_or(u32::MAX),
         timing,
+        state,
     }))
 }
 
