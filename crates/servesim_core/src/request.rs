@@ -89,6 +89,8 @@ pub struct KvHold {
     pub radix_tokens: u32,
     /// Radix: private tokens.
     pub private_tokens: u32,
+    /// Paged blocks of recurrent state held (hybrid models).
+    pub state: Vec<BlockId>,
 }
 
 /// P/D milestones ([`NEVER`] until they happen).
@@ -318,6 +320,7 @@ impl Request {
         core::mem::swap(&mut self.radix_node, &mut hold.radix_node);
         core::mem::swap(&mut self.radix_tokens, &mut hold.radix_tokens);
         core::mem::swap(&mut self.private_tokens, &mut hold.private_tokens);
+        core::mem::swap(&mut self.state, &mut hold.state);
     }
 
     /// Parks the live KV as the decode-side reservation (destination-first P/D).

@@ -187,6 +187,8 @@ pub struct PdSetup {
     pub destination_first: bool,
     /// KV bytes moved per token.
     pub bytes_per_token: f64,
+    /// Bytes of recurrent state moved with every request (hybrid models; 0 otherwise).
+    pub state_bytes: f64,
     /// Move only the prompt tokens the decode worker lacks (`destination_missing`).
     pub missing_only: bool,
 }

@@ -557,6 +557,7 @@ fn run_pd(backend: Backend, requests: u32, sharing: servesim_core::transfer::Sha
             net: TransferNet::new(Some(1e8), sharing, 1, 1),
             destination_first: backend == Backend::Sglang,
             bytes_per_token: 1000.0,
+            state_bytes: 0.0,
             missing_only: true,
         }),
     };

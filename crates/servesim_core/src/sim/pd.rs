@@ -152,7 +152,7 @@ impl Simulation {
         r.transferred_tokens = tokens;
         let (Some(p), Some(d)) = (r.prefill_worker, r.decode_worker) else { return };
         #[allow(clippy::cast_precision_loss)]
-        let bytes = f64::from(tokens) * pd.bytes_per_token;
+        let bytes = f64::from(tokens) * pd.bytes_per_token + pd.state_bytes;
         let (_, completions) = pd.net.start(self.now, id, p as usize, d as usize - np, bytes);
         self.push_completions(&completions);
     }

@@ -847,6 +847,10 @@ impl Prepared {
                     net: TransferNet::new(t.bandwidth_gb_per_second.map(|g| g * 1e9), t.link_sharing, np, nd),
                     destination_first: backend == servesim_core::engine::Backend::Sglang,
                     bytes_per_token,
+                    // A hybrid model's recurrent state moves with the KV (one GPU's share, as
+                    // the KV's bytes are).
+                    #[allow(clippy::cast_precision_loss)] // State sizes are far below 2^53 bytes.
+                    state_bytes: p.state.as_ref().map_or(0.0, |s| s.bytes_per_sequence as f64),
                     missing_only: t.timing_mode == TransferMode::DestinationMissing,
                 })
             }

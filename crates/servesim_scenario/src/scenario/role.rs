@@ -230,7 +230,7 @@ pub(super) fn prepare_role(
         memory.kv_tokens = memory.kv_cache_bytes / b;
         memory.kv_blocks = memory.kv_tokens / u64::from(role.kv_cache.block_size);
     }
-    let kv_path = format!("{base}.kv_cache");
+    let at = |path: &str| env.at(path);
     let state = state::plan(
         &StateInputs {
             backend: engine.backend,
@@ -240,7 +240,7 @@ pub(super) fn prepare_role(
             role,
             eviction: engine.kv_eviction_policy,
             max_sequences: role.scheduler.max_sequences.unwrap_or(default_sequences),
-            origin: env.at(&kv_path),
+            at: &at,
         },
         cx,
         &mut memory,

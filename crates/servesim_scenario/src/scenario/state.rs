@@ -12,6 +12,8 @@
 //!   state was kept (`mamba_scheduler_strategy: no_buffer`).
 //! - **TensorRT-LLM** (`MambaHybridCacheManager`): a state for every `max_batch_size` slot is
 //!   allocated before the KV cache is sized.
+//!
+//! Under P/D a request's state moves with its KV (`PdSetup::state_bytes`).
 
 use servesim_core::engine::Backend;
 use servesim_perf::memory::{self, MemoryPlan, Parallelism, StateDtype};
@@ -58,8 +60,8 @@ pub(super) struct StateInputs<'a> {
     pub eviction: KvEvictionPolicy,
     /// Running requests per rank before the state bounds them (TensorRT-LLM's allocation).
     pub max_sequences: u32,
-    /// Where `engine.workers.<name>.kv_cache` came from, for diagnostics.
-    pub origin: Origin,
+    /// Where a config path's value came from, for diagnostics.
+    pub at: &'a dyn Fn(&str) -> Origin,
 }
 
 /// Plans a hybrid model's state on one role: raises vLLM's block size (`block_size`), takes
@@ -72,31 +74,23 @@ pub(super) fn plan(
     memory: &mut MemoryPlan,
     block_size: &mut u32,
 ) -> Result<Option<StatePlan>, ScenarioError> {
-    let StateInputs { backend, model, parallelism, name, role, eviction, max_sequences, ref origin } = *input;
+    let StateInputs { backend, model, parallelism, name, role, eviction, max_sequences, at } = *input;
     let kv = &role.kv_cache;
     let path = format!("engine.workers.{name}.kv_cache");
     let Some(la) = &model.linear_attention else {
         if kv.state_cache != crate::config::StateCacheConfig::default() {
+            let p = format!("{path}.state_cache");
             cx.report(
                 DiagKind::Domain,
-                &format!("{path}.state_cache"),
-                origin,
+                &p,
+                &at(&p),
                 format!("{} has no linear-attention layers: state_cache applies to hybrid models", model.id),
             );
         }
         return Ok(None);
     };
     let before = cx.diags.len();
-    let mut refuse = |what: &str, why: String| cx.report(DiagKind::Unsupported, what, origin, why);
-    if name != "aggregated" {
-        refuse(
-            &format!("engine.workers.{name}"),
-            format!(
-                "{} is a hybrid model: moving its recurrent state between prefill and decode workers is not simulated yet; use aggregated workers",
-                model.id
-            ),
-        );
-    }
+    let mut refuse = |what: &str, why: String| cx.report(DiagKind::Unsupported, what, &at(what), why);
     if kv.host_offload.is_some() {
         refuse(
             &format!("{path}.host_offload"),
@@ -107,7 +101,7 @@ pub(super) fn plan(
         refuse(
             "engine.kv_eviction_policy",
             format!(
-                "{} is a hybrid model: Belady eviction of its state checkpoints is not simulated; use lru",
+                "{} is a hybrid model: Belady eviction beside its recurrent state is not simulated; use lru",
                 model.id
             ),
         );
