@@ -146,7 +146,8 @@ pub struct BlockPool {
 /// hash in practice).
 #[must_use]
 pub fn state_key(prefix: u64, slot: u32) -> u64 {
-    // SplitMix64's increment and multipliers (Steele, Lea and Flood, 2014).
+    // SplitMix64's increment and multipliers (Steele, Lea and Flood, 2014); the salt is
+    // "STATE" in ASCII, so a checkpoint's keys are not a token block's hash chain continued.
     let mut z = prefix ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(u64::from(slot) + 1) ^ 0x5354_4154_4500_0000;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
