@@ -75,6 +75,14 @@ impl Catalog {
             self.models.iter().find(|m| m.id.to_ascii_lowercase().ends_with(&tail)).map(|m| m.id.clone())
         })
     }
+
+    /// What to say of a model id the catalog lacks: the closest id, and every known one.
+    #[must_use]
+    pub fn unknown_model(&self, what: &str, id: &str) -> String {
+        let hint = self.suggest_model(id).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
+        let known: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
+        format!("unknown {what} '{id}'{hint}; known: {}", known.join(", "))
+    }
 }
 
 /// Parses the hardware catalog YAML.

@@ -351,11 +351,13 @@ impl KvStore {
         }
     }
 
-    /// Capacity in tokens.
+    /// Tokens one sequence can hold: the whole pool, less a hybrid model's state blocks.
     #[must_use]
     pub fn capacity_tokens(&self) -> u64 {
         match self {
-            KvStore::Paged(p) => u64::from(p.capacity()) * u64::from(p.block_size()),
+            KvStore::Paged(p) => {
+                u64::from(p.capacity().saturating_sub(p.state_blocks())) * u64::from(p.block_size())
+            }
             KvStore::Radix(r) => r.capacity(),
         }
     }

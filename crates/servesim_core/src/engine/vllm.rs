@@ -306,6 +306,8 @@ mod tests {
     #[test]
     fn a_hybrid_chunk_short_of_the_last_boundary_is_whole_blocks() {
         let pool = BlockPool::new(100, 16, true).with_state(1);
+        // One sequence holds the pool less its state's block.
+        assert_eq!(KvStore::Paged(pool.clone()).capacity_tokens(), 99 * 16);
         let r = req(7, 100);
         // Budget 50 from 0: short of 96, cut to 48; from 48 with budget 60: crosses 96, ends there.
         assert_eq!(kvops::align_chunk(&pool, &r, 0, 50), 48);

@@ -201,14 +201,18 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
 }
 
 /// A hybrid model's recurrent state on one role: its size, and where the engine keeps it.
-pub(crate) fn state_json(p: &Prepared, s: &crate::scenario::StatePlan) -> Value {
+pub(crate) fn state_json(
+    p: &Prepared,
+    role: &crate::scenario::PreparedRole,
+    s: &crate::scenario::StatePlan,
+) -> Value {
     use servesim_core::engine::Backend;
     let kept = match p.config.engine.backend {
         Backend::Vllm => "kv_pool_blocks",
         Backend::Sglang => "state_pool_slots",
         Backend::TrtLlm => "max_batch_size_slots",
     };
-    let reuse = match (s.checkpointed_reuse, p.config.engine.backend) {
+    let reuse = match (role.config.kv_cache.prefix_caching, p.config.engine.backend) {
         (false, _) => "none",
         (true, Backend::Vllm) => "block_boundary_checkpoints",
         (true, _) => "finished_sequence_states",

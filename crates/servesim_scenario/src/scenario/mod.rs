@@ -312,14 +312,7 @@ fn draft_model<'a>(
     let id = engine.speculation.draft_model()?;
     let path = "engine.speculation.model";
     let Some(d) = catalog.model(id) else {
-        let hint = catalog.suggest_model(id).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
-        let known: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
-        cx.report(
-            DiagKind::Domain,
-            path,
-            &origin_of(root, path),
-            format!("unknown draft model '{id}'{hint}; known: {}", known.join(", ")),
-        );
+        cx.report(DiagKind::Domain, path, &origin_of(root, path), catalog.unknown_model("draft model", id));
         return None;
     };
     if d.vocab_size != model.vocab_size {
@@ -370,15 +363,7 @@ pub fn prepare(
         Some(Node { value: node::Value::Str(id), origin }) => {
             let m = catalog.model(id);
             if m.is_none() {
-                let hint =
-                    catalog.suggest_model(id).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
-                let known: Vec<&str> = catalog.models.iter().map(|m| m.id.as_str()).collect();
-                cx.report(
-                    DiagKind::Domain,
-                    "engine.model",
-                    origin,
-                    format!("unknown model '{id}'{hint}; known: {}", known.join(", ")),
-                );
+                cx.report(DiagKind::Domain, "engine.model", origin, catalog.unknown_model("model", id));
             }
             m
         }

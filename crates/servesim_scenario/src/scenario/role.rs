@@ -249,7 +249,8 @@ pub(super) fn prepare_role(
     if !cx.diags.is_empty() {
         return Ok(None);
     }
-    if state.as_ref().is_some_and(|s| s.blocks_per_sequence > 0 && s.checkpointed_reuse)
+    if state.as_ref().is_some_and(|s| s.blocks_per_sequence > 0)
+        && config.kv_cache.prefix_caching
         && max_batched_tokens < config.kv_cache.block_size
     {
         // Aligned chunks are whole blocks: a smaller budget would never schedule one.

@@ -46,8 +46,6 @@ pub struct StatePlan {
     pub slots: Option<u64>,
     /// Bytes of each GPU allocated to states up front (SGLang and TensorRT-LLM).
     pub reserved_bytes: u64,
-    /// Whether a reused prefix must end where a state was kept (prefix caching on).
-    pub checkpointed_reuse: bool,
 }
 
 /// What the state plan reads of its role.
@@ -134,7 +132,6 @@ pub(super) fn plan(
         block_size_raised_from: None,
         slots: None,
         reserved_bytes: 0,
-        checkpointed_reuse: kv.prefix_caching,
     };
     let default_capacity = matches!(kv.capacity, Capacity::Default { .. });
     let refit = |m: &mut MemoryPlan, block: u32| {
