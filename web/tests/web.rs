@@ -42,7 +42,7 @@ fn data() -> MemFiles {
         "h200_sxm",
         "vllm",
         "0.24.0",
-        ["gemm", "context_attention", "generation_attention", "allreduce", "moe"]
+        ["gemm", "context_attention", "generation_attention", "allreduce", "moe", "gdn"]
     );
     table!(
         "h200_sxm",
@@ -59,7 +59,8 @@ fn data() -> MemFiles {
             "deepep_context_moe",
             "deepep_generation_moe",
             "deepep_normal",
-            "deepep_low_latency"
+            "deepep_low_latency",
+            "gdn"
         ]
     );
     table!(
@@ -73,7 +74,8 @@ fn data() -> MemFiles {
             "allreduce",
             "moe",
             "context_mla",
-            "generation_mla"
+            "generation_mla",
+            "gdn"
         ]
     );
     table!(
@@ -91,7 +93,8 @@ fn data() -> MemFiles {
             "deepep_context_moe",
             "deepep_generation_moe",
             "deepep_normal",
-            "deepep_low_latency"
+            "deepep_low_latency",
+            "gdn"
         ]
     );
     nccl!("h200_sxm", "h100_sxm");

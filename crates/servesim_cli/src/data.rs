@@ -125,6 +125,18 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
         if let Some((w, _)) = m.sliding_window {
             filter.windows.insert(w);
         }
+        if let Some(la) = &m.linear_attention {
+            // Heads per GPU at every tensor-parallel size that splits them evenly.
+            for tp in
+                [1, 2, 4, 8, 16].into_iter().filter(|tp| la.key_heads % tp == 0 && la.value_heads % tp == 0)
+            {
+                filter.gdn_shapes.insert((
+                    m.hidden_size,
+                    u64::from(la.key_heads / tp),
+                    u64::from(la.value_heads / tp),
+                ));
+            }
+        }
         if let Some(moe) = &m.moe {
             filter.moe_shapes.insert((
                 m.hidden_size,
@@ -246,7 +258,7 @@ pub fn import_aic(a: &ImportArgs) -> Result<(), Failure> {
         "versions": versions,
         "lane": "per slice key, the kernel_source with the most measured rows (all-reduce: per launch mode; MoE: TensorRT-LLM's TRTLLM-gen lane, moe_torch_flow_min_latency, also, as the `<dtype>:min_latency` slices)",
         "moe_distribution": MOE_DISTRIBUTION,
-        "shapes": if a.all_shapes { "all" } else { "those of the built-in model catalog: its MoE shapes, attention head sizes and windows, up to 8 KV heads per GPU" },
+        "shapes": if a.all_shapes { "all" } else { "those of the built-in model catalog: its MoE shapes, attention head sizes and windows, up to 8 KV heads per GPU, its Gated DeltaNet heads per GPU at TP 1-16" },
     })];
     if let Ok(old) = std::fs::read_to_string(&path) {
         if let Ok(old) = serde_json::from_str::<serde_json::Value>(&old) {

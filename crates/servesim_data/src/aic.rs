@@ -39,6 +39,37 @@ pub fn source_path(family: Family) -> (&'static str, &'static str) {
         // Hopper too) within one node; one source row holds both phases.
         Family::DeepEpNormal => ("comm", "wideep_deepep_normal_perf.parquet"),
         Family::DeepEpLowLatency => ("comm", "wideep_deepep_ll_perf.parquet"),
+        // Qwen3.5's Gated DeltaNet kernels, measured for vLLM 0.24.0, SGLang 0.5.14 and
+        // TensorRT-LLM 1.3.0rc20; one file holds the prompt and decode kernels.
+        Family::Gdn => ("linear_attention", "gdn_perf.parquet"),
+    }
+}
+
+/// The [`Family::GDN_KERNELS`] name of an AIConfigurator GDN row: its `phase` and the
+/// kernel's role read from `kernel_source` (each engine names its lane its own way:
+/// `chunk_gated_delta_rule_flashinfer`, `fused_recurrent_gated_delta_rule_packed_decode`, …).
+/// `None` for a row of neither phase or an unknown kernel.
+#[must_use]
+pub fn gdn_kernel(phase: &str, kernel_source: &str) -> Option<&'static str> {
+    let conv = kernel_source.contains("conv1d");
+    match phase {
+        "context" if conv => Some("context_conv"),
+        "context" if kernel_source.contains("delta_rule") => Some("context_scan"),
+        "generation" if conv => Some("generation_conv"),
+        "generation" if kernel_source.contains("delta_rule") => Some("generation_recurrence"),
+        _ => None,
+    }
+}
+
+/// An AIConfigurator `(phase, kernel_source)` for a [`Family::GDN_KERNELS`] name: the
+/// inverse of [`gdn_kernel`], for [`write_aic`].
+fn gdn_source(kernel: &str) -> Option<(&'static str, &'static str)> {
+    match kernel {
+        "context_conv" => Some(("context", "causal_conv1d_fn")),
+        "context_scan" => Some(("context", "chunk_gated_delta_rule")),
+        "generation_conv" => Some(("generation", "causal_conv1d_update")),
+        "generation_recurrence" => Some(("generation", "fused_recurrent_gated_delta_rule")),
+        _ => None,
     }
 }
 
@@ -72,7 +103,8 @@ pub fn to_servesim_table(name: &str, family: Family, bytes: Vec<u8>) -> Result<V
 
 /// Writes servesim rows back in AIConfigurator's column layout, one kernel lane — the inverse
 /// of [`convert`], for test fixtures and for trying a perf database edited by hand (MoE rows of
-/// the `…:min_latency` slices go to AIConfigurator's TRTLLM-gen lane). Not for all-reduce,
+/// the `…:min_latency` slices go to AIConfigurator's TRTLLM-gen lane; GDN rows to their phase
+/// and a kernel name of that role). Not for all-reduce,
 /// whose second key AIConfigurator keeps in the lane column, nor DeepEP's two-phase rows.
 ///
 /// # Errors
@@ -96,7 +128,25 @@ pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result
     // A MoE row of the TRTLLM-gen slices goes back to its own lane (see `convert`).
     let min_latency = |r: &Row| min_latency_dtype(family, r).is_some();
     let mut cols: Vec<(&str, ArrayRef)> = Vec::new();
+    // A GDN row's kernel goes back to AIConfigurator's phase and kernel name.
+    let gdn: Vec<(&str, &str)> = if family == Family::Gdn {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                gdn_source(&r.0[0])
+                    .ok_or_else(|| err(format!("row {}: unknown GDN kernel '{}'", i + 1, r.0[0])))
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    if family == Family::Gdn {
+        cols.push(("phase", Arc::new(StringArray::from(gdn.iter().map(|g| g.0).collect::<Vec<_>>()))));
+    }
     for (j, name) in key_cols.iter().enumerate() {
+        if family == Family::Gdn && j == 0 {
+            continue;
+        }
         let v: Vec<&str> = rows
             .iter()
             .map(|r| min_latency_dtype(family, r).filter(|_| j == 0).unwrap_or(r.0[j].as_str()))
@@ -108,8 +158,11 @@ pub fn write_aic(file: &str, family: Family, rows: &[Row], lane: &str) -> Result
         let v: Vec<i64> = rows.iter().map(|r| r.1[j] as i64).collect();
         cols.push((name, Arc::new(Int64Array::from(v))));
     }
-    let lanes: Vec<&str> =
-        rows.iter().map(|r| if min_latency(r) { "moe_torch_flow_min_latency" } else { lane }).collect();
+    let lanes: Vec<&str> = if family == Family::Gdn {
+        gdn.iter().map(|g| g.1).collect()
+    } else {
+        rows.iter().map(|r| if min_latency(r) { "moe_torch_flow_min_latency" } else { lane }).collect()
+    };
     cols.push(("kernel_source", Arc::new(StringArray::from(lanes))));
     cols.push(("latency", Arc::new(Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))));
     let batch = RecordBatch::try_from_iter(cols).map_err(|e| err(e.to_string()))?;
@@ -167,6 +220,11 @@ fn columns(family: Family) -> (&'static [&'static str], &'static [&'static str])
             (&["phase", "dispatch_sms", "hidden_size", "num_topk", "num_experts"], &["num_token"])
         }
         Family::DeepEpLowLatency => (&["phase", "hidden_size", "num_topk", "num_experts"], &["num_token"]),
+        // The first key, the kernel, is read from `phase` and `kernel_source` (see `gdn_kernel`).
+        Family::Gdn => (
+            &["kernel_source", "d_model", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv"],
+            &["batch_size", "seq_len"],
+        ),
     }
 }
 
@@ -183,6 +241,8 @@ pub struct Filter {
     pub moe_shapes: BTreeSet<(u64, u64, u64, u64)>,
     /// MoE routing distributions to keep (empty keeps all).
     pub moe_distributions: BTreeSet<String>,
+    /// Gated DeltaNet shapes to keep: hidden size and key and value heads per GPU.
+    pub gdn_shapes: BTreeSet<(u64, u64, u64)>,
 }
 
 /// Rows converted from one AIConfigurator file.
@@ -236,6 +296,7 @@ pub fn convert(
     let lane_col = cols.columns.get("kernel_source");
     let beam = cols.columns.get("beam_width");
     let isl = cols.columns.get("isl");
+    let phase = if family == Family::Gdn { Some(cols.get(file, "phase")?) } else { None };
     // (key, lane) → rows.
     let mut by_lane: BTreeMap<(Vec<String>, String), Vec<Row>> = BTreeMap::new();
     let mut dropped = 0;
@@ -258,6 +319,18 @@ pub fn convert(
             // Engines time all-reduces captured in CUDA graphs and launched eagerly apart;
             // a lane that does not say is the engine's only (graph-capable) one.
             k[1] = if k[1].to_ascii_lowercase().contains("eager") { "eager".into() } else { "graph".into() };
+        }
+        if let Some(phase) = phase {
+            let Some(kernel) = gdn_kernel(&text(file, phase, i, "phase")?, &k[0]) else {
+                dropped += 1;
+                continue;
+            };
+            k[0] = kernel.to_string();
+            let num = |j: usize| k[j].parse::<u64>().unwrap_or(0);
+            if !(filter.gdn_shapes.is_empty() || filter.gdn_shapes.contains(&(num(1), num(2), num(4)))) {
+                dropped += 1;
+                continue;
+            }
         }
         if family == Family::Moe
             && lane_col.and_then(|c| c.text(i)).is_some_and(|l| l.contains(MIN_LATENCY_LANE))
@@ -512,6 +585,61 @@ mod tests {
         assert!(none.rows.is_empty() && none.dropped_rows == 3);
     }
 
+    /// GDN rows take their kernel from the phase and the lane's role, whatever the engine
+    /// calls it; rows of an unknown kernel or of a shape the filter drops are dropped; the
+    /// rows written back in AIConfigurator's layout convert to the same table.
+    #[test]
+    fn gdn_rows_key_their_kernel_by_phase_and_role() {
+        let ints = |v: &[i64]| Column::Int(v.iter().map(|x| Some(*x)).collect());
+        let text = |v: &[&str]| Column::from_strings(v.iter().map(|x| Some((*x).to_string())).collect());
+        let mut c = Columns { rows: 5, ..Columns::default() };
+        c.columns
+            .insert("phase".into(), text(&["context", "context", "generation", "generation", "context"]));
+        c.columns.insert(
+            "kernel_source".into(),
+            text(&[
+                "causal_conv1d_fn",
+                "chunk_gated_delta_rule_flashinfer",
+                "fused_recurrent_gated_delta_rule_packed_decode",
+                "causal_conv1d_update",
+                "some_new_kernel",
+            ]),
+        );
+        c.columns.insert("d_model".into(), ints(&[5120, 5120, 5120, 4096, 5120]));
+        c.columns.insert("num_k_heads".into(), ints(&[16, 16, 16, 2, 16]));
+        c.columns.insert("head_k_dim".into(), ints(&[128; 5]));
+        c.columns.insert("num_v_heads".into(), ints(&[48, 48, 48, 8, 48]));
+        c.columns.insert("head_v_dim".into(), ints(&[128; 5]));
+        c.columns.insert("d_conv".into(), ints(&[4; 5]));
+        c.columns.insert("batch_size".into(), ints(&[2, 2, 64, 64, 2]));
+        c.columns.insert("seq_len".into(), ints(&[1024, 1024, 1, 1, 1024]));
+        c.columns.insert(
+            "latency".into(),
+            Column::Float(vec![Some(0.039), Some(0.059), Some(0.10), Some(0.004), Some(1.0)]),
+        );
+        let all = convert("gdn.parquet", Family::Gdn, &c, &Filter::default()).unwrap();
+        let kernels: Vec<&str> = all.rows.iter().map(|r| r.0[0].as_str()).collect();
+        assert_eq!(kernels, ["context_conv", "context_scan", "generation_conv", "generation_recurrence"]);
+        assert_eq!(all.dropped_rows, 1);
+        let mut only_27b = Filter::default();
+        only_27b.gdn_shapes.insert((5120, 16, 48));
+        let some = convert("gdn.parquet", Family::Gdn, &c, &only_27b).unwrap();
+        assert_eq!((some.rows.len(), some.dropped_rows), (3, 2));
+
+        let bytes = write_aic("gdn.parquet", Family::Gdn, &all.rows, "").unwrap();
+        let back =
+            crate::perf::read_table("gdn", to_servesim_table("gdn.parquet", Family::Gdn, bytes).unwrap())
+                .unwrap();
+        let key = ["generation_recurrence", "5120", "16", "128", "48", "128", "4"];
+        assert_eq!(back.slice(&key).unwrap().exact(&[64, 1]), Some(0.10));
+        assert_eq!(back.rows, 4);
+        // The phase column is needed.
+        let mut no_phase = c;
+        no_phase.columns.remove("phase");
+        let e = convert("gdn.parquet", Family::Gdn, &no_phase, &Filter::default()).unwrap_err();
+        assert!(e.message.contains("missing column 'phase'"), "{e}");
+    }
+
     #[test]
     fn tree_paths_map_to_servesim_paths() {
         assert_eq!(
@@ -549,6 +677,10 @@ mod tests {
         assert_eq!(
             servesim_path("gb200/comm/sglang/0.5.12/wideep_deepep_ll_perf.parquet"),
             Some((Family::DeepEpLowLatency, "perf/gb200/sglang/0.5.12/deepep_low_latency.parquet".into()))
+        );
+        assert_eq!(
+            servesim_path("h200_sxm/linear_attention/vllm/0.24.0/gdn_perf.parquet"),
+            Some((Family::Gdn, "perf/h200_sxm/vllm/0.24.0/gdn.parquet".into()))
         );
         assert_eq!(servesim_path("gemm_perf.parquet"), None);
         assert_eq!(servesim_path("a/b/gemm/vllm/0.24.0/other.parquet"), None);

@@ -688,11 +688,15 @@ pub enum Family {
     DeepEpNormal,
     /// DeepEP's low-latency dispatch and combine (SGLang's decode batches), by tokens a rank.
     DeepEpLowLatency,
+    /// Gated DeltaNet kernels of one linear-attention layer (Qwen3.5), by kernel: the
+    /// prompt's causal convolution and chunked scan, and the decode step's convolution update
+    /// and recurrence; per-GPU head counts.
+    Gdn,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 13] = [
         Family::Gemm,
         Family::ContextAttention,
         Family::GenerationAttention,
@@ -705,7 +709,13 @@ impl Family {
         Family::DeepEpGenerationMoe,
         Family::DeepEpNormal,
         Family::DeepEpLowLatency,
+        Family::Gdn,
     ];
+
+    /// The [`Family::Gdn`] kernels: a prompt's causal convolution and chunked scan, a decode
+    /// step's convolution update and recurrence.
+    pub const GDN_KERNELS: [&'static str; 4] =
+        ["context_conv", "context_scan", "generation_conv", "generation_recurrence"];
 
     /// File stem and report name.
     #[must_use]
@@ -723,6 +733,7 @@ impl Family {
             Family::DeepEpGenerationMoe => "deepep_generation_moe",
             Family::DeepEpNormal => "deepep_normal",
             Family::DeepEpLowLatency => "deepep_low_latency",
+            Family::Gdn => "gdn",
         }
     }
 
@@ -750,6 +761,8 @@ impl Family {
             // kernels were given.
             Family::DeepEpNormal => &["phase", "sms", "hidden", "topk", "experts"],
             Family::DeepEpLowLatency => &["phase", "hidden", "topk", "experts"],
+            // `kernel`: one of [`Family::GDN_KERNELS`].
+            Family::Gdn => &["kernel", "hidden", "k_heads", "k_head_dim", "v_heads", "v_head_dim", "conv"],
         }
     }
 
@@ -769,6 +782,7 @@ impl Family {
             | Family::DeepEpLowLatency => &[L],
             Family::ContextMla => &[L, Scale::Square, L],
             Family::GenerationMla => &[L, L, L],
+            Family::Gdn => &[L, L],
         }
     }
 
@@ -787,6 +801,7 @@ impl Family {
             | Family::DeepEpNormal
             | Family::DeepEpLowLatency => &[true],
             Family::ContextMla | Family::GenerationMla => &[true, true, false],
+            Family::Gdn => &[true, true],
         }
     }
 
@@ -803,6 +818,8 @@ impl Family {
             Family::DeepEpNormal | Family::DeepEpLowLatency => &["tokens_per_rank"],
             Family::ContextMla => &["batch", "isl", "heads"],
             Family::GenerationMla => &["batch", "kv_len", "heads"],
+            // Decode kernels have one token a sequence: `seq_len` 1.
+            Family::Gdn => &["batch", "seq_len"],
         }
     }
 }

@@ -38,6 +38,7 @@ use servesim_core::timing::RankLoad;
 use crate::spec::GemmQuant;
 use crate::tables::{Family, Grid, GridLine, LookupCache, Provenance, Source, Table};
 
+mod gdn;
 mod ops;
 use ops::GenAttention;
 mod setup;
@@ -188,6 +189,8 @@ pub struct OpLevelTimer {
     /// for steps that extend a prompt (which differ where the experts run DeepEP).
     moe_by_tokens: Vec<Memo>,
     moe_extend_by_tokens: Vec<Memo>,
+    /// A hybrid model's Gated DeltaNet decode kernels by decode requests.
+    gdn_decode_by_seqs: Vec<Memo>,
     /// Distinct tallies memo slots refer to, and how many times each was used: a step adds
     /// one to a count instead of its tally's 28 counts to `used`.
     tallies: Vec<Tally>,
@@ -205,6 +208,8 @@ pub struct OpLevelTimer {
     /// Whether the routed experts run SGLang's DeepEP path ([`OpLevelTimer::runs_deepep`]),
     /// decided once: every step asks.
     deepep: bool,
+    /// The measured grids of a hybrid model's Gated DeltaNet kernels, resolved once.
+    gdn: gdn::GdnGrids,
 }
 
 /// A busy rank during a decode run: the seconds that stay the same every step, its load
@@ -230,6 +235,7 @@ impl OpLevelTimer {
             head_by_seqs: Vec::new(),
             moe_by_tokens: Vec::new(),
             moe_extend_by_tokens: Vec::new(),
+            gdn_decode_by_seqs: Vec::new(),
             tallies: Vec::new(),
             tally_uses: Vec::new(),
             used: [Provenance::default(); 7],
@@ -238,8 +244,10 @@ impl OpLevelTimer {
             run_ranks: Vec::new(),
             run_tallies: Vec::new(),
             deepep: false,
+            gdn: gdn::GdnGrids::default(),
         };
         t.gen_grid = t.generation_grid();
+        t.gdn = t.gdn_grids();
         t.deepep = t.deepep_layout();
         t
     }
@@ -401,13 +409,8 @@ impl OpLevelTimer {
             add(self, "gemm", g, linear_layers, &mut prov);
             let g = self.gemm(t, h, v, gq);
             add(self, "gemm", g, linear_layers, &mut prov);
-            // The recurrent state update reads and writes each sequence's state once per
-            // token: value heads × key dim × value dim (fp32), a bandwidth-bound kernel.
-            let state = (u64::from(la.value_heads) / tp.max(1)) as f64
-                * (la.key_head_dim * la.value_head_dim) as f64
-                * 4.0;
-            let e = self.elementwise(tf * state * 2.0 / 64.0 + tf * (k + v) as f64 * 2.0);
-            add(self, "elementwise", (e, Source::Roofline), linear_layers, &mut prov);
+            // The convolution and the recurrence depend on the sequences, not just the
+            // tokens: `attention_part` times them (`gdn_secs`).
         }
         // All-reduce after attention (every layer) and after the MLP (dense layers, and MoE
         // layers whose experts are tensor-sharded inside the TP group).
@@ -572,6 +575,7 @@ impl OpLevelTimer {
             1 => self.head_by_seqs.get(idx),
             3 => self.dense_eager_by_tokens.get(idx),
             4 => self.moe_extend_by_tokens.get(idx),
+            5 => self.gdn_decode_by_seqs.get(idx),
             _ => self.moe_by_tokens.get(idx),
         }
         .copied()
@@ -584,6 +588,7 @@ impl OpLevelTimer {
             1 => self.head_part(key),
             3 => total(self.dense_part(key, false)),
             4 => total(self.moe_part(key, true)),
+            5 => self.gdn_decode_part(key),
             _ => total(self.moe_part(key, false)),
         };
         let prov = self.intern(tally);
@@ -593,6 +598,7 @@ impl OpLevelTimer {
                 1 => &mut self.head_by_seqs,
                 3 => &mut self.dense_eager_by_tokens,
                 4 => &mut self.moe_extend_by_tokens,
+                5 => &mut self.gdn_decode_by_seqs,
                 _ => &mut self.moe_by_tokens,
             };
             if v.len() <= idx {
@@ -621,7 +627,7 @@ impl OpLevelTimer {
     }
 
     /// Attention of one rank for one step (all attention layers of this stage): context
-    /// (prefill) and generation (decode) seconds.
+    /// (prefill, and a hybrid model's Gated DeltaNet kernels) and generation (decode) seconds.
     #[allow(clippy::cast_precision_loss)]
     fn attention_part(&mut self, r: &RankLoad) -> (f64, f64) {
         let AttentionLayers { full_layers, sliding_layers, window, cap } = self.attention_layers();
@@ -657,6 +663,11 @@ impl OpLevelTimer {
                 prov.count(src);
                 ctx_secs += s * sliding_layers;
             }
+        }
+        // A hybrid model's linear-attention layers, prefill and decode alike (counted with
+        // the context part: a decode run evaluates it once, as it does the linear layers).
+        if self.s.model.linear_attention.is_some() {
+            ctx_secs += self.gdn_secs(r, &mut prov);
         }
         self.used[const { Self::kind("attention") }].add(&prov);
         (ctx_secs, self.generation_part(r))

@@ -62,7 +62,16 @@ impl StepTimer for OpLevelTimer {
             let (dense, td) = self.memo_peek(if graph { 0 } else { 3 }, t);
             let (head, th) = self.memo_peek(1, u64::from(r.decode_requests));
             tallies.extend([td, th]);
-            let ctx = 0.0;
+            // `attention_part`'s context seconds for a decode-only load, term for term: a
+            // hybrid model's Gated DeltaNet decode kernels (`gdn_secs`), which depend on the
+            // batch alone.
+            let ctx = if self.s.model.linear_attention.is_some() {
+                let (gdn, tg) = self.memo_peek(5, u64::from(r.decode_requests));
+                tallies.push(tg);
+                0.0 + (0.0 + gdn)
+            } else {
+                0.0
+            };
             fixed.push((
                 dense + head + ctx,
                 r.clone(),
@@ -151,7 +160,8 @@ impl StepTimer for OpLevelTimer {
     /// `step_seconds` by part: the slowest pipeline micro-batch's stage parts scaled to the
     /// cycle (and to the draft layers), then the engine's step overhead and the host time.
     fn breakdown(&mut self, ranks: &[RankLoad]) -> Option<StepBreakdown> {
-        let used = self.used;
+        // A breakdown re-times a step already counted: its lookups are put back after.
+        let (used, uses) = (self.used, self.tally_uses.clone());
         let mut gpu = [0.0; STAGE_PARTS];
         let (mut overhead, mut host) = (0.0, 0.0);
         if !ranks.iter().all(RankLoad::is_empty) {
@@ -171,6 +181,9 @@ impl StepTimer for OpLevelTimer {
             host = self.host_seconds(ranks);
         }
         self.used = used;
+        for (u, old) in self.tally_uses.iter_mut().zip(uses.into_iter().chain(core::iter::repeat(0))) {
+            *u = old;
+        }
         let mut out: StepBreakdown = OP_KINDS.iter().copied().zip(gpu).collect();
         out.push(("prefill_scale", gpu[PREFILL_SCALE_PART]));
         out.push(("step_overhead", overhead));

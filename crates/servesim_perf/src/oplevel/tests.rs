@@ -99,7 +99,45 @@ fn decode_db() -> PerfDb {
         }
     }
     db.insert(Rc::new(Table::from_rows(Family::GenerationAttention, rows).unwrap()));
+    db.insert(Rc::new(Table::from_rows(Family::Gdn, gdn_rows("5120")).unwrap()));
     db
+}
+
+/// A hybrid model after Qwen3.5-27B: 48 of its 64 layers Gated DeltaNet.
+fn hybrid(tp: u32) -> OpLevelSetup {
+    let mut s = setup(tp);
+    s.model.hidden_size = 5120;
+    s.model.num_layers = 64;
+    s.model.linear_attention = Some(crate::spec::LinearAttention {
+        layers: 48,
+        key_heads: 16,
+        key_head_dim: 128,
+        value_heads: 48,
+        value_head_dim: 128,
+        conv_kernel: 4,
+        ssm_dtype: Some(crate::spec::StateDtype::Fp32),
+    });
+    s
+}
+
+/// The four GDN kernels at 8 key and 24 value heads per GPU (the hybrid model at TP2), with
+/// hidden size `hidden`: the prompt kernels on a batch × length grid, the decode kernels by
+/// batch, each with its own cost per token and per sequence.
+fn gdn_rows(hidden: &str) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for (i, kernel) in Family::GDN_KERNELS.iter().enumerate() {
+        let key: Vec<String> =
+            [kernel, hidden, "8", "128", "24", "128", "4"].iter().map(|k| (*k).to_string()).collect();
+        let seqs: &[u64] = if i < 2 { &[1, 64, 1024, 4096] } else { &[1] };
+        for b in [1u64, 4, 16, 64] {
+            for &len in seqs {
+                #[allow(clippy::cast_precision_loss)]
+                let ms = 0.002 * (i + 1) as f64 + 1e-5 * (b * len) as f64 + 3e-4 * b as f64;
+                rows.push((key.clone(), vec![b, len], ms));
+            }
+        }
+    }
+    rows
 }
 
 /// A synchronously scheduling engine's step also waits for its host work: the per-step
@@ -150,6 +188,8 @@ fn decode_runs_equal_stepping_one_step_at_a_time() {
         (sliding, vec![decode(20, 20 * 100)]),
         (dp.clone(), vec![decode(9, 9 * 1500), decode(40, 40 * 300)]),
         (dp, vec![RankLoad::default(), decode(5, 5 * 2000)]),
+        (hybrid(2), vec![decode(24, 24 * 1000)]),
+        (hybrid(1), vec![decode(10, 10 * 700)]),
     ];
     for (i, (s, loads)) in cases.into_iter().enumerate() {
         let db = Rc::new(decode_db());
@@ -594,7 +634,8 @@ fn step_breakdowns_add_up_to_the_step_time() {
         (scaled, vec![mixed.clone()], &["gemm", "attention", "allreduce", "prefill_scale", "step_overhead"]),
         (dp, vec![mixed.clone(), decode.clone()], &["moe", "nccl"]),
         (sync, vec![decode.clone()], &["host"]),
-        (pp, vec![mixed], &["p2p", "allreduce"]),
+        (pp, vec![mixed.clone()], &["p2p", "allreduce"]),
+        (hybrid(2), vec![mixed], &["gemm", "attention"]),
         (setup(1), vec![RankLoad::default()], &[]),
     ];
     for (i, (s, loads, nonzero)) in cases.into_iter().enumerate() {
@@ -758,3 +799,66 @@ fn distinct_ranks_match_enumeration() {
 }
 
 mod deepep;
+
+/// A hybrid model's Gated DeltaNet kernels come from their table, keyed by heads per GPU: a
+/// grid point verbatim, in between interpolated, and a table measured at another hidden
+/// size stands in (the kernels do not read it); without a table, or at a TP whose heads the
+/// table lacks, they fall back to the roofline, whose decode recurrence moves each sequence's
+/// state twice. Prompt chunks are looked up as a batch of chunks of their mean length, and
+/// a step adds the kernels over the linear-attention layers only.
+#[test]
+fn gdn_kernels_are_timed_from_their_table() {
+    let t = OpLevelTimer::new(hybrid(2), Rc::new(decode_db()));
+    let ms = |i: usize, b: f64, len: f64| 0.002 * (i + 1) as f64 + 1e-5 * b * len + 3e-4 * b;
+    for (i, (b, len)) in [(4.0, 1024.0), (16.0, 64.0), (1.0, 1.0), (64.0, 1.0)].into_iter().enumerate() {
+        let (s, src) = t.gdn_kernel(i, b, len);
+        assert_eq!(src, Source::Measured, "kernel {i}");
+        assert!((s - ms(i, b, len) / 1e3).abs() < 1e-15, "kernel {i}: {s}");
+    }
+    let (s, src) = t.gdn_kernel(1, 8.0, 2000.0);
+    assert_eq!(src, Source::Interpolated);
+    assert!(s > t.gdn_kernel(1, 4.0, 1024.0).0 && s < t.gdn_kernel(1, 16.0, 4096.0).0, "{s}");
+
+    // Another hidden size with the same heads per GPU stands in.
+    let mut other = gemm_db();
+    other.insert(Rc::new(Table::from_rows(Family::Gdn, gdn_rows("4096")).unwrap()));
+    let o = OpLevelTimer::new(hybrid(2), Rc::new(other));
+    assert_eq!(o.gdn_kernel(3, 16.0, 1.0), t.gdn_kernel(3, 16.0, 1.0));
+
+    // TP1's 16 and 48 heads a GPU are not in the table: the roofline.
+    let r = OpLevelTimer::new(hybrid(1), Rc::new(decode_db()));
+    let (one, src) = r.gdn_kernel(3, 1.0, 1.0);
+    assert_eq!(src, Source::Roofline);
+    let c = OpConstants::default();
+    let state = 48.0 * 128.0 * 128.0 * 4.0;
+    let per_seq = (2.0 * state + (2.0 * 16.0 * 128.0 + 2.0 * 48.0 * 128.0) * 2.0) / hw().hbm_bytes_per_s;
+    assert!((one - (per_seq / c.memory_efficiency + c.kernel_latency_s)).abs() < 1e-15, "{one}");
+    let (many, _) = r.gdn_kernel(3, 64.0, 1.0);
+    assert!((many - one - 63.0 * per_seq / c.memory_efficiency).abs() < 1e-12, "{many}");
+
+    // A step's GDN time: two 500- and 1548-token chunks as a batch of two 1024-token ones,
+    // and the decode kernels at 24 sequences, over 48 layers.
+    let load = RankLoad {
+        prefill: vec![
+            PrefillChunk { new_tokens: 500, context_tokens: 0 },
+            PrefillChunk { new_tokens: 1548, context_tokens: 3000 },
+        ],
+        decode_requests: 24,
+        decode_kv_tokens: 24 * 900,
+    };
+    let mut t = t;
+    let (mut prov, before) = (Provenance::default(), t.provenance_by_kind()[1].1);
+    let got = t.gdn_secs(&load, &mut prov);
+    let per_layer: f64 = [(0, 2.0, 1024.0), (1, 2.0, 1024.0), (2, 24.0, 1.0), (3, 24.0, 1.0)]
+        .into_iter()
+        .map(|(i, b, len)| t.gdn_kernel(i, b, len).0)
+        .sum();
+    assert!((got - 48.0 * per_layer).abs() < 1e-12, "{got}");
+    // The prompt kernels' lookups counted here, the decode kernels' with their memo.
+    assert_eq!(prov.total(), 2);
+    assert_eq!(t.provenance_by_kind()[1].1.total(), before.total() + 2);
+    // A dense model has none.
+    let mut dense = OpLevelTimer::new(setup(2), Rc::new(decode_db()));
+    assert_eq!(dense.gdn_secs(&load, &mut prov), 0.0);
+    assert_eq!(prov.total(), 2);
+}
