@@ -87,6 +87,24 @@ fn sglang_splits_a_state_pool_off_whose_slots_bound_the_running_requests() {
     );
 }
 
+/// The states SGLang keeps for reuse (a finished request's, at its sequence's end) hold
+/// slots of the same pool as the running requests': with slots to spare none is dropped; with
+/// about one slot a session in flight, admitting a request drops the least recently used
+/// kept state, and the sessions' next turns find fewer to resume from.
+#[test]
+fn kept_states_share_sglangs_state_pool_with_the_running_requests() {
+    let p = run(SGLANG, &[]);
+    assert_eq!(n(state(&p), "dropped_states"), 0);
+    let tight = run(SGLANG, &["engine.workers.aggregated.kv_cache.state_cache.mamba_full_memory_ratio=0.05"]);
+    let slots = n(state(&tight), "slots");
+    assert!((24..40).contains(&slots), "{slots} slots for 24 sessions in flight");
+    assert!(n(state(&tight), "dropped_states") > 0);
+    let reuse = |p: &servesim_scenario::Prediction| p.json["prefix_cache_reused_ratio"].as_f64().unwrap();
+    assert!(reuse(&tight) < 0.5 * reuse(&p), "{} vs {}", reuse(&tight), reuse(&p));
+    let summary = servesim_scenario::report::summary_table(&tight);
+    assert!(summary.contains("kept states dropped"), "{summary}");
+}
+
 #[test]
 fn tensorrt_llm_allocates_a_state_for_every_batch_slot() {
     let sets = [

@@ -201,7 +201,11 @@ pub fn recurrent_state(p: &Value) -> String {
                 Some("kv_pool_blocks") => {
                     format!("{} KV blocks a sequence", fmt_num(&st["blocks_per_sequence"], 0))
                 }
-                Some("state_pool_slots") => format!("{} state slots a rank", fmt_num(&st["slots"], 0)),
+                Some("state_pool_slots") => format!(
+                    "{} state slots a rank, {} kept states dropped",
+                    fmt_num(&st["slots"], 0),
+                    fmt_num(&st["dropped_states"], 0)
+                ),
                 _ => format!("{} batch slots allocated", fmt_num(&st["slots"], 0)),
             };
             let reuse = match st["prefix_reuse"].as_str() {

@@ -10,9 +10,14 @@
 //! 10,000-token prompt is a handful of pieces, not 10,000 entries, while matching and
 //! splitting stay exact to the token.
 //!
+//! A hybrid model's cache keeps recurrent states with nodes (SGLang's `MambaRadixCache`): each
+//! kept state holds a slot of the state pool, beside the running requests' own, and the least
+//! recently used unlocked ones are dropped when a request needs a slot.
+//!
 //! Invariants (checked by `check_invariants` and the property test against a naive model):
 //! `tree_tokens + private_tokens <= capacity`; `evictable_tokens` equals the tokens of
-//! unlocked nodes; the LRU set holds exactly the unlocked leaves.
+//! unlocked nodes; the LRU set holds exactly the unlocked leaves; the kept-state set holds
+//! exactly the nodes keeping a state.
 
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
@@ -96,6 +101,13 @@ pub struct RadixCache {
     evicted_tokens: u64,
     /// A hybrid model's cache: a prefix is reused only up to a node that keeps a state.
     states: bool,
+    /// Nodes keeping a state, by last access (the state pool's LRU order).
+    kept: BTreeSet<(u64, NodeId)>,
+    /// Slots of the state pool, shared by kept states and running requests (`u32::MAX`:
+    /// unbounded).
+    state_slots: u32,
+    /// Kept states dropped to free a slot, so far.
+    dropped_states: u64,
 }
 
 /// Tokens shared by the start of two piece lists, stopping at `limit`.
@@ -166,6 +178,9 @@ impl RadixCache {
             enabled,
             evicted_tokens: 0,
             states: false,
+            kept: BTreeSet::new(),
+            state_slots: u32::MAX,
+            dropped_states: 0,
         }
     }
 
@@ -184,6 +199,42 @@ impl RadixCache {
         self.states = true;
     }
 
+    /// Bounds the state pool to `slots` slots (SGLang's `mamba_pool`, per attention-DP rank):
+    /// kept states and running requests share them ([`RadixCache::make_state_room`]).
+    pub fn limit_states(&mut self, slots: u32) {
+        self.state_slots = slots;
+    }
+
+    /// Frees state slots for `running` requests (the one being admitted included) by
+    /// dropping the least recently used kept states of unlocked nodes, as SGLang's
+    /// `evict_mamba` does when a request's slot cannot be allocated. A node that drops its
+    /// state keeps its KV; a later match ends at an earlier state. False (nothing more dropped)
+    /// when the states left are all locked and still too many.
+    pub fn make_state_room(&mut self, running: u32) -> bool {
+        let room = self.state_slots.saturating_sub(running) as usize;
+        while self.kept.len() > room {
+            let Some(&(t, n)) = self.kept.iter().find(|(_, n)| self.nodes[*n as usize].lock == 0) else {
+                return false;
+            };
+            self.kept.remove(&(t, n));
+            self.nodes[n as usize].state = false;
+            self.dropped_states += 1;
+        }
+        true
+    }
+
+    /// States kept with nodes now.
+    #[must_use]
+    pub fn kept_states(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Kept states dropped so far to free a slot.
+    #[must_use]
+    pub fn dropped_states(&self) -> u64 {
+        self.dropped_states
+    }
+
     /// Whether reuse must end where a state is kept.
     #[must_use]
     pub fn states(&self) -> bool {
@@ -193,8 +244,9 @@ impl RadixCache {
     /// Keeps a recurrent state after node `n`'s last token (a finished request's sequence
     /// ends there); it lives as long as the node.
     pub fn keep_state(&mut self, n: NodeId) {
-        if self.states && n != ROOT {
+        if self.states && n != ROOT && !self.nodes[n as usize].state {
             self.nodes[n as usize].state = true;
+            self.kept.insert((self.nodes[n as usize].last_access, n));
         }
     }
 
@@ -253,6 +305,9 @@ impl RadixCache {
         let node = &self.nodes[n as usize];
         if self.lru.remove(&(node.last_access, n)) {
             self.lru.insert((t, n));
+        }
+        if node.state && self.kept.remove(&(node.last_access, n)) {
+            self.kept.insert((t, n));
         }
         self.nodes[n as usize].last_access = t;
     }
@@ -462,6 +517,9 @@ impl RadixCache {
             let Some(&(t, n)) = self.lru.iter().next() else { break };
             self.lru.remove(&(t, n));
             let node = core::mem::take(&mut self.nodes[n as usize]);
+            if node.state {
+                self.kept.remove(&(node.last_access, n));
+            }
             self.tree_tokens -= u64::from(node.len);
             self.evictable_tokens -= u64::from(node.len);
             self.evicted_tokens += u64::from(node.len);
@@ -505,6 +563,7 @@ impl RadixCache {
         let mut tree = 0u64;
         let mut evictable = 0u64;
         let mut leaves = BTreeSet::new();
+        let mut kept = BTreeSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if !n.alive || i == 0 {
                 continue;
@@ -518,6 +577,9 @@ impl RadixCache {
                 Some(&id)
             );
             tree += u64::from(n.len);
+            if n.state {
+                kept.insert((n.last_access, id));
+            }
             if n.lock == 0 {
                 evictable += u64::from(n.len);
                 if n.children.is_empty() {
@@ -533,6 +595,7 @@ impl RadixCache {
         assert_eq!(tree, self.tree_tokens, "tree tokens");
         assert_eq!(evictable, self.evictable_tokens, "evictable tokens");
         assert_eq!(leaves, self.lru, "LRU set must hold exactly the unlocked leaves");
+        assert_eq!(kept, self.kept, "the kept-state set must hold exactly the nodes keeping a state");
     }
 }
 
@@ -605,6 +668,50 @@ mod tests {
         c.evict(1000);
         assert_eq!(c.peek(&key(&[(1, 100), (2, 50)]), 1000), 0);
         c.check_invariants();
+    }
+
+    /// Kept states share the state pool with the running requests: making room for them
+    /// drops the least recently used states of unlocked nodes (their KV stays), never a locked
+    /// node's, and says so when the locked ones alone are too many.
+    #[test]
+    fn kept_states_share_the_state_pool_with_running_requests() {
+        let mut c = RadixCache::new(1000, true).with_states();
+        c.limit_states(4);
+        let mut ends = Vec::new();
+        for s in 1..=3u64 {
+            c.alloc(100);
+            let (n, _) = c.insert(&key(&[(s, 100)]));
+            c.keep_state(n);
+            c.keep_state(n);
+            ends.push(n);
+        }
+        assert_eq!(c.kept_states(), 3);
+        // Sequence 1 is used again: sequence 2's state is now the least recently used.
+        let (m, n1) = c.match_prefix(&key(&[(1, 100), (9, 5)]), 1000);
+        assert_eq!((m, n1), (100, ends[0]));
+        c.lock(n1);
+        assert!(c.make_state_room(1), "one running request leaves room for all three");
+        assert!(c.make_state_room(2));
+        assert_eq!((c.kept_states(), c.dropped_states()), (2, 1));
+        assert_eq!(c.peek(&key(&[(2, 100), (9, 5)]), 1000), 0, "sequence 2 lost its state");
+        assert_eq!(c.tree_tokens(), 300, "its KV stays");
+        assert_eq!(c.peek(&key(&[(3, 100), (9, 5)]), 1000), 100);
+        // Sequence 3 goes next; sequence 1's node is locked, so four running requests find
+        // no room, and its state stays.
+        assert!(!c.make_state_room(4));
+        assert_eq!(c.kept_states(), 1);
+        assert_eq!(c.peek(&key(&[(1, 100), (9, 5)]), 1000), 100);
+        c.unlock(n1);
+        assert!(c.make_state_room(4));
+        assert_eq!((c.kept_states(), c.dropped_states()), (0, 3));
+        c.check_invariants();
+        // Without a bound nothing is dropped.
+        let mut free = RadixCache::new(1000, true).with_states();
+        free.alloc(100);
+        let (n, _) = free.insert(&key(&[(1, 100)]));
+        free.keep_state(n);
+        assert!(free.make_state_room(1000));
+        assert_eq!(free.kept_states(), 1);
     }
 
     #[test]
@@ -718,6 +825,66 @@ mod tests {
             prop_assert_eq!(c.tree_tokens(), 0);
             c.check_invariants();
             let _ = vec![0u8];
+        }
+
+        /// A hybrid cache with a bounded state pool: inserted sequences keep their state,
+        /// `Unlock` and `Evict` as above, and `Evict` with a small count makes room for that
+        /// many running requests instead. A match is always the length of a sequence that
+        /// kept a state, locked matches stay resumable, and after making room the states
+        /// fit beside the running requests unless the locked ones alone do not.
+        #[test]
+        fn hybrid_states_stay_within_the_pool(ops in proptest::collection::vec(op(), 1..80), slots in 1u32..6) {
+            let mut c = RadixCache::new(400, true).with_states();
+            c.limit_states(slots);
+            let mut locks: Vec<(NodeId, Vec<Piece>, u32)> = Vec::new();
+            let mut kept_lens: Vec<(Vec<Piece>, u32)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Insert(a, b, n) => {
+                        let k = as_key(a, b, n);
+                        let len = 30 + u32::from(n);
+                        if c.alloc(u64::from(len)) {
+                            let (node, dup) = c.insert(&k);
+                            c.free_private(u64::from(dup));
+                            c.keep_state(node);
+                            kept_lens.push((k, len));
+                        }
+                    }
+                    Op::Match(a, b, n) => {
+                        let k = as_key(a, b, n);
+                        let (m, node) = c.match_prefix(&k, 30 + u32::from(n));
+                        let possible = m == 0 || kept_lens.iter().any(|(s, len)| {
+                            *len == m && common_tokens(s, &k, m) == m
+                        });
+                        prop_assert!(possible, "matched {} tokens: no kept sequence is that prefix", m);
+                        if m > 0 {
+                            c.lock(node);
+                            locks.push((node, k, m));
+                        }
+                    }
+                    Op::Unlock(i) => {
+                        if !locks.is_empty() {
+                            let (n, _, _) = locks.remove(i as usize % locks.len());
+                            c.unlock(n);
+                        }
+                    }
+                    Op::Evict(n) if n < 8 => {
+                        let running = u32::from(n);
+                        let ok = c.make_state_room(running);
+                        let room = slots.saturating_sub(running) as usize;
+                        if ok {
+                            prop_assert!(c.kept_states() <= room);
+                        } else {
+                            prop_assert!(c.kept_states() > room);
+                        }
+                    }
+                    Op::Evict(n) => c.evict(u64::from(n)),
+                }
+                c.check_invariants();
+                for (_, k, m) in &locks {
+                    prop_assert_eq!(c.peek(k, *m), *m, "a locked match stays resumable");
+                }
+            }
         }
     }
 }

@@ -498,6 +498,7 @@ impl Simulation {
                     provisioned: self.autoscale.as_ref().map(|a| a.planner.provisioned(slot, end)),
                     frontend: w.frontend.as_ref().map(Frontend::stats),
                     kv_evicted_tokens: w.kv_evicted_tokens(),
+                    dropped_states: w.dropped_states(),
                     host: w.host_stats(),
                     ..w.stats
                 })

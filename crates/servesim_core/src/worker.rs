@@ -38,6 +38,9 @@ pub struct WorkerStats {
     pub preemptions: u64,
     /// Cached KV tokens evicted to make room (filled in with the results).
     pub kv_evicted_tokens: u64,
+    /// A hybrid model's kept recurrent states dropped to free a state slot (SGLang; filled
+    /// in with the results).
+    pub dropped_states: u64,
     /// The serving processes' work, when the worker simulates them.
     pub frontend: Option<crate::frontend::FrontendStats>,
     /// The host KV tiers' counters (filled in with the results; `None` without them).
@@ -115,6 +118,8 @@ pub struct Worker {
     pub accepting: bool,
     /// Counters of the KV pools and host tiers a restart replaced.
     retired: (u64, Option<crate::host::HostStats>),
+    /// Kept states dropped by the ranks a planner restart replaced.
+    retired_states: u64,
     /// The counters of storage tiers of its own (worker-local) that replaced ranks had.
     retired_g3: Option<crate::host::G3Stats>,
     /// Tokens of the step being finished that the serving processes still have to write,
@@ -170,6 +175,7 @@ impl Worker {
             frontend,
             accepting: true,
             retired: (0, None),
+            retired_states: 0,
             retired_g3: None,
             delivering: Vec::new(),
             cfg,
@@ -497,6 +503,13 @@ impl Worker {
         self.retired.0 + self.ranks.iter().map(|r| r.kv.evicted_tokens()).sum::<u64>()
     }
 
+    /// A hybrid model's kept recurrent states dropped to free a state slot, over every KV pool
+    /// this worker had.
+    #[must_use]
+    pub fn dropped_states(&self) -> u64 {
+        self.retired_states + self.ranks.iter().map(|r| r.kv.dropped_states()).sum::<u64>()
+    }
+
     /// True when the worker holds nothing: no step in flight, no request queued, running or
     /// in its serving processes, no KV kept for a transfer.
     #[must_use]
@@ -511,6 +524,7 @@ impl Worker {
     /// and host tier; the counters of the ranks it replaces stay in the reports.
     pub fn provision(&mut self, ranks: Vec<Rank>) {
         let evicted = self.kv_evicted_tokens();
+        self.retired_states = self.dropped_states();
         if let Some(mut old) = self.host_stats() {
             // Capacity is the new tier's, not a sum over lifetimes.
             old.capacity_blocks = 0;

@@ -525,7 +525,7 @@ fn servesim_section(p: &Prepared, r: &RunResult) -> Value {
                 "total_kv_size_tokens": mem.kv_tokens,
                 "kv_blocks_per_rank": role.blocks_per_rank,
                 "memory_fraction": role.memory_fraction,
-                "recurrent_state": role.state.as_ref().map(|s| tiers::state_json(p, role, s)),
+                "recurrent_state": role.state.as_ref().map(|s| tiers::state_json(p, r, role, s)),
             }),
         );
     }

@@ -381,6 +381,16 @@ impl KvStore {
         }
     }
 
+    /// A hybrid model's kept recurrent states dropped to free a state slot so far (a radix
+    /// cache's; a paged pool keeps states in its blocks and counts them as evictions).
+    #[must_use]
+    pub fn dropped_states(&self) -> u64 {
+        match self {
+            KvStore::Paged(_) => 0,
+            KvStore::Radix(r) => r.dropped_states(),
+        }
+    }
+
     /// The forecast a paged pool evicts by (Belady), if it does.
     #[must_use]
     pub fn eviction_oracle(&self) -> Option<&crate::kv::belady::SharedOracle> {
@@ -603,7 +613,11 @@ pub fn reserve_destination(
             let held = active + rank.waiting.len() as u64 + 1;
             let headroom = u64::from(cfg.sglang.decode_reserved_tokens) * held;
             let n = u64::from(input - matched);
-            if cache.available_tokens() < n + headroom || !cache.alloc(n) {
+            let running_after = u32::try_from(active + 1).unwrap_or(u32::MAX);
+            if cache.available_tokens() < n + headroom
+                || !cache.make_state_room(running_after)
+                || !cache.alloc(n)
+            {
                 cache.unlock(node);
                 return None;
             }

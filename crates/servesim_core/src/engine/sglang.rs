@@ -173,7 +173,10 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 let n = if chunked { chunk } else { extend };
                 let (matched, node) = cache.match_prefix(&key, known.saturating_sub(1));
                 cache.lock(node);
-                if !cache.alloc(u64::from(n)) {
+                // A hybrid model's request takes a state slot, dropping kept states if needed.
+                let running_after =
+                    u32::try_from(running.len()).unwrap_or(u32::MAX).saturating_add(admitted + 1);
+                if !cache.make_state_room(running_after) || !cache.alloc(u64::from(n)) {
                     cache.unlock(node);
                     break;
                 }

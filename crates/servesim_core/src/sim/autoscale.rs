@@ -46,8 +46,9 @@ pub struct RankTemplate {
     /// Blocks of recurrent state each sequence holds in a paged pool (hybrid models under
     /// vLLM; 0 otherwise).
     pub state_blocks: u32,
-    /// A hybrid model's radix cache (SGLang): reuse ends where a finished request's state is.
-    pub radix_states: bool,
+    /// A hybrid model's radix cache (SGLang): reuse ends where a finished request's state is,
+    /// and the kept states share this many state-pool slots a rank with the running requests.
+    pub radix_states: Option<u32>,
 }
 
 /// Which storage tier a worker's host tiers write through to.
@@ -80,8 +81,9 @@ impl RankTemplate {
                     }
                 }
                 crate::engine::KvStore::Radix(cache) => {
-                    if self.radix_states {
+                    if let Some(slots) = self.radix_states {
                         cache.resume_at_states();
+                        cache.limit_states(slots);
                     }
                 }
             }

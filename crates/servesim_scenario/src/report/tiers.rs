@@ -169,9 +169,11 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
                     None => String::new(),
                 }
             ),
-            Some("state_pool_slots") => {
-                format!("{} state slots a rank bound the running requests", st["slots"].as_u64().unwrap_or(0))
-            }
+            Some("state_pool_slots") => format!(
+                "{} state slots a rank hold the running requests' states and those kept for reuse ({} kept states dropped for a running request's)",
+                st["slots"].as_u64().unwrap_or(0),
+                st["dropped_states"].as_u64().unwrap_or(0)
+            ),
             _ => format!("a state for each of {} max_batch_size slots", st["slots"].as_u64().unwrap_or(0)),
         };
         let reuse = match st["prefix_reuse"].as_str() {
@@ -203,6 +205,7 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
 /// A hybrid model's recurrent state on one role: its size, and where the engine keeps it.
 pub(crate) fn state_json(
     p: &Prepared,
+    r: &RunResult,
     role: &crate::scenario::PreparedRole,
     s: &crate::scenario::StatePlan,
 ) -> Value {
@@ -226,5 +229,12 @@ pub(crate) fn state_json(
         "slots": s.slots,
         "reserved_bytes": s.reserved_bytes,
         "prefix_reuse": reuse,
+        // SGLang: kept states dropped to free a slot for a running request.
+        "dropped_states": (p.config.engine.backend == Backend::Sglang).then(|| {
+            (0..r.worker_stats.len())
+                .filter(|w| p.roles.get(super::role_of_worker(p, *w)).is_some_and(|x| x.name == role.name))
+                .map(|w| r.worker_stats[w].dropped_states)
+                .sum::<u64>()
+        }),
     })
 }

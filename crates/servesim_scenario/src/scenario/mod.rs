@@ -773,7 +773,10 @@ impl Prepared {
                 g3: self.g3_attach(role),
                 eviction: eviction.clone(),
                 state_blocks: role.state.as_ref().map_or(0, |s| s.blocks_per_sequence),
-                radix_states: role.state.is_some(),
+                radix_states: role
+                    .state
+                    .as_ref()
+                    .map(|s| s.slots.map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX))),
             };
             let first_slot = workers.len();
             let slots = self.slots(role);

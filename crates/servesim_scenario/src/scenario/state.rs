@@ -8,8 +8,9 @@
 //!   checkpointed, and a prefix is reused up to its last checkpoint.
 //! - **SGLang** (`HybridReqToTokenPool`): what is left after the weights is split between a
 //!   state pool and the KV pool by `mamba_full_memory_ratio` (0.9); the state pool's slots bound
-//!   the running requests, and the radix cache reuses a prefix only where a finished request's
-//!   state was kept (`mamba_scheduler_strategy: no_buffer`).
+//!   the running requests and hold the states finished requests leave for reuse (dropped least
+//!   recently used first when a request needs a slot), and the radix cache reuses a prefix only
+//!   where a finished request's state was kept (`mamba_scheduler_strategy: no_buffer`).
 //! - **TensorRT-LLM** (`MambaHybridCacheManager`): a state for every `max_batch_size` slot is
 //!   allocated before the KV cache is sized.
 //!
