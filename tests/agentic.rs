@@ -184,14 +184,12 @@ fn kv_tiers_keep_the_histories_an_agentic_replay_evicts() {
     for p in [&with, &host, &none] {
         assert_eq!(check_order(p, 1, 1.0), 340);
     }
-    let reuse = |p: &servesim_scenario::Prediction| p.json["prefix_cache_reused_ratio"].as_f64().unwrap();
-    assert!(
-        reuse(&none) < reuse(&host) && reuse(&host) < reuse(&with),
-        "{} {} {}",
-        reuse(&none),
-        reuse(&host),
-        reuse(&with)
-    );
+    // Reuse rises from no tiers to the host tier to both; p99 TTFT falls with either.
+    for (figure, rises) in [("/prefix_cache_reused_ratio", true), ("/p99_ttft_ms", false)] {
+        let [a, b, c] = [&none, &host, &with].map(|p| p.json.pointer(figure).unwrap().as_f64().unwrap());
+        let ordered = if rises { a < b && b < c } else { a > b && a > c };
+        assert!(ordered, "{figure}: {a} {b} {c}");
+    }
     let restores = |p: &servesim_scenario::Prediction| {
         p.json["servesim"]["host_offload"]["restored_blocks"].as_u64().unwrap()
     };
@@ -201,14 +199,6 @@ fn kv_tiers_keep_the_histories_an_agentic_replay_evicts() {
     assert!(
         g3["read_blocks"].as_u64().unwrap() > 0 && g3["cross_worker_read_blocks"].as_u64().unwrap() > 0,
         "{g3}"
-    );
-    let p99 = |p: &servesim_scenario::Prediction| p.json["p99_ttft_ms"].as_f64().unwrap();
-    assert!(
-        p99(&with) < p99(&none) && p99(&host) < p99(&none),
-        "{} {} {}",
-        p99(&none),
-        p99(&host),
-        p99(&with)
     );
 }
 

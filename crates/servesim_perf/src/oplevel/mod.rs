@@ -11,6 +11,9 @@
 //!   number of causal query–key pairs as the chunks on top of their cached context) and
 //!   generation attention for the decode requests (batch × mean KV length); sliding-window
 //!   layers see at most the window, sparse (DSA) layers at most their top-k keys;
+//! - in a hybrid model's linear-attention layers, the input and output projections as GEMMs
+//!   and the Gated DeltaNet kernels from their own table (`gdn`: the prompt chunks' causal
+//!   convolution and chunked scan, the decode requests' convolution update and recurrence);
 //! - the MLP (gate/up GEMM, activation, down GEMM) or, in MoE layers, the router GEMM, the
 //!   fused-experts kernel over the tokens of every attention-DP rank, and shared experts;
 //! - tensor-parallel all-reduces after attention and MLP (the engine's custom all-reduce
