@@ -350,12 +350,7 @@ impl BlockPool {
             }
         }
         if self.checkpoints() {
-            // A hybrid model resumes only from a checkpointed state: the hit ends at the last
-            // block whose checkpoint is resident.
-            let mut k = out.len();
-            while k > 0 && !self.has_checkpoint(hashes[k - 1]) {
-                k -= 1;
-            }
+            let k = self.resumable_len(hashes, out.len());
             for &b in &out[k..] {
                 if self.blocks[b as usize].ref_count == 0 {
                     free_hits -= 1;
@@ -375,10 +370,17 @@ impl BlockPool {
             return 0;
         }
         let n = hashes.iter().take_while(|h| self.lookup(**h).is_some()).count();
-        if self.checkpoints() {
-            return (1..=n).rev().find(|&k| self.has_checkpoint(hashes[k - 1])).unwrap_or(0);
+        self.resumable_len(hashes, n)
+    }
+
+    /// How many of the first `n` resident `hashes` a request can resume from: all of them,
+    /// or with a hybrid model's checkpoints only up to the last block whose checkpoint is
+    /// resident (the state cannot be rebuilt from the KV).
+    fn resumable_len(&self, hashes: &[u64], n: usize) -> usize {
+        if !self.checkpoints() {
+            return n;
         }
-        n
+        (1..=n).rev().find(|&k| self.has_checkpoint(hashes[k - 1])).unwrap_or(0)
     }
 
     /// Takes a reference on a resident block found by [`BlockPool::find_prefix`].

@@ -468,6 +468,6 @@ pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32
 
 /// Bytes in GiB, for messages.
 #[allow(clippy::cast_precision_loss)] // GPU memory is far below 2^53 bytes.
-fn gib(bytes: u64) -> f64 {
+pub(super) fn gib(bytes: u64) -> f64 {
     bytes as f64 / memory::GIB as f64
 }

@@ -20,6 +20,7 @@ use servesim_core::engine::Backend;
 use servesim_perf::memory::{self, MemoryPlan, Parallelism, StateDtype};
 use servesim_perf::spec::ModelArch;
 
+use super::role::gib;
 use super::ScenarioError;
 use crate::config::{Capacity, KvEvictionPolicy, RoleConfig};
 use crate::diag::{Cx, DiagKind};
@@ -203,12 +204,7 @@ pub(super) fn plan(
     Ok(Some(plan))
 }
 
-fn gib(bytes: u64) -> f64 {
-    #[allow(clippy::cast_precision_loss)] // GPU memory is far below 2^53 bytes.
-    let b = bytes as f64;
-    b / memory::GIB as f64
-}
-
+/// Bytes in MiB, for messages.
 fn mib(bytes: u64) -> f64 {
     gib(bytes) * 1024.0
 }
