@@ -20,12 +20,23 @@ fn trace() -> servesim_core::traffic::Trace {
 /// arrived exactly its delay (over the speedup) after the last of its dependencies' last
 /// tokens, and a root at its timestamp; returns the number of requests checked.
 fn check_order(p: &servesim_scenario::Prediction, copies: usize, speedup: f64) -> usize {
-    let t = trace();
+    check_order_of(&trace(), p, copies, speedup, 0.0)
+}
+
+/// [`check_order`] for a run of trace `t` whose trace time starts at `start_ms` (after a
+/// warmup, whose requests are left out).
+fn check_order_of(
+    t: &servesim_core::traffic::Trace,
+    p: &servesim_scenario::Prediction,
+    copies: usize,
+    speedup: f64,
+    start_ms: f64,
+) -> usize {
     let keys = t.row_keys();
     let sessions = keys.iter().map(|k| k.0).max().unwrap() + 1;
     // Row of (file copy, key): a later file's sessions come after the earlier files'.
     let mut rec: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
-    for r in p.requests.iter() {
+    for r in p.requests.iter().filter(|r| !r.warmup) {
         let s: u32 = r.session_id.as_deref().unwrap().strip_prefix("session_").unwrap().parse().unwrap();
         let (copy, s) = ((s / sessions) as usize, s % sessions);
         let row = keys.iter().position(|k| *k == (s, r.turn_index.unwrap())).unwrap();
@@ -36,7 +47,7 @@ fn check_order(p: &servesim_scenario::Prediction, copies: usize, speedup: f64) -
     for ((copy, row), (arrival, _)) in &rec {
         let r = &t.rows[*row];
         let expected = if r.wait_for.is_empty() {
-            r.timestamp.as_ms_f64() / speedup
+            start_ms + r.timestamp.as_ms_f64() / speedup
         } else {
             let last = r.wait_for.iter().map(|d| rec[&(*copy, *d as usize)].1).fold(0.0, f64::max);
             last + r.delay.unwrap().as_ms_f64() / speedup
@@ -109,8 +120,16 @@ fn what_an_agentic_replay_cannot_do_is_refused_with_its_place() {
     let e = config_refusal(SCENARIO, &["traffic.source.format=mooncake"]);
     assert!(e.contains("traffic.source.paths[0]") && e.contains("agentic_coding.jsonl:2:"), "{e}");
     assert!(e.contains("format agentic_mooncake"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={seed: 3}"]);
-    assert!(e.contains("traffic.load.agentic_snapshot"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_warmup=true"]);
+    assert!(e.contains("traffic.load.agentic_warmup") && e.contains("agentic_snapshot"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_warmup=3"]);
+    assert!(e.contains("traffic.load.agentic_warmup"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_profile={duration_seconds: 60}"]);
+    assert!(e.contains("traffic.load.agentic_profile"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={}"]);
+    assert!(e.contains("traffic.load.agentic_snapshot.seed") && e.contains("required"), "{e}");
+    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={seed: 3, at: 0.5}"]);
+    assert!(e.contains("traffic.load.agentic_snapshot.at"), "{e}");
     let e = config_refusal(SCENARIO, &["traffic.load.agentic_lanes=0"]);
     assert!(e.contains("traffic.load.agentic_lanes"), "{e}");
     // Lanes hold plays: a plain trace has none.
@@ -119,6 +138,78 @@ fn what_an_agentic_replay_cannot_do_is_refused_with_its_place() {
         &["traffic.load.agentic_lanes=2", "traffic.stop.requests=10"],
     );
     assert!(e.contains("traffic.load.agentic_lanes") && e.contains("agentic_mooncake"), "{e}");
+    let e = config_refusal(
+        "tests/scenarios/trace_azure_conv.yaml",
+        &["traffic.load.agentic_snapshot={seed: 1}", "traffic.stop.requests=10"],
+    );
+    assert!(e.contains("traffic.load.agentic_snapshot") && e.contains("agentic_mooncake"), "{e}");
+}
+
+#[test]
+fn aisimulate_defaults_written_out_change_nothing() {
+    let plain = predict_file_with(SCENARIO, &[]).unwrap();
+    let explicit = predict_file_with(
+        SCENARIO,
+        &[
+            "traffic.load.agentic_snapshot=null",
+            "traffic.load.agentic_warmup=false",
+            "traffic.load.agentic_profile=null",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        servesim_scenario::report::to_pretty_json(&explicit.json),
+        servesim_scenario::report::to_pretty_json(&plain.json)
+    );
+}
+
+#[test]
+fn a_seeded_snapshot_replays_each_play_from_its_cut() {
+    const SNAPSHOT: &str = "tests/scenarios/agentic_coding_vllm_snapshot.yaml";
+    let full = predict_file_with(SCENARIO, &[]).unwrap();
+    let p = predict_file_with(SNAPSHOT, &[]).unwrap();
+    let cut = trace().snapshot(7, 0);
+    let s = cut.snapshot.clone().unwrap();
+    // Every kept request still waits for what it waits for after the cut.
+    let sent = check_order_of(&cut, &p, 1, 1.0, 0.0);
+    let j = &p.json["servesim"]["agentic"]["snapshot"];
+    assert_eq!(j["seed"].as_u64(), Some(7));
+    assert_eq!(j["plays"].as_u64(), Some(12));
+    assert_eq!(j["cut_plays"].as_u64(), Some(12), "every play of the fixture spans time");
+    let history = j["history_requests"].as_u64().unwrap() as usize;
+    assert_eq!(sent + history, 340);
+    assert_eq!(sent, s.replayed_requests as usize);
+    let f = j["mean_cut_fraction"].as_f64().unwrap();
+    assert!((0.25..=0.75).contains(&f), "{f}");
+    // A play's later requests carry longer histories, and the cut leaves the cache cold for
+    // the conversation each first kept request continues.
+    let mean_input = |p: &servesim_scenario::Prediction| {
+        p.json["total_input_tokens"].as_f64().unwrap() / p.json["completed_requests"].as_f64().unwrap()
+    };
+    assert!(mean_input(&p) > mean_input(&full), "{} vs {}", mean_input(&p), mean_input(&full));
+    let reuse = |p: &servesim_scenario::Prediction| p.json["prefix_cache_reused_ratio"].as_f64().unwrap();
+    assert!(reuse(&p) < reuse(&full), "{} vs {}", reuse(&p), reuse(&full));
+    let summary = servesim_scenario::report::summary_table(&p);
+    assert!(summary.contains("snapshot (seed 7): 12 of 12 plays cut"), "{summary}");
+    // One seed, one run; another seed cuts elsewhere.
+    let again = predict_file_with(SNAPSHOT, &[]).unwrap();
+    assert_eq!(
+        servesim_scenario::report::to_pretty_json(&again.json),
+        servesim_scenario::report::to_pretty_json(&p.json)
+    );
+    let other = predict_file_with(SNAPSHOT, &["traffic.load.agentic_snapshot.seed=8"]).unwrap();
+    assert_ne!(
+        other.json["servesim"]["agentic"]["snapshot"]["history_requests"].as_u64(),
+        Some(history as u64)
+    );
+    // In lanes, the plays that take them at the start are cut, as AgentX cuts each lane; the
+    // plays that wait for a lane start from their beginning.
+    let four = predict_file_with(SNAPSHOT, &["traffic.load.agentic_lanes=4"]).unwrap();
+    let j = &four.json["servesim"]["agentic"]["snapshot"];
+    assert_eq!(j["cut_plays"].as_u64(), Some(4));
+    let cut4 = trace().snapshot(7, 4);
+    assert_eq!(check_order_in_lanes(&cut4, &four), cut4.rows.len());
+    assert!(cut4.rows.len() > sent);
 }
 
 #[test]
@@ -220,4 +311,63 @@ fn speculative_decoding_keeps_the_order_and_shortens_the_plays() {
         };
         assert!(play(&spec) < play(&plain), "{be}: {} vs {}", play(&spec), play(&plain));
     }
+}
+
+#[test]
+fn a_warmup_primes_each_conversation_before_the_snapshot_is_replayed() {
+    const SNAPSHOT: &str = "tests/scenarios/agentic_coding_vllm_snapshot.yaml";
+    let cold = predict_file_with(SNAPSHOT, &[]).unwrap();
+    let warm = predict_file_with("tests/scenarios/agentic_coding_vllm_warmup.yaml", &[]).unwrap();
+    let cut = trace().snapshot(7, 0);
+    let s = cut.snapshot.clone().unwrap();
+    let j = &warm.json["servesim"]["agentic"]["snapshot"];
+    let primers = j["warmup_primers"].as_u64().unwrap();
+    assert_eq!(primers, s.primers.len() as u64);
+    assert!(primers >= 12, "every play's conversations before the cut: {primers}");
+    // The primers run first and apart: every one is done before the replay's first request.
+    let start = j["replay_start_ms"].as_f64().unwrap();
+    let primed: Vec<_> = warm.requests.iter().filter(|r| r.warmup).collect();
+    assert_eq!(primed.len() as u64, primers);
+    assert!(primed.iter().all(|r| r.arrival_time_ms == 0.0 && r.output_length == 1));
+    let last_primer = primed.iter().map(|r| r.last_token_ms.unwrap()).fold(0.0, f64::max);
+    assert!(start > 0.0 && (start - last_primer).abs() < 1e-6, "{start} vs {last_primer}");
+    // The replay keeps its order, in trace time from the barrier.
+    assert_eq!(check_order_of(&cut, &warm, 1, 1.0, start), s.replayed_requests as usize);
+    // Primers are not measured: the same requests are counted, over the replay's span.
+    assert_eq!(warm.json["num_requests"], cold.json["num_requests"]);
+    assert_eq!(warm.json["total_input_tokens"], cold.json["total_input_tokens"]);
+    let last = warm.requests.iter().filter_map(|r| r.last_token_ms).fold(0.0, f64::max);
+    assert!((warm.json["duration_ms"].as_f64().unwrap() - (last - start)).abs() < 1e-6);
+    // The replay finds each conversation's history cached: more reuse, faster first tokens.
+    let f = |p: &servesim_scenario::Prediction, k: &str| p.json[k].as_f64().unwrap();
+    assert!(
+        f(&warm, "prefix_cache_reused_ratio") > f(&cold, "prefix_cache_reused_ratio"),
+        "{} vs {}",
+        f(&warm, "prefix_cache_reused_ratio"),
+        f(&cold, "prefix_cache_reused_ratio")
+    );
+    assert!(f(&warm, "mean_ttft_ms") < f(&cold, "mean_ttft_ms"));
+    let summary = servesim_scenario::report::summary_table(&warm);
+    assert!(summary.contains(&format!("warmup: {primers} one-token primers")), "{summary}");
+}
+
+/// The requests of a run of `t` in lanes, each checked to wait for what it waits for (a
+/// root's time depends on the lanes, so only dependents are checked); their number.
+fn check_order_in_lanes(t: &servesim_core::traffic::Trace, p: &servesim_scenario::Prediction) -> usize {
+    let keys = t.row_keys();
+    let mut rec: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+    for r in p.requests.iter().filter(|r| !r.warmup) {
+        let s: u32 = r.session_id.as_deref().unwrap().strip_prefix("session_").unwrap().parse().unwrap();
+        let row = keys.iter().position(|k| *k == (s, r.turn_index.unwrap())).unwrap();
+        rec.insert(row, (r.arrival_time_ms, r.last_token_ms.unwrap()));
+    }
+    for (row, (arrival, _)) in &rec {
+        let r = &t.rows[*row];
+        if r.wait_for.is_empty() {
+            continue;
+        }
+        let last = r.wait_for.iter().map(|d| rec[&(*d as usize)].1).fold(0.0, f64::max);
+        assert!((arrival - (last + r.delay.unwrap().as_ms_f64())).abs() < 1e-3, "row {row}");
+    }
+    rec.len()
 }

@@ -181,6 +181,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("hybrid_qwen35_vllm_sessions", "tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),
     ("agentic_coding_vllm", "tests/scenarios/agentic_coding_vllm.yaml"),
+    ("agentic_coding_vllm_warmup", "tests/scenarios/agentic_coding_vllm_warmup.yaml"),
     ("uncertainty_vllm_poisson", "tests/scenarios/uncertainty_vllm_poisson.yaml"),
 ];
 

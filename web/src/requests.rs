@@ -24,6 +24,9 @@ pub const COLUMNS: [(&str, &str, usize); 10] = [
     ("terminal_status", "status", 0),
 ];
 
+/// What the table calls a warmup primer (`"warmup": true` in requests.jsonl).
+pub const WARMUP: &str = "warmup primer";
+
 /// Rows shown at once; the rest are a sort or a filter away (and in the downloads).
 pub const SHOWN: usize = 100;
 
@@ -90,6 +93,8 @@ pub struct Row {
     pub session_id: Option<String>,
     /// The request's name in its trace (agentic traces), if any.
     pub request_id: Option<String>,
+    /// A warmup primer sent before an agentic snapshot's replay, not measured.
+    pub warmup: bool,
     /// `completed`, `rejected` or `canceled`.
     pub terminal_status: String,
     /// Arrival (ms from the start).
@@ -126,6 +131,8 @@ impl Row {
         match key {
             "uuid" => Cell::Text(Some(&self.uuid)),
             "session_id" => Cell::Text(self.session_id.as_deref()),
+            // A primer has no name in the trace; the page names what it is.
+            "request_id" if self.warmup => Cell::Text(Some(self.request_id.as_deref().unwrap_or(WARMUP))),
             "request_id" => Cell::Text(self.request_id.as_deref()),
             "terminal_status" => Cell::Text(Some(&self.terminal_status)),
             _ => Cell::Num(self.num(key)),
@@ -178,6 +185,7 @@ impl Records {
                         Some(r.terminal_status.as_str()),
                         r.session_id.as_deref(),
                         r.request_id.as_deref(),
+                        r.warmup.then_some(WARMUP),
                     ]
                     .into_iter()
                     .flatten()
@@ -305,6 +313,11 @@ mod tests {
         assert_eq!(cell_text(r.rows[0].get("ttft_ms"), 2), "30.50");
         assert_eq!(cell_text(r.rows[1].get("ttft_ms"), 2), "–");
         assert_eq!(cell_text(r.rows[1].get("uuid"), 0), "r-1");
+        // A warmup primer is named for what it is, and found by it.
+        let w = Records::parse("{\"uuid\": \"r-0\", \"terminal_status\": \"completed\", \"warmup\": true}\n");
+        assert_eq!(w.rows[0].get("request_id"), Cell::Text(Some(WARMUP)));
+        assert_eq!(w.select("uuid", false, "primer", 10), (vec![0], 1));
+        assert_eq!(r.rows[2].get("request_id"), Cell::Text(Some("play3/sub2.0/t1")));
     }
 
     #[test]

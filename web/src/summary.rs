@@ -286,8 +286,27 @@ pub fn agentic(p: &Value) -> String {
     } else {
         format!("{} completed", fmt_num(&a["completed_plays"], 0))
     };
+    let s = &a["snapshot"];
+    let snapshot = if s.is_object() {
+        format!(
+            " · snapshot (seed {}): {} of {} plays cut, {} earlier requests not replayed",
+            s["seed"],
+            fmt_num(&s["cut_plays"], 0),
+            fmt_num(&s["plays"], 0),
+            fmt_num(&s["history_requests"], 0)
+        )
+    } else {
+        String::new()
+    };
+    let warmup = match s["warmup_primers"].as_u64() {
+        Some(n) if n > 0 => format!(
+            " · {n} warmup primers, replay from {} s",
+            fmt_num(&Value::from(s["replay_start_ms"].as_f64().unwrap_or(0.0) / 1e3), 1)
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{} plays, {done} · {} s mean, {} s p90, {} s max to the last token",
+        "{} plays, {done} · {} s mean, {} s p90, {} s max to the last token{snapshot}{warmup}",
         fmt_num(&a["plays"], 0),
         secs("mean"),
         secs("p90"),
@@ -449,6 +468,19 @@ mod tests {
                 d["p90"].as_f64().unwrap() / 1e3,
                 d["max"].as_f64().unwrap() / 1e3
             )
+        );
+        let warm: Value = serde_json::from_str(include_str!(
+            "../../tests/golden/agentic_coding_vllm_warmup.prediction.json"
+        ))
+        .unwrap();
+        let s = &warm["servesim"]["agentic"]["snapshot"];
+        let text = agentic(&warm);
+        assert!(
+            text.contains(&format!(
+                " · snapshot (seed 7): 12 of 12 plays cut, {} earlier requests not replayed · {} warmup primers, replay from ",
+                s["history_requests"], s["warmup_primers"]
+            )),
+            "{text}"
         );
         assert_eq!(gpus(&p), fmt_num(&p["servesim"]["deployment"]["gpus"], 0));
         let ramp: Value =

@@ -152,6 +152,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/agentic_coding_vllm.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/agentic_coding_vllm_warmup.yaml"),
+            include_str!("../../tests/golden/agentic_coding_vllm_warmup.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/uncertainty_vllm_poisson.yaml"),
             include_str!("../../tests/golden/uncertainty_vllm_poisson.prediction.json"),
         ),

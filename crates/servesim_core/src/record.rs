@@ -48,6 +48,8 @@ pub struct Record {
     pub decode_worker: Option<u32>,
     /// State when it was recorded.
     pub status: Status,
+    /// A warmup request ([`crate::request::RequestSpec::warmup`]), not measured.
+    pub warmup: bool,
 }
 
 impl From<&Request> for Record {
@@ -71,6 +73,7 @@ impl From<&Request> for Record {
             prefill_worker: r.prefill_worker,
             decode_worker: r.decode_worker,
             status: r.status,
+            warmup: r.spec.warmup,
         }
     }
 }
@@ -166,7 +169,14 @@ mod tests {
             prefill_worker: None,
             decode_worker: None,
             status: Status::Waiting,
+            warmup: false,
         }
+    }
+
+    #[test]
+    fn a_record_takes_160_bytes() {
+        // ARCHITECTURE.md states the size: a run keeps one per arrival.
+        assert_eq!(core::mem::size_of::<Record>(), 160);
     }
 
     #[test]

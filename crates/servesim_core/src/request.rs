@@ -32,6 +32,9 @@ pub struct RequestSpec {
     /// can only ever be looked up by this request itself, so the prefix cache need not index
     /// it. The source may overstate it (that only costs time), never understate it.
     pub public_tokens: u32,
+    /// Sent before the measured replay to bring its caches to where the replay begins
+    /// (AgentX's warmup primers, [`crate::traffic::Trace::warmup`]); left out of the metrics.
+    pub warmup: bool,
 }
 
 /// [`RequestSpec::public_tokens`] when any of a request's content may be shared.
@@ -436,6 +439,7 @@ mod tests {
                 output_stream: 0,
                 session: None,
                 public_tokens: ALL_SHARED,
+                warmup: false,
             },
             16,
         );
@@ -456,6 +460,7 @@ mod tests {
             output_stream: 9,
             session: None,
             public_tokens: ALL_SHARED,
+            warmup: false,
         };
         let mut r = Request::new(spec, 4);
         for t in 0..3 {
@@ -478,6 +483,7 @@ mod tests {
             output_stream: 9,
             session: None,
             public_tokens,
+            warmup: false,
         };
         let mut all = Request::new(spec(ALL_SHARED), 4);
         all.hash_known_blocks();

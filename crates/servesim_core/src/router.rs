@@ -291,6 +291,7 @@ mod tests {
                 output_stream: 6,
                 session: None,
                 public_tokens: crate::request::ALL_SHARED,
+                warmup: false,
             },
             16,
         );
@@ -328,6 +329,7 @@ mod tests {
                     output_stream: 1,
                     session,
                     public_tokens: crate::request::ALL_SHARED,
+                    warmup: false,
                 },
                 16,
             );

@@ -574,7 +574,7 @@ impl Simulation {
                     // A refused request's forecast demand ends unserved (Belady).
                     oracle.borrow_mut().retire(req.seq);
                 }
-                self.traffic.on_request_done(self.now, req.spec.session, req.content());
+                self.traffic.on_request_done(self.now, (req.spec.session, req.spec.warmup), req.content());
                 self.records.set(req.seq, Record::from(&req));
                 self.finished += 1;
                 continue;
@@ -652,14 +652,14 @@ impl Simulation {
     /// Accounts a request that emitted its last token.
     fn complete(&mut self, id: ReqId) {
         let r = &mut self.requests[id as usize];
-        let session = r.spec.session;
+        let key = (r.spec.session, r.spec.warmup);
         // The client is done when it has the last token, which a busy serving process may
         // write after the engine emitted it.
         let seen = if r.stamps.last_token == crate::request::NEVER { self.now } else { r.stamps.last_token };
         if let Some(a) = self.autoscale.as_mut() {
             a.observe_finished(r, seen);
         }
-        self.traffic.on_request_done(seen.max(self.now), session, r.content());
+        self.traffic.on_request_done(seen.max(self.now), key, r.content());
         r.release_content();
         self.records.set(r.seq, Record::from(&*r));
         self.free.push(id);

@@ -159,6 +159,14 @@ pub struct Trace {
     /// Each row's name in its file (agentic Mooncake's `request_id`), for per-request records;
     /// empty when the rows have none.
     pub request_ids: Vec<String>,
+    /// When this trace is a seeded snapshot of another ([`Trace::snapshot`]): what the cut
+    /// kept and dropped.
+    pub snapshot: Option<Snapshot>,
+    /// Requests sent at time zero before a dependency graph's replay (AgentX's warmup: a
+    /// one-token primer of each conversation's last prompt before a snapshot's cut,
+    /// [`Snapshot::primers`]). The replay starts when all of them have completed, its
+    /// timestamps counted from then; they are not measured.
+    pub warmup: Vec<TraceRow>,
 }
 
 impl Trace {
@@ -166,7 +174,28 @@ impl Trace {
     #[must_use]
     pub fn new(rows: Vec<TraceRow>, block_size: u32) -> Self {
         let public_tokens = shared_prefixes(&rows, block_size);
-        Trace { rows, block_size, public_tokens, dag: false, request_ids: Vec::new() }
+        Trace {
+            rows,
+            block_size,
+            public_tokens,
+            dag: false,
+            request_ids: Vec::new(),
+            snapshot: None,
+            warmup: Vec::new(),
+        }
+    }
+
+    /// This trace with `warmup` sent before its replay ([`Trace::warmup`]). A row's shared
+    /// prefix ([`Trace::public_tokens`]) counts what the warmup's requests share with it too.
+    #[must_use]
+    pub fn with_warmup(mut self, warmup: Vec<TraceRow>) -> Self {
+        let mut all = self.rows.clone();
+        all.extend(warmup.iter().cloned());
+        let mut public = shared_prefixes(&all, self.block_size);
+        public.truncate(self.rows.len());
+        self.public_tokens = public;
+        self.warmup = warmup;
+        self
     }
 
     /// A trace whose rows wait for each other ([`TraceRow::wait_for`]). The caller checks
@@ -315,6 +344,8 @@ const TRACE_NAMESPACE: u64 = 0x7AACE;
 const PREFIX_NAMESPACE: u64 = 0x9F1E;
 /// Content-id namespace of prompt-pool entries.
 const POOL_NAMESPACE: u64 = 0x9001;
+/// Content-id namespace of warmup primers' own tails and outputs.
+const WARMUP_NAMESPACE: u64 = 0x3A2A;
 
 /// One prompt of a synthetic prompt pool.
 #[derive(Clone, Copy, Debug)]
@@ -405,6 +436,10 @@ pub struct Traffic {
     pool: Option<PromptPool>,
     /// Dependency bookkeeping, when replaying a dependency-graph trace.
     dag: Option<Dag>,
+    /// Warmup requests ([`Trace::warmup`]) not yet completed: the replay waits for them.
+    warmup_left: u32,
+    /// When the replay's trace time zero falls: when its warmup completed (zero without one).
+    replay_start: SimTime,
 }
 
 impl Traffic {
@@ -464,6 +499,8 @@ impl Traffic {
             frontend: Rng::stream(root_seed, Stream::Frontend),
             pool,
             dag,
+            warmup_left: 0,
+            replay_start: SimTime::ZERO,
         };
         match t.spec.load {
             Load::Concurrency(c) => {
@@ -477,11 +514,39 @@ impl Traffic {
                 t.start_job(SimTime::ZERO);
             }
             Load::TraceTimestamps { .. } => {
-                let at = t.trace_job_start(0);
-                t.start_job(at);
+                if !t.send_warmup() {
+                    let at = t.trace_job_start(0);
+                    t.start_job(at);
+                }
             }
         }
         t
+    }
+
+    /// Sends a dependency graph's warmup requests at time zero; false when it has none.
+    fn send_warmup(&mut self) -> bool {
+        let Source::Trace(t) = &self.spec.source else { return false };
+        if !t.dag || t.warmup.is_empty() {
+            return false;
+        }
+        let t = Arc::clone(t);
+        for (i, row) in t.warmup.iter().enumerate() {
+            // The primer's covered blocks are the conversation's; its tail is its own.
+            let tail = mix2(WARMUP_NAMESPACE ^ self.content_seed, i as u64);
+            let prompt = trace_prompt(row, t.block_size, tail);
+            let spec = RequestSpec {
+                arrival: SimTime::ZERO,
+                prompt,
+                output_tokens: row.output_tokens.max(1),
+                output_stream: mix2(WARMUP_NAMESPACE ^ self.content_seed, u64::MAX - i as u64),
+                session: None,
+                public_tokens: ALL_SHARED,
+                warmup: true,
+            };
+            self.pending.push(SimTime::ZERO, spec);
+        }
+        self.warmup_left = u32::try_from(t.warmup.len()).unwrap_or(u32::MAX);
+        true
     }
 
     /// Requests sent so far.
@@ -490,10 +555,14 @@ impl Traffic {
         self.requests_sent
     }
 
-    /// Requests this traffic sends at most.
+    /// Requests this traffic sends at most, warmup requests included.
     #[must_use]
     pub fn total(&self) -> u32 {
-        self.max_requests
+        let warmup = match &self.spec.source {
+            Source::Trace(t) if t.dag => u32::try_from(t.warmup.len()).unwrap_or(u32::MAX),
+            _ => 0,
+        };
+        self.max_requests.saturating_add(warmup)
     }
 
     /// When the next request arrives or leaves the frontend, if any is scheduled.
@@ -536,6 +605,7 @@ impl Traffic {
             // Open loops start the next job when this one's first request arrives (a graph's
             // jobs are its roots).
             let first_of_job = match (&self.dag, &self.spec.source, spec.session) {
+                _ if spec.warmup => false,
                 (Some(dag), Source::Trace(t), Some(key)) => dag.opens_job(key, t, &self.trace_jobs),
                 _ => spec.session.is_none_or(|(_, turn)| turn == 0),
             };
@@ -562,8 +632,24 @@ impl Traffic {
     }
 
     /// Tells the traffic that a request finished (or was rejected) at `now`; `session` and
-    /// `content` are that request's session and its prompt plus generated tokens.
-    pub fn on_request_done(&mut self, now: SimTime, session: Option<(u32, u32)>, content: &[Segment]) {
+    /// `content` are that request's session and its prompt plus generated tokens, `warmup`
+    /// its [`RequestSpec::warmup`].
+    pub fn on_request_done(
+        &mut self,
+        now: SimTime,
+        (session, warmup): (Option<(u32, u32)>, bool),
+        content: &[Segment],
+    ) {
+        if warmup {
+            // The last warmup request to complete starts the replay.
+            self.warmup_left = self.warmup_left.saturating_sub(1);
+            if self.warmup_left == 0 {
+                self.replay_start = now;
+                let at = self.trace_job_start(0);
+                self.start_job(at);
+            }
+            return;
+        }
         if self.dag.is_some() {
             // A closed loop over a graph starts the next root when a request nothing waits
             // for (a leaf) finishes.
@@ -644,7 +730,7 @@ impl Traffic {
     fn trace_job_start(&self, job: usize) -> SimTime {
         let Source::Trace(t) = &self.spec.source else { return SimTime::ZERO };
         let row = self.trace_jobs.get(job).and_then(|j| j.first()).and_then(|r| t.rows.get(*r));
-        SimTime::ZERO + row.map_or(SimDur::ZERO, |r| self.scaled(r.timestamp))
+        self.replay_start + row.map_or(SimDur::ZERO, |r| self.scaled(r.timestamp))
     }
 
     /// Starts the next job at `at`. False when the stop rules allow no more.
@@ -807,6 +893,7 @@ impl Traffic {
             output_stream: mix2(self.content_seed, 2 * n + 1),
             session,
             public_tokens: if self.spec.all_content_shared { ALL_SHARED } else { public_tokens },
+            warmup: false,
         }
     }
 }
@@ -865,7 +952,10 @@ pub fn arrival_times(spec: &TrafficSpec, root_seed: u64) -> Vec<SimTime> {
 }
 
 mod dag;
+mod snapshot;
+
 use dag::{dag_plays, dag_roots, Dag};
+pub use snapshot::Snapshot;
 
 #[cfg(test)]
 mod tests;

@@ -158,6 +158,12 @@ pub struct LoadConfig {
     pub seed: u64,
     /// `agentic_lanes` (agentic traces at their timestamps): at most this many plays at once.
     pub agentic_lanes: Option<u32>,
+    /// `agentic_snapshot: {seed}` (agentic traces at their timestamps): replay each play from
+    /// a cut drawn with this seed ([`servesim_core::traffic::Trace::snapshot`]).
+    pub agentic_snapshot: Option<u64>,
+    /// `agentic_warmup`: before the replay, send each conversation's last prompt before the
+    /// snapshot's cut as a one-token primer and start the replay when all have completed.
+    pub agentic_warmup: bool,
 }
 
 /// `traffic.load.type` and its parameters.

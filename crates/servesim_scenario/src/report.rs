@@ -209,6 +209,10 @@ pub struct RequestRecord {
     /// absent for other traffic).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// A warmup primer sent before the measured replay (`traffic.load.agentic_warmup`;
+    /// servesim extension, absent for measured requests): left out of every metric.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
     /// Arrival time (ms from the start).
     pub arrival_time_ms: f64,
     /// First admission by a scheduler.
@@ -280,6 +284,7 @@ fn record(i: ReqSeq, r: &Record, prefill_workers: Option<u32>) -> RequestRecord 
         turn_index: r.session.map(|(_, t)| t),
         uuid: format!("request_{i}"),
         request_id: None,
+        warmup: r.warmup,
         arrival_time_ms: a.as_ms_f64(),
         first_admit_ms: ms(r.stamps.first_admit),
         first_token_ms: first,

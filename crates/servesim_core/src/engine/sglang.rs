@@ -299,6 +299,7 @@ mod tests {
                 output_stream: own + 1000,
                 session: None,
                 public_tokens: crate::request::ALL_SHARED,
+                warmup: false,
             },
             1,
         )

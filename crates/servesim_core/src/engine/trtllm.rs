@@ -199,6 +199,7 @@ mod tests {
                 output_stream: id + 1000,
                 session: None,
                 public_tokens: crate::request::ALL_SHARED,
+                warmup: false,
             },
             1,
         )

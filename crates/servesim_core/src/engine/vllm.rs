@@ -243,6 +243,7 @@ mod tests {
                 output_stream: stream + 1000,
                 session: None,
                 public_tokens: crate::request::ALL_SHARED,
+                warmup: false,
             },
             16,
         );
@@ -276,6 +277,7 @@ mod tests {
                     output_stream: tail + 1000,
                     session: None,
                     public_tokens: crate::request::ALL_SHARED,
+                    warmup: false,
                 },
                 16,
             );

@@ -36,7 +36,7 @@ impl Simulation {
             self.context_limit.is_some_and(|l| req.input_tokens.saturating_add(req.spec.output_tokens) > l);
         if !fits || too_long {
             req.status = Status::Rejected;
-            self.traffic.on_request_done(self.now, req.spec.session, req.content());
+            self.traffic.on_request_done(self.now, (req.spec.session, req.spec.warmup), req.content());
             self.records.set(req.seq, Record::from(&req));
             self.finished += 1;
             return;

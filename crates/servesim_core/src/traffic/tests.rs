@@ -109,10 +109,10 @@ fn concurrency_sends_the_first_wave_at_zero_then_on_completion() {
     }
     assert_eq!(first.len(), 3);
     assert!(t.next_arrival().is_none());
-    t.on_request_done(SimTime::from_ns(50), None, &[]);
+    t.on_request_done(SimTime::from_ns(50), (None, false), &[]);
     assert_eq!(t.next_arrival(), Some(SimTime::from_ns(50)));
-    t.on_request_done(SimTime::from_ns(60), None, &[]);
-    t.on_request_done(SimTime::from_ns(70), None, &[]); // Beyond the stop rule: ignored.
+    t.on_request_done(SimTime::from_ns(60), (None, false), &[]);
+    t.on_request_done(SimTime::from_ns(70), (None, false), &[]); // Beyond the stop rule: ignored.
     assert_eq!(t.generated(), 5);
 }
 
@@ -147,7 +147,7 @@ fn sessions_send_the_next_turn_after_think_time_with_the_history_as_prefix() {
     // Turn 0 of session 0 ends at 1 s having generated 10 tokens.
     let mut done = a.prompt.clone();
     done.push(Segment { id: a.output_stream, len: 10 });
-    t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+    t.on_request_done(SimTime::from_ms(1000), (a.session, false), &done);
     assert_eq!(t.next_arrival(), Some(SimTime::from_ms(1500)));
     let next = t.pop_due(SimTime::from_ms(1500)).unwrap();
     assert_eq!(next.session, Some((0, 1)));
@@ -165,7 +165,7 @@ fn each_source_states_the_content_other_requests_may_share() {
     let mut done = a.prompt.clone();
     done.push(Segment { id: a.output_stream, len: 10 });
     t.pop_due(SimTime::ZERO).unwrap();
-    t.on_request_done(SimTime::from_ms(1000), a.session, &done);
+    t.on_request_done(SimTime::from_ms(1000), (a.session, false), &done);
     let last = t.pop_due(SimTime::from_ms(1500)).unwrap();
     assert_eq!(last.session, Some((0, 1)));
     assert_eq!(last.public_tokens, 110, "the first turn's prompt and output");
@@ -188,10 +188,10 @@ fn a_finished_session_frees_its_slot() {
     let mut t = Traffic::new(session_spec(1, 0.0), 1);
     let a = t.pop_due(SimTime::ZERO).unwrap();
     let _b = t.pop_due(SimTime::ZERO).unwrap();
-    t.on_request_done(SimTime::from_ms(10), a.session, &a.prompt);
+    t.on_request_done(SimTime::from_ms(10), (a.session, false), &a.prompt);
     let c = t.pop_due(SimTime::from_ms(10)).unwrap();
     assert_eq!(c.session, Some((2, 0)));
-    t.on_request_done(SimTime::from_ms(20), c.session, &c.prompt);
+    t.on_request_done(SimTime::from_ms(20), (c.session, false), &c.prompt);
     assert!(t.next_arrival().is_none(), "max_sessions reached");
 }
 
@@ -255,7 +255,7 @@ fn trace_timestamps_with_speedup_and_session_delays() {
     assert_eq!(r0.prompt[0], r1.prompt[0]);
     assert_eq!(t.next_arrival(), Some(SimTime::from_ms(150)));
     // The session's second turn arrives 50 ms / 2 after its first completes.
-    t.on_request_done(SimTime::from_ms(120), r1.session, &r1.prompt);
+    t.on_request_done(SimTime::from_ms(120), (r1.session, false), &r1.prompt);
     assert_eq!(t.next_arrival(), Some(SimTime::from_ms(145)));
     let r2 = t.pop_due(SimTime::from_ms(145)).unwrap();
     assert_eq!(r2.session, Some((1, 1)));
@@ -361,20 +361,20 @@ fn a_dependency_graph_sends_each_row_after_what_it_waits_for() {
     assert_eq!(root.session, Some((0, 0)));
     assert_eq!(t.next_arrival(), Some(SimTime::from_ms(150)));
     // The root completes at 60 ms: row 3 still waits for row 2, which is sent 40 / 2 ms later.
-    t.on_request_done(SimTime::from_ms(60), root.session, &root.prompt);
+    t.on_request_done(SimTime::from_ms(60), (root.session, false), &root.prompt);
     let b = t.pop_due(SimTime::from_ms(80)).unwrap();
     assert_eq!((b.arrival, b.session), (SimTime::from_ms(80), Some((1, 0))));
     let lone = t.pop_due(SimTime::from_ms(150)).unwrap();
     assert_eq!(lone.session, Some((3, 0)), "a row without a session gets its own after the trace's");
     // Row 2 completes at 200 ms: the join (row 3) goes 20 / 2 ms after the later dependency.
-    t.on_request_done(SimTime::from_ms(200), b.session, &b.prompt);
+    t.on_request_done(SimTime::from_ms(200), (b.session, false), &b.prompt);
     let join = t.pop_due(SimTime::from_ms(210)).unwrap();
     assert_eq!((join.arrival, join.session), (SimTime::from_ms(210), Some((2, 0))));
     assert!(t.next_arrival().is_none());
     // Row 1, listed second, waits for the join; finishing the lone root releases nothing.
-    t.on_request_done(SimTime::from_ms(220), lone.session, &lone.prompt);
+    t.on_request_done(SimTime::from_ms(220), (lone.session, false), &lone.prompt);
     assert!(t.next_arrival().is_none());
-    t.on_request_done(SimTime::from_ms(300), join.session, &join.prompt);
+    t.on_request_done(SimTime::from_ms(300), (join.session, false), &join.prompt);
     let last = t.pop_due(SimTime::from_ms(305)).unwrap();
     assert_eq!((last.arrival, last.session), (SimTime::from_ms(305), Some((0, 1))));
     assert_eq!(t.generated(), 5);
@@ -394,7 +394,7 @@ fn a_dependency_graph_stops_at_the_request_limit() {
     let mut t = Traffic::new(spec, 1);
     // Requests count once created: the second root is created when the first arrives.
     let root = t.pop_due(SimTime::from_ms(100)).unwrap();
-    t.on_request_done(SimTime::from_ms(110), root.session, &root.prompt);
+    t.on_request_done(SimTime::from_ms(110), (root.session, false), &root.prompt);
     assert_eq!(t.next_arrival(), Some(SimTime::from_ms(300)), "row 2 is past the limit");
     let lone = t.pop_due(SimTime::from_ms(300)).unwrap();
     assert_eq!(lone.session, Some((3, 0)));
@@ -415,17 +415,175 @@ fn in_one_lane_a_play_starts_when_the_play_before_it_is_done() {
     };
     let mut t = Traffic::new(spec, 1);
     let root = t.pop_due(SimTime::from_ms(100)).unwrap();
-    t.on_request_done(SimTime::from_ms(110), root.session, &root.prompt);
+    t.on_request_done(SimTime::from_ms(110), (root.session, false), &root.prompt);
     // Row 2, 40 ms later; row 4's timestamp (300 ms) passes while its lane is taken.
     let b = t.pop_due(SimTime::from_ms(150)).unwrap();
     assert_eq!(t.next_arrival(), None);
-    t.on_request_done(SimTime::from_ms(400), b.session, &b.prompt);
+    t.on_request_done(SimTime::from_ms(400), (b.session, false), &b.prompt);
     let join = t.pop_due(SimTime::from_ms(420)).unwrap();
-    t.on_request_done(SimTime::from_ms(500), join.session, &join.prompt);
+    t.on_request_done(SimTime::from_ms(500), (join.session, false), &join.prompt);
     let last = t.pop_due(SimTime::from_ms(510)).unwrap();
     assert_eq!(last.session, Some((0, 1)));
     assert_eq!(t.next_arrival(), None, "the play is not done until its last row is");
-    t.on_request_done(SimTime::from_ms(600), last.session, &last.prompt);
+    t.on_request_done(SimTime::from_ms(600), (last.session, false), &last.prompt);
     let next = t.pop_due(SimTime::from_ms(600)).unwrap();
     assert_eq!((next.arrival, next.session), (SimTime::from_ms(600), Some((3, 0))));
+}
+
+/// One play that is a chain of eleven requests, 10 s apart in nominal start (0 .. 100 s, the
+/// root at 5 s), named r0 .. r10; a lone root r11 at 500 s is a play of its own.
+fn chain() -> Trace {
+    let mut rows: Vec<TraceRow> = (0..11u32)
+        .map(|i| TraceRow {
+            timestamp: SimDur::from_ms(if i == 0 { 5_000 } else { 0 }),
+            session: Some(i % 2),
+            input_tokens: 1000 * (i + 1),
+            output_tokens: 10,
+            hash_ids: (0..u64::from(i + 1)).collect(),
+            delay: (i > 0).then(|| SimDur::from_ms(10_000)),
+            wait_for: if i == 0 { vec![] } else { vec![i - 1] },
+        })
+        .collect();
+    rows.push(TraceRow {
+        timestamp: SimDur::from_ms(500_000),
+        session: None,
+        input_tokens: 100,
+        output_tokens: 10,
+        hash_ids: vec![99],
+        delay: None,
+        wait_for: vec![],
+    });
+    let mut t = Trace::dag(rows, 1000);
+    t.request_ids = (0..12).map(|i| alloc::format!("r{i}")).collect();
+    t
+}
+
+#[test]
+fn nominal_starts_add_each_rows_delay_to_the_latest_of_what_it_waits_for() {
+    let starts = chain().nominal_starts();
+    assert_eq!(starts[0], Some(SimDur::from_ms(5_000)));
+    assert_eq!(starts[10], Some(SimDur::from_ms(105_000)));
+    // The graph of `dag()`: row 3 joins rows 0 (100 ms) and 2 (100 + 40 ms), then waits 20 ms.
+    let d = dag().nominal_starts();
+    assert_eq!(d[3], Some(SimDur::from_ms(160)));
+    assert_eq!(d[1], Some(SimDur::from_ms(170)));
+}
+
+#[test]
+fn a_snapshot_cuts_each_play_between_a_quarter_and_three_quarters_of_its_span() {
+    let full = chain();
+    let mut histories = BTreeSet::new();
+    for seed in 0..64 {
+        let t = full.snapshot(seed, 0);
+        let s = t.snapshot.clone().unwrap();
+        assert_eq!(t, full.snapshot(seed, 0), "one seed, one snapshot");
+        // The chain's cut lies 25-75 s into its 100 s span: rows starting before it are history.
+        let history = s.history_requests as usize;
+        assert!((3..=8).contains(&history), "seed {seed}: {history} rows cut");
+        assert!((0.25..=0.75).contains(&s.mean_cut_fraction));
+        histories.insert(history);
+        assert_eq!((s.plays, s.cut_plays), (2, 1), "the lone root has no span to cut");
+        assert_eq!(s.replayed_requests as usize + history, full.rows.len());
+        // The kept rows are the chain's tail and the lone root, in file order.
+        let kept: Vec<usize> = t.request_ids.iter().map(|id| id[1..].parse().unwrap()).collect();
+        assert_eq!(kept, (history..12).collect::<Vec<_>>());
+        // The first kept row waited for a cut one: it is a root now, at its nominal start's
+        // offset from the cut (at most 10 s), counted from the play's first start.
+        let first = &t.rows[0];
+        assert!(first.wait_for.is_empty() && first.delay.is_none());
+        assert!(t.rows[1..11 - history].iter().enumerate().all(|(i, r)| r.wait_for == [i as u32]));
+        let lone = t.rows.last().unwrap();
+        // The lone root keeps its place: 495 s after the chain's first start, less the
+        // chain's first kept row's offset from the cut (under 10 s).
+        assert_eq!(first.timestamp, SimDur::ZERO);
+        assert!((485_000..=495_000).contains(&(lone.timestamp.as_ns() / 1_000_000)), "{:?}", lone.timestamp);
+        // Each conversation's last cut prompt, as a one-token primer (sessions alternate along
+        // the chain, so those are the last two cut rows).
+        let mut primed: Vec<u32> = s.primers.iter().map(|p| p.input_tokens / 1000 - 1).collect();
+        primed.sort_unstable();
+        assert_eq!(primed, [history as u32 - 2, history as u32 - 1]);
+        assert!(s.primers.iter().all(|p| p.output_tokens == 1 && p.wait_for.is_empty()));
+        let row = &full.rows[history - 1];
+        assert!(s.primers.iter().any(|p| p.hash_ids == row.hash_ids && p.session == row.session));
+    }
+    assert!(histories.len() >= 4, "the cut moves with the seed: {histories:?}");
+}
+
+#[test]
+fn a_snapshot_keeps_what_a_kept_row_waits_for_after_the_cut() {
+    // dag(): rows 0-3 (and 1) form a play whose starts span 100-170 ms; row 4 is alone.
+    let full = dag();
+    for seed in 0..32 {
+        let t = full.snapshot(seed, 0);
+        let s = t.snapshot.clone().unwrap();
+        // Root 0 starts at the span's first instant and always goes; row 1 (170 ms) always stays.
+        assert!(s.history_requests >= 1);
+        assert_eq!(t.rows.len() as u32, s.replayed_requests);
+        for row in &t.rows {
+            assert!(row.wait_for.iter().all(|d| (*d as usize) < t.rows.len()));
+        }
+        // Whatever is kept, every kept row is sent: the graph has no dangling dependency.
+        let spec = TrafficSpec {
+            source: Source::Trace(Arc::new(t.clone())),
+            load: Load::TraceTimestamps { speedup: 1.0, max_plays: 0 },
+            stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+            all_content_shared: false,
+            rate_changes: Vec::new(),
+        };
+        let mut traffic = Traffic::new(spec, 1);
+        let mut sent = 0;
+        while let Some(at) = traffic.next_arrival() {
+            if let Some(r) = traffic.pop_due(at) {
+                sent += 1;
+                traffic.on_request_done(at + SimDur::from_ms(1), (r.session, false), &r.prompt);
+            }
+        }
+        assert_eq!(sent, t.rows.len(), "seed {seed}");
+    }
+}
+
+#[test]
+fn a_warmup_sends_its_primers_first_and_the_replay_when_the_last_is_done() {
+    let t = chain().snapshot(3, 0);
+    let s = t.snapshot.clone().unwrap();
+    let t = t.with_warmup(s.primers.clone());
+    let kept_first = t.rows[0].clone();
+    let spec = TrafficSpec {
+        source: Source::Trace(Arc::new(t)),
+        load: Load::TraceTimestamps { speedup: 1.0, max_plays: 0 },
+        stop: Stop { max_requests: u32::MAX, max_sessions: u32::MAX },
+        all_content_shared: false,
+        rate_changes: Vec::new(),
+    };
+    let mut traffic = Traffic::new(spec, 1);
+    assert_eq!(traffic.total(), s.replayed_requests + 2, "two conversations, two primers");
+    let a = traffic.pop_due(SimTime::ZERO).unwrap();
+    let b = traffic.pop_due(SimTime::ZERO).unwrap();
+    assert!(a.warmup && b.warmup && a.output_tokens == 1 && a.session.is_none());
+    // Nothing of the replay is due while a primer is out, however long it takes.
+    assert_eq!(traffic.next_arrival(), None);
+    traffic.on_request_done(SimTime::from_ms(700), (a.session, true), &a.prompt);
+    assert_eq!(traffic.next_arrival(), None);
+    traffic.on_request_done(SimTime::from_ms(900), (b.session, true), &b.prompt);
+    // The replay's trace time starts at the barrier: its first root (at zero) goes then.
+    let first = traffic.pop_due(SimTime::from_ms(900)).unwrap();
+    assert!(!first.warmup);
+    assert_eq!(first.input_tokens(), kept_first.input_tokens);
+    // The later primer primes the cut row right before the first kept one: same blocks.
+    let primer = if b.input_tokens() + 1000 == first.input_tokens() { &b } else { &a };
+    assert_eq!(first.prompt[..primer.prompt.len() - 1], primer.prompt[..primer.prompt.len() - 1]);
+    // The lone root keeps its place, counted from the barrier too.
+    let lone = drain(traffic).into_iter().find(|r| r.input_tokens() == 100).unwrap();
+    assert!(lone.arrival >= SimTime::from_ms(900 + 485_000), "{:?}", lone.arrival);
+}
+
+#[test]
+fn a_rows_shared_prefix_counts_what_a_warmup_shares_with_it() {
+    // A row alone shares nothing; a primer of the same blocks, sent before it, shares all.
+    let row = dag().rows[4].clone();
+    let alone = Trace::dag(vec![row.clone()], 512);
+    assert_eq!(alone.public_tokens, [0]);
+    let primed = alone.with_warmup(vec![TraceRow { output_tokens: 1, ..row }]);
+    assert_eq!(primed.public_tokens, [600], "the primer's blocks are the row's whole prompt");
+    assert_eq!(primed.warmup.len(), 1);
 }

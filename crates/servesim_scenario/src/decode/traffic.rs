@@ -4,7 +4,7 @@
 use servesim_core::traffic::LengthDist;
 
 use crate::config::{LoadConfig, LoadKind, SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig};
-use crate::diag::{choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
+use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
 
 use super::{MAX_CONCURRENCY, MAX_REQUESTS, MAX_TOKENS};
@@ -22,6 +22,8 @@ pub(super) fn default_traffic() -> TrafficConfig {
             rate_schedule: Vec::new(),
             seed: 42,
             agentic_lanes: None,
+            agentic_snapshot: None,
+            agentic_warmup: false,
         },
         stop: StopConfig::default(),
     }
@@ -58,14 +60,19 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
     f.finish(cx, &["source", "load", "stop"], "");
     let (source, load) = (source?, load?);
     let agentic = matches!(source, SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. });
-    if load.agentic_lanes.is_some() && !agentic {
-        let at = node.get("load").and_then(|l| l.get("agentic_lanes"));
-        cx.domain(
-            &crate::diag::join(path, "load.agentic_lanes"),
-            at.unwrap_or(node),
-            "lanes hold plays of an agentic_mooncake trace (traffic.source.format), and this source has none",
-        );
-        return None;
+    for (set, key, what) in [
+        (load.agentic_lanes.is_some(), "agentic_lanes", "lanes hold"),
+        (load.agentic_snapshot.is_some(), "agentic_snapshot", "a snapshot cuts"),
+    ] {
+        if set && !agentic {
+            let at = node.get("load").and_then(|l| l.get(key));
+            cx.domain(
+                &crate::diag::join(path, &format!("load.{key}")),
+                at.unwrap_or(node),
+                format!("{what} plays of an agentic_mooncake trace (traffic.source.format), and this source has none"),
+            );
+            return None;
+        }
     }
     // A graph's requests start when what they wait for completes, its roots at their
     // timestamps; a closed loop or a rate has nothing to pace (AISimulate replays agentic
@@ -432,9 +439,32 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         }
         None => Some(None),
     };
-    for k in ["agentic_snapshot", "agentic_warmup", "agentic_profile"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(&p, n, "AgentX's snapshots, warmup and recycled profiles are not simulated by servesim yet (agentic_lanes is)");
+    let snapshot = match f.take("agentic_snapshot") {
+        Some((n, _)) if matches!(n.value, Value::Null) => Some(None),
+        Some((n, p)) if kind == "trace_timestamps" => decode_snapshot(n, &p, cx).map(Some),
+        Some((n, p)) => {
+            cx.domain(&p, n, "a snapshot cuts the plays of an agentic_mooncake trace replayed at its timestamps (load type trace_timestamps)");
+            None
+        }
+        None => Some(None),
+    };
+    // AISimulate's defaults (no warmup, no recycled profile) may be written out.
+    let warmup = match f.take("agentic_warmup") {
+        Some((n, _)) if matches!(n.value, Value::Null) => Some(false),
+        Some((n, p)) => match boolean(n, &p, cx) {
+            // The primers are a snapshot's; AgentX's ten generic one-token requests a lane
+            // are not simulated, so a warmup without a snapshot would be nothing but them.
+            Some(true) if !matches!(snapshot, Some(Some(_))) => {
+                cx.unsupported(&p, n, "servesim's warmup primes each conversation's last prompt before an agentic_snapshot's cut (set one); AgentX's generic warmup requests alone are not simulated");
+                None
+            }
+            w => w,
+        },
+        None => Some(false),
+    };
+    if let Some((n, p)) = f.take("agentic_profile") {
+        if !matches!(n.value, Value::Null) {
+            cx.unsupported(&p, n, "AgentX's recycled profiles are not simulated by servesim yet (agentic_snapshot and agentic_lanes are)");
         }
     }
     let context = match source {
@@ -443,7 +473,32 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         SourceKind::Trace => format!("to load type '{kind}' of a trace source"),
     };
     f.finish(cx, LOAD_KEYS, &context);
-    Some(LoadConfig { kind: out?, rate_schedule: rate_schedule?, seed: seed?, agentic_lanes: lanes? })
+    Some(LoadConfig {
+        kind: out?,
+        rate_schedule: rate_schedule?,
+        seed: seed?,
+        agentic_lanes: lanes?,
+        agentic_snapshot: snapshot?,
+        agentic_warmup: warmup?,
+    })
+}
+
+/// `agentic_snapshot: {seed}`: the seed of the plays' cuts.
+fn decode_snapshot(node: &Node, path: &str, cx: &mut Cx) -> Option<u64> {
+    let mut f = Fields::of(node, path, cx)?;
+    let seed = match f.take("seed") {
+        Some((n, p)) => u64_min(n, &p, cx, 0),
+        None => {
+            cx.schema(
+                &crate::diag::join(path, "seed"),
+                node,
+                "required: the seed the plays' cuts are drawn from",
+            );
+            None
+        }
+    };
+    f.finish(cx, &["seed"], "to agentic_snapshot");
+    seed
 }
 
 /// `rate_schedule`: a list of `{at_seconds, <rate_key>}` with strictly increasing times.

@@ -1,5 +1,5 @@
 //! prediction.json's `servesim.agentic` section and the summary's line for it: how long the
-//! plays of a dependency-graph trace took.
+//! plays of a dependency-graph trace took, and what a seeded snapshot cut.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +44,7 @@ pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
         .collect();
     durations.sort_by(f64::total_cmp);
     let d = servesim_core::metrics::dist(&durations);
-    Some(json!({
+    let mut section = json!({
         "plays": rows_per_play.len(),
         "started_plays": seen.len(),
         "completed_plays": durations.len(),
@@ -55,7 +55,28 @@ pub(super) fn section(p: &Prepared, r: &RunResult) -> Option<Value> {
         "play_duration_ms": {
             "mean": d.mean, "median": d.median, "p90": d.p90, "p99": d.p99, "max": d.max,
         },
-    }))
+    });
+    if let Some(s) = &t.snapshot {
+        // The replay starts when the last warmup primer is done, with its first root (at
+        // trace time zero).
+        let replay_start = if t.warmup.is_empty() {
+            None
+        } else {
+            r.records.iter().filter(|rec| !rec.warmup).map(|rec| rec.arrival).min()
+        };
+        section["snapshot"] = json!({
+            "seed": s.seed,
+            "plays": s.plays,
+            "cut_plays": s.cut_plays,
+            "history_requests": s.history_requests,
+            "replayed_requests": s.replayed_requests,
+            "mean_cut_fraction": s.mean_cut_fraction,
+            "conversations_with_history": s.primers.len(),
+            "warmup_primers": t.warmup.len(),
+            "replay_start_ms": replay_start.map_or(0.0, SimTime::as_ms_f64),
+        });
+    }
+    Some(section)
 }
 
 /// The summary line of a replayed dependency graph.
@@ -65,8 +86,26 @@ pub(super) fn summary_line(a: &Value) -> Option<String> {
     let d = &a["play_duration_ms"];
     let s = |k: &str| d[k].as_f64().unwrap_or(0.0) / 1e3;
     let finished = if done == plays { "all completed".to_string() } else { format!("{done} completed") };
+    let snapshot = match a.get("snapshot") {
+        Some(s) => format!(
+            "; snapshot (seed {}): {} of {} plays cut at a mean {:.0}% of their span, {} earlier requests not replayed",
+            s["seed"],
+            s["cut_plays"],
+            s["plays"],
+            s["mean_cut_fraction"].as_f64().unwrap_or(0.0) * 100.0,
+            s["history_requests"],
+        ),
+        None => String::new(),
+    };
+    let warmup = match a.get("snapshot").and_then(|s| s["warmup_primers"].as_u64()).filter(|n| *n > 0) {
+        Some(n) => format!(
+            "; warmup: {n} one-token primers, replay from {:.1} s",
+            a["snapshot"]["replay_start_ms"].as_f64().unwrap_or(0.0) / 1e3
+        ),
+        None => String::new(),
+    };
     Some(format!(
-        "agentic plays: {plays} ({finished}), first request to last token mean {:.1} s, p90 {:.1} s, max {:.1} s; {} of {} requests sent after what they wait for, longest chain {}\n",
+        "agentic plays: {plays} ({finished}), first request to last token mean {:.1} s, p90 {:.1} s, max {:.1} s; {} of {} requests sent after what they wait for, longest chain {}{snapshot}{warmup}\n",
         s("mean"),
         s("p90"),
         s("max"),

@@ -198,7 +198,14 @@ pub(super) fn build_traffic(
                 timestamps: needs_timestamps,
                 no_sessions: config.engine.kv_eviction_policy == KvEvictionPolicy::Belady,
             };
-            let trace = load_traces(paths, *format, (*block_size, kv_block), files, source, needs)?;
+            let mut trace = load_traces(paths, *format, (*block_size, kv_block), files, source, needs)?;
+            if let Some(seed) = t.load.agentic_snapshot {
+                trace = trace.snapshot(seed, t.load.agentic_lanes.unwrap_or(0));
+                if t.load.agentic_warmup {
+                    let primers = trace.snapshot.as_ref().map(|s| s.primers.clone()).unwrap_or_default();
+                    trace = trace.with_warmup(primers);
+                }
+            }
             (Source::Trace(Arc::new(trace)), 0.0)
         }
     };
