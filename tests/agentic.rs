@@ -371,3 +371,39 @@ fn check_order_in_lanes(t: &servesim_core::traffic::Trace, p: &servesim_scenario
     }
     rec.len()
 }
+
+#[test]
+fn weka_conversations_replay_as_plays_of_requests_each_after_the_one_before() {
+    const WEKA: &str = "tests/scenarios/weka_coding_vllm.yaml";
+    let bytes = std::fs::read(repo_root().join("tests/fixtures/traces/weka_coding.jsonl")).unwrap();
+    let t = parse(&bytes, "weka_coding.jsonl", TraceFormat::Weka, 64).unwrap().trace;
+    let p = predict_file_with(WEKA, &[]).unwrap();
+    assert_eq!(check_order_of(&t, &p, 1, 1.0, 0.0), 107);
+    let a = &p.json["servesim"]["agentic"];
+    assert_eq!((a["plays"].as_u64(), a["completed_plays"].as_u64()), (Some(8), Some(8)));
+    assert_eq!(a["longest_chain_requests"].as_u64(), Some(18));
+    // Requests name their conversation and place in it.
+    assert!(p.requests.iter().any(|r| r.request_id.as_deref() == Some("conv03/0")));
+    // A conversation's history is reused from one request to the next; none across them.
+    assert!(p.json["prefix_cache_reused_ratio"].as_f64().unwrap() > 0.8);
+    // Snapshots, warmup and lanes work on Weka plays as on agentic Mooncake ones.
+    let w = predict_file_with(
+        WEKA,
+        &[
+            "traffic.load.agentic_snapshot={seed: 2}",
+            "traffic.load.agentic_warmup=true",
+            "traffic.load.agentic_lanes=3",
+        ],
+    )
+    .unwrap();
+    let s = &w.json["servesim"]["agentic"]["snapshot"];
+    assert_eq!(s["cut_plays"].as_u64(), Some(3));
+    assert!(s["warmup_primers"].as_u64().unwrap() == 3);
+    let cut = t.snapshot(2, 3);
+    assert_eq!(check_order_in_lanes(&cut, &w), cut.rows.len());
+    // The file's block size is its own; a config that sets another is told so.
+    let e = config_refusal(WEKA, &["traffic.source.block_size=512"]);
+    assert!(e.contains("traffic.source.paths[0]") && e.contains("blocks of 64 tokens"), "{e}");
+    let e = config_refusal(WEKA, &["traffic.load={type: poisson, requests_per_second: 2}"]);
+    assert!(e.contains("traffic.load.type") && e.contains("trace_timestamps"), "{e}");
+}

@@ -81,6 +81,14 @@ pub fn is_config(name: &str) -> bool {
     n.ends_with(".yaml") || n.ends_with(".yml") || (n.ends_with(".json") && !n.ends_with(".metadata.json"))
 }
 
+/// Whether a dropped file is a scenario config: a config's name ([`is_config`]) on anything
+/// but a Weka trace, which is JSON too.
+#[must_use]
+pub fn is_config_file(name: &str, bytes: &[u8]) -> bool {
+    is_config(name)
+        && servesim_scenario::TraceFileFormat::sniff(name, bytes) != servesim_scenario::TraceFileFormat::Weka
+}
+
 fn str_node(s: &str) -> Node {
     Node::builtin(node::Value::Str(s.to_string()))
 }
@@ -97,6 +105,7 @@ pub fn use_trace(config: &str, name: &str, kind: &str) -> Result<String, String>
     let format = match kind {
         "azure_trace" => "azure_csv",
         "agentic_trace" => "agentic_mooncake",
+        "weka_trace" => "weka",
         _ => "mooncake",
     };
     let source = map(vec![
@@ -383,7 +392,7 @@ pub fn DataPage(
                     Ok(b) => b,
                     Err(m) => return set_status(&name, Status::Failed(m)),
                 };
-                if is_config(&name) {
+                if is_config_file(&name, &bytes) {
                     let status = match String::from_utf8(bytes) {
                         Ok(t) => Status::Config(Arc::from(t)),
                         Err(_) => Status::Failed(format!("{name}: a config must be UTF-8 text")),
@@ -560,7 +569,7 @@ pub fn DataPage(
             <section class="panel">
                 <h2>"Data"</h2>
                 <p class="hint">
-                    "Traces (Mooncake .jsonl, Azure .csv), servesim and AIConfigurator Parquet tables, AISimulate FPM tables with their .metadata.json, measured results (AIConfigurator calibration .csv, vLLM per-request .jsonl logs) and scenario configs (.yaml, .json). "
+                    "Traces (Mooncake and agentic Mooncake .jsonl, Weka .json or .jsonl, Azure .csv), servesim and AIConfigurator Parquet tables, AISimulate FPM tables with their .metadata.json, measured results (AIConfigurator calibration .csv, vLLM per-request .jsonl logs) and scenario configs (.yaml, .json). "
                     "Files are read in this tab and never uploaded; a config that names a dropped file by name (or by a path ending in its name) runs with it. "
                     "Tables of the AIConfigurator perf database picked with their folders (systems/data/<gpu>/<op>/<engine>/<version>/) replace servesim's own tables for that GPU, engine and version in every run until the page is reloaded."
                 </p>
@@ -602,6 +611,8 @@ mod tests {
         assert!(csv.contains("format: azure_csv"), "{csv}");
         let graph = use_trace(servesim_scenario::DEFAULT_SCENARIO, "agent.jsonl", "agentic_trace").unwrap();
         assert!(graph.contains("format: agentic_mooncake"), "{graph}");
+        let weka = use_trace(servesim_scenario::DEFAULT_SCENARIO, "conv.json", "weka_trace").unwrap();
+        assert!(weka.contains("format: weka") && weka.contains("trace_timestamps"), "{weka}");
     }
 
     #[test]
@@ -641,6 +652,8 @@ mod tests {
     #[test]
     fn configs_are_told_from_data() {
         assert!(is_config("a.yaml") && is_config("b.YML") && is_config("c.json"));
+        assert!(is_config_file("c.json", b"{\"engine\": {}}"));
+        assert!(!is_config_file("conv.json", br#"{"id": "c", "requests": [{"t": 0, "in": 5, "out": 1}]}"#));
         assert!(
             !is_config("fpm_forward_perf.metadata.json") && !is_config("t.jsonl") && !is_config("g.parquet")
         );

@@ -31,6 +31,8 @@ pub enum Kind {
     AzureTrace,
     /// An agentic Mooncake JSONL trace (rows that wait for each other).
     AgenticTrace,
+    /// Weka coding-agent conversations (kv-cache-tester, AgentX).
+    WekaTrace,
     /// Measured deployments in AIConfigurator's `silicon_sample.csv` columns (what
     /// `servesim validate --silicon` replays).
     Calibration,
@@ -51,6 +53,7 @@ impl Kind {
             Kind::MooncakeTrace => "mooncake_trace",
             Kind::AzureTrace => "azure_trace",
             Kind::AgenticTrace => "agentic_trace",
+            Kind::WekaTrace => "weka_trace",
             Kind::Calibration => "calibration",
             Kind::RequestLog => "request_log",
         }
@@ -183,6 +186,7 @@ pub fn inspect(
         "csv" if first_line(&bytes).contains("silicon_ttft_ms") => calibration_file(name, &bytes),
         "jsonl" if is_request_log(&bytes) => request_log_file(name, &bytes),
         "jsonl" | "csv" => trace_file(name, &bytes),
+        "json" if trace::TraceFormat::sniff(name, &bytes) == trace::TraceFormat::Weka => trace_file(name, &bytes),
         "json" if lower.ends_with(".metadata.json") => {
             let text = String::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8 text"))?;
             let sc = fpm::read_sidecar(name, &text).map_err(|e| e.to_string())?;
@@ -196,7 +200,7 @@ pub fn inspect(
             Ok(Inspection { kind: Kind::FpmSidecar, summary: out, slices: Vec::new(), preview: None })
         }
         _ => Err(format!(
-            "{name}: unsupported file type (servesim reads .parquet tables, .metadata.json FPM sidecars, .jsonl and .csv traces, calibration .csv files and per-request .jsonl logs)"
+            "{name}: unsupported file type (servesim reads .parquet tables, .metadata.json FPM sidecars, .jsonl and .csv traces, .json Weka traces, calibration .csv files and per-request .jsonl logs)"
         )),
     }
 }
@@ -538,7 +542,8 @@ fn request_log_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
 #[allow(clippy::cast_precision_loss)] // Counts are far below 2^53.
 fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
     let format = trace::TraceFormat::sniff(name, bytes);
-    let t = trace::parse(bytes, name, format, 512).map_err(|e| e.to_string())?;
+    let block = if format == trace::TraceFormat::Weka { trace::WEKA_BLOCK_TOKENS } else { 512 };
+    let t = trace::parse(bytes, name, format, block).map_err(|e| e.to_string())?;
     let rows = &t.trace.rows;
     // A graph's dependent rows start when what they wait for completes, not at a timestamp:
     // its span and arrival rate are its roots'.
@@ -552,6 +557,7 @@ fn trace_file(name: &str, bytes: &[u8]) -> Result<Inspection, String> {
         trace::TraceFormat::AzureCsv => (Kind::AzureTrace, "Azure CSV"),
         trace::TraceFormat::Mooncake => (Kind::MooncakeTrace, "Mooncake JSONL"),
         trace::TraceFormat::AgenticMooncake => (Kind::AgenticTrace, "agentic Mooncake JSONL"),
+        trace::TraceFormat::Weka => (Kind::WekaTrace, "Weka coding-agent"),
     };
     let mut out = String::new();
     let _ = writeln!(
@@ -670,6 +676,21 @@ mod tests {
             "{}",
             i.summary
         );
+    }
+
+    #[test]
+    fn weka_conversations_are_recognised_in_a_json_file() {
+        let text = r#"{"id": "c1", "block_size": 64, "requests": [
+            {"t": 0, "in": 100, "out": 5, "hash_ids": [0, 1], "api_time": 1},
+            {"t": 3, "in": 200, "out": 5, "hash_ids": [0, 1, 2, 3]}]}"#;
+        let i = inspect("conv.json", text.as_bytes().to_vec(), None, 0).unwrap();
+        assert_eq!(i.kind, Kind::WekaTrace);
+        assert!(i.summary.starts_with("conv.json: Weka coding-agent trace, 2 requests"), "{}", i.summary);
+        assert!(i.summary.contains("prompt blocks (64 tokens each)"), "{}", i.summary);
+        assert!(i.summary.contains("mean delay + tool wait after dependencies 2000 ms"), "{}", i.summary);
+        // Other JSON is still refused with what servesim reads.
+        let e = inspect("x.json", b"{\"a\": 1}".to_vec(), None, 0).unwrap_err();
+        assert!(e.contains("unsupported file type") && e.contains(".json Weka traces"), "{e}");
     }
 
     #[test]

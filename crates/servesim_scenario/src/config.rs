@@ -143,6 +143,17 @@ pub enum TraceFormatConfig {
     /// `agentic_mooncake` (Mooncake rows with `request_id` and `wait_for`: a dependency graph
     /// replayed at its roots' timestamps).
     AgenticMooncake,
+    /// `weka` (kv-cache-tester / AgentX conversations, each a play of requests that wait for
+    /// the one before: a dependency graph too).
+    Weka,
+}
+
+impl TraceFormatConfig {
+    /// Whether the format's rows form a dependency graph of plays (agentic traffic).
+    #[must_use]
+    pub fn is_graph(self) -> bool {
+        matches!(self, TraceFormatConfig::AgenticMooncake | TraceFormatConfig::Weka)
+    }
 }
 
 /// `traffic.load`.

@@ -28,6 +28,7 @@ pub mod validate;
 pub use report::Prediction;
 pub use scenario::{predict, Files, NoFiles, Override, Prepared, ScenarioError};
 pub use servesim_data::inspect::{inspect, Heatmap, Inspection, Kind as FileKind, Preview, Series};
+pub use servesim_data::trace::TraceFormat as TraceFileFormat;
 
 /// The default scenario: the one the app preloads and the README quick start runs.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../data/scenarios/default.yaml");

@@ -81,7 +81,7 @@ impl Trace {
     }
 
     /// The snapshot of this dependency graph for `seed`: each play cut at its own draw
-    /// ([`CUT_RANGE`] of its span of nominal starts, [`Trace::nominal_starts`]), keeping the
+    /// (25-75% of its span of nominal starts, [`Trace::nominal_starts`]), keeping the
     /// rows that start at or after the cut. What a kept row waited for before the cut counts
     /// as done: a row left waiting for nothing starts as a root at its nominal start's
     /// offset from the cut, counted from its play's first start, so plays keep their

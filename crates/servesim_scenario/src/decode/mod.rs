@@ -81,7 +81,7 @@ pub fn decode(root: &Node, cx: &mut Cx) -> Option<Config> {
 /// Belady's forecast is the whole input known before the run (AISimulate: open-loop,
 /// complete input traces on fixed workers): refuses what would make it wrong.
 fn check_belady_traffic(root: &Node, traffic: &crate::config::TrafficConfig, planner: bool, cx: &mut Cx) {
-    use crate::config::{LoadKind, SourceConfig, TraceFormatConfig};
+    use crate::config::{LoadKind, SourceConfig};
     let path = "engine.kv_eviction_policy";
     let at = crate::edit::lookup(root, path).unwrap_or(root);
     if matches!(traffic.load.kind, LoadKind::Concurrency(_) | LoadKind::KvCapacityFraction(_)) {
@@ -97,7 +97,7 @@ fn check_belady_traffic(root: &Node, traffic: &crate::config::TrafficConfig, pla
             at,
             "Belady eviction cannot forecast multi-turn sessions (a turn's prompt holds the previous turn's output and is sent when it completes)",
         ),
-        SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. } => cx.domain(
+        SourceConfig::Trace { format, .. } if format.is_graph() => cx.domain(
             path,
             at,
             "Belady eviction cannot forecast an agentic trace (its rows are sent as the rows they wait for complete)",

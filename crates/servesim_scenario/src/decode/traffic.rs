@@ -59,7 +59,7 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
     };
     f.finish(cx, &["source", "load", "stop"], "");
     let (source, load) = (source?, load?);
-    let agentic = matches!(source, SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. });
+    let agentic = matches!(&source, SourceConfig::Trace { format, .. } if format.is_graph());
     for (set, key, what) in [
         (load.agentic_lanes.is_some(), "agentic_lanes", "lanes hold"),
         (load.agentic_snapshot.is_some(), "agentic_snapshot", "a snapshot cuts"),
@@ -69,7 +69,7 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
             cx.domain(
                 &crate::diag::join(path, &format!("load.{key}")),
                 at.unwrap_or(node),
-                format!("{what} plays of an agentic_mooncake trace (traffic.source.format), and this source has none"),
+                format!("{what} plays of an agentic trace (traffic.source.format agentic_mooncake or weka), and this source has none"),
             );
             return None;
         }
@@ -77,14 +77,12 @@ pub(super) fn decode_traffic(node: &Node, path: &str, cx: &mut Cx) -> Option<Tra
     // A graph's requests start when what they wait for completes, its roots at their
     // timestamps; a closed loop or a rate has nothing to pace (AISimulate replays agentic
     // traces at their timestamps too).
-    if matches!(source, SourceConfig::Trace { format: TraceFormatConfig::AgenticMooncake, .. })
-        && !matches!(load.kind, LoadKind::TraceTimestamps { .. })
-    {
+    if agentic && !matches!(load.kind, LoadKind::TraceTimestamps { .. }) {
         let at = node.get("load").and_then(|l| l.get("type"));
         cx.domain(
             &crate::diag::join(path, "load.type"),
             at.unwrap_or(node),
-            "an agentic_mooncake trace is replayed at its roots' timestamps, each other request when the requests it waits for complete: use load type trace_timestamps (speedup compresses both)",
+            "an agentic trace (agentic_mooncake or weka) is replayed at its roots' timestamps, each other request when the requests it waits for complete: use load type trace_timestamps (speedup compresses both)",
         );
         return None;
     }
@@ -213,8 +211,9 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
                     "mooncake" => Some(TraceFormatConfig::Mooncake),
                     "azure_csv" => Some(TraceFormatConfig::AzureCsv),
                     "agentic_mooncake" => Some(TraceFormatConfig::AgenticMooncake),
+                    "weka" => Some(TraceFormatConfig::Weka),
                     other => {
-                        cx.unsupported(&p, n, format!("trace format '{other}' is not replayed by servesim yet (mooncake, agentic_mooncake and azure_csv are)"));
+                        cx.unsupported(&p, n, format!("trace format '{other}' is not replayed by servesim yet (mooncake, agentic_mooncake, weka and azure_csv are)"));
                         None
                     }
                 },
@@ -433,7 +432,7 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
             cx.domain(
                 &p,
                 n,
-                "lanes pace an agentic_mooncake trace's plays at its timestamps (load type trace_timestamps)",
+                "lanes pace an agentic trace's plays (agentic_mooncake or weka) at its timestamps (load type trace_timestamps)",
             );
             None
         }
@@ -443,7 +442,7 @@ fn decode_load(node: &Node, path: &str, cx: &mut Cx, source: SourceKind) -> Opti
         Some((n, _)) if matches!(n.value, Value::Null) => Some(None),
         Some((n, p)) if kind == "trace_timestamps" => decode_snapshot(n, &p, cx).map(Some),
         Some((n, p)) => {
-            cx.domain(&p, n, "a snapshot cuts the plays of an agentic_mooncake trace replayed at its timestamps (load type trace_timestamps)");
+            cx.domain(&p, n, "a snapshot cuts the plays of an agentic trace (agentic_mooncake or weka) replayed at its timestamps (load type trace_timestamps)");
             None
         }
         None => Some(None),

@@ -24,6 +24,26 @@ fn parse_trace(
     block_size: Option<u32>,
     kv_block: u32,
 ) -> Result<(ParsedTrace, u32), servesim_data::trace::TraceError> {
+    // A Weka file names its own block size (64 where it does not); a config that sets one
+    // asserts it.
+    if fmt == TraceFormat::Weka {
+        let parsed = servesim_data::trace::parse_weka(
+            bytes,
+            path,
+            block_size.unwrap_or(servesim_data::trace::WEKA_BLOCK_TOKENS),
+        )?;
+        let own = parsed.trace.block_size;
+        if let Some(b) = block_size.filter(|b| *b != own) {
+            return Err(servesim_data::trace::TraceError {
+                file: path.into(),
+                line: None,
+                message: format!(
+                    "its conversations hash blocks of {own} tokens, but traffic.source.block_size is {b}"
+                ),
+            });
+        }
+        return Ok((parsed, own));
+    }
     // The first row decides in one pass; a file that mixes the two kinds is parsed again.
     let unset = |all_token_ids: bool| if all_token_ids { kv_block } else { MOONCAKE_BLOCK_TOKENS };
     let guess = block_size.unwrap_or_else(|| {
@@ -85,6 +105,7 @@ fn load_traces(
             TraceFormatConfig::Mooncake => TraceFormat::Mooncake,
             TraceFormatConfig::AzureCsv => TraceFormat::AzureCsv,
             TraceFormatConfig::AgenticMooncake => TraceFormat::AgenticMooncake,
+            TraceFormatConfig::Weka => TraceFormat::Weka,
         };
         let (parsed, block) = match parse_trace(&bytes, path, fmt, block_size, kv_block) {
             Ok(x) => x,
@@ -138,7 +159,7 @@ fn load_traces(
         return Err(config_error(source, diags));
     }
     let block = hashed_at.map_or(MOONCAKE_BLOCK_TOKENS, |(_, b)| b);
-    Ok(if format == TraceFormatConfig::AgenticMooncake {
+    Ok(if format.is_graph() {
         Trace { request_ids: names, ..Trace::dag(rows, block) }
     } else {
         Trace::new(rows, block)
