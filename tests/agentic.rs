@@ -378,12 +378,25 @@ fn weka_conversations_replay_as_plays_of_requests_each_after_the_one_before() {
     let bytes = std::fs::read(repo_root().join("tests/fixtures/traces/weka_coding.jsonl")).unwrap();
     let t = parse(&bytes, "weka_coding.jsonl", TraceFormat::Weka, 64).unwrap().trace;
     let p = predict_file_with(WEKA, &[]).unwrap();
-    assert_eq!(check_order_of(&t, &p, 1, 1.0, 0.0), 107);
+    assert_eq!(check_order_of(&t, &p, 1, 1.0, 0.0), 186);
     let a = &p.json["servesim"]["agentic"];
     assert_eq!((a["plays"].as_u64(), a["completed_plays"].as_u64()), (Some(8), Some(8)));
-    assert_eq!(a["longest_chain_requests"].as_u64(), Some(18));
-    // Requests name their conversation and place in it.
+    assert_eq!((a["dependent_requests"].as_u64(), a["joins"].as_u64()), (Some(178), Some(24)));
+    assert_eq!(a["longest_chain_requests"].as_u64(), Some(33));
+    // Requests name their conversation (a subagent's under its parent's) and place in it.
     assert!(p.requests.iter().any(|r| r.request_id.as_deref() == Some("conv03/0")));
+    let sub = p
+        .requests
+        .iter()
+        .filter(|r| r.request_id.as_deref().is_some_and(|n| n.contains("/sa:agent_")))
+        .count();
+    assert_eq!(sub, 186 - t.request_ids.iter().filter(|n| !n.contains("/sa:")).count());
+    assert!(sub > 50, "{sub} subagent requests");
+    // A subagent waits for its parent's request and its parent's next request for it: every
+    // join is a parent request after a subagent that was not launched in the background.
+    let joins: Vec<&servesim_core::traffic::TraceRow> =
+        t.rows.iter().filter(|r| r.wait_for.len() > 1).collect();
+    assert_eq!(joins.len(), 24);
     // A conversation's history is reused from one request to the next; none across them.
     assert!(p.json["prefix_cache_reused_ratio"].as_f64().unwrap() > 0.8);
     // Snapshots, warmup and lanes work on Weka plays as on agentic Mooncake ones.
@@ -398,7 +411,7 @@ fn weka_conversations_replay_as_plays_of_requests_each_after_the_one_before() {
     .unwrap();
     let s = &w.json["servesim"]["agentic"]["snapshot"];
     assert_eq!(s["cut_plays"].as_u64(), Some(3));
-    assert!(s["warmup_primers"].as_u64().unwrap() == 3);
+    assert!(s["warmup_primers"].as_u64().unwrap() >= 3, "a primer for each conversation the cuts cross");
     let cut = t.snapshot(2, 3);
     assert_eq!(check_order_in_lanes(&cut, &w), cut.rows.len());
     // The file's block size is its own; a config that sets another is told so.

@@ -20,11 +20,8 @@
 //! (`request_id`) and the rows they wait for (`wait_for`), with the delay and tool wait after
 //! those complete; the rows form a dependency graph ([`Trace::dag`]).
 //!
-//! **Weka** (REF §4, [`parse_weka`]): kv-cache-tester / AgentX coding-agent traces, one JSON
-//! object a conversation (a file of one, a JSON array of them, or one a line) whose `requests`
-//! each carry `t` (seconds from the conversation's start), `in`, `out`, `hash_ids` (blocks of
-//! the trace's own `block_size`, 64 in SemiAnalysis's corpora) and optionally `api_time`; each
-//! conversation is a play of requests that each wait for the one before.
+//! **Weka** (REF §4, [`parse_weka`]): kv-cache-tester / AgentX coding-agent conversations, each
+//! a play of requests that wait for one another, subagents included (`trace/weka.rs`).
 //!
 //! **Azure CSV** (Azure LLM inference traces): header `TIMESTAMP,ContextTokens,GeneratedTokens`,
 //! timestamps `YYYY-MM-DD HH:MM:SS[.fraction]`.
@@ -36,6 +33,9 @@ use serde_json::Value;
 use servesim_core::rng::mix2;
 use servesim_core::traffic::{Trace, TraceRow};
 use servesim_core::units::SimDur;
+
+mod weka;
+pub use weka::{parse_weka, NestedBasis, WEKA_BLOCK_TOKENS};
 
 /// Largest token count accepted in a trace row (2^24).
 const MAX_TOKENS: u64 = 1 << 24;
@@ -163,171 +163,9 @@ pub fn parse(
         TraceFormat::Mooncake => parse_jsonl(bytes, file, block_size, false),
         TraceFormat::AgenticMooncake => parse_jsonl(bytes, file, block_size, true),
         TraceFormat::AzureCsv => parse_azure(bytes, file),
-        TraceFormat::Weka => parse_weka(bytes, file, block_size),
+        TraceFormat::Weka => weka::parse_weka(bytes, file, block_size, weka::NestedBasis::Auto),
     }
 }
-
-/// Reads Weka conversations (kv-cache-tester's traces, SemiAnalysis's AgentX corpora): each
-/// one a play whose requests, in order of `t`, each wait for the one before and are sent
-/// the recorded idle gap after it completes — from its response's end (`t + api_time`) to
-/// the next start, as AgentX replays them, or from its start where `api_time` is not
-/// recorded — the first at the play's start. `hash_ids` are the conversation's own
-/// (`hash_id_scope: local`, the default) or shared by the file's conversations (`global`);
-/// a conversation's `block_size` (every one of a file the same) overrides `block_size`.
-/// Request models are ignored: every request goes to the scenario's model. Subagent entries
-/// (`type: subagent`, nested conversations the parent waits for) are refused.
-///
-/// # Errors
-/// A [`TraceError`] naming the line (of a JSON-lines file), the conversation and the request.
-#[allow(clippy::too_many_lines)]
-pub fn parse_weka(bytes: &[u8], file: &str, block_size: u32) -> Result<ParsedTrace, TraceError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1;
-        err(file, Some(line), "not valid UTF-8 text")
-    })?;
-    // The whole file as one JSON document, else one conversation a line.
-    let convs: Vec<(Option<usize>, Value)> = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Array(a)) => a.into_iter().map(|v| (None, v)).collect(),
-        Ok(v) => vec![(None, v)],
-        Err(_) => {
-            let mut out = Vec::new();
-            for (i, raw) in text.lines().enumerate() {
-                if raw.trim().is_empty() {
-                    continue;
-                }
-                let v = serde_json::from_str::<Value>(raw).map_err(|e| {
-                    err(
-                        file,
-                        Some(i + 1),
-                        format!("not a JSON conversation ({e}); the line may be truncated"),
-                    )
-                })?;
-                out.push((Some(i + 1), v));
-            }
-            out
-        }
-    };
-    let mut rows: Vec<TraceRow> = Vec::new();
-    let mut names = Vec::new();
-    let mut block: Option<(u32, String)> = None;
-    for (k, (line, conv)) in convs.iter().enumerate() {
-        let Some(obj) = conv.as_object() else {
-            return Err(err(
-                file,
-                *line,
-                format!("conversation {k}: expected a JSON object with 'requests'"),
-            ));
-        };
-        let id = match obj.get("id") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => format!("conversation{k}"),
-        };
-        let here = |m: String| err(file, *line, format!("conversation {id}: {m}"));
-        if let Some(b) = obj.get("block_size").filter(|b| !b.is_null()) {
-            let b = b
-                .as_u64()
-                .and_then(|b| u32::try_from(b).ok())
-                .filter(|b| *b >= 1)
-                .ok_or_else(|| here(format!("'block_size' must be a positive integer, got {b}")))?;
-            match &block {
-                Some((first, of)) if *first != b => {
-                    return Err(here(format!("'block_size' {b} differs from conversation {of}'s {first}")))
-                }
-                Some(_) => {}
-                None => block = Some((b, id.clone())),
-            }
-        }
-        let local = match obj.get("hash_id_scope").and_then(Value::as_str) {
-            None | Some("local") => true,
-            Some("global") => false,
-            Some(other) => return Err(here(format!("'hash_id_scope' must be local or global, got {other}"))),
-        };
-        let namespace = id.bytes().fold(0xC0DE_u64, |h, b| mix2(h, u64::from(b)));
-        let Some(requests) = obj.get("requests").and_then(Value::as_array) else {
-            return Err(here("missing the 'requests' list".into()));
-        };
-        // Each request: (t s, api_time s, row).
-        let mut turns: Vec<(f64, Option<f64>, TraceRow)> = Vec::with_capacity(requests.len());
-        for (j, r) in requests.iter().enumerate() {
-            let at = |m: String| here(format!("requests[{j}]: {m}"));
-            let Some(r) = r.as_object() else { return Err(at("expected a JSON object".into())) };
-            match r.get("type").and_then(Value::as_str) {
-                None | Some("n" | "s") => {}
-                Some("subagent") => return Err(at("a subagent entry (a nested conversation its parent waits for): servesim does not replay Weka subagents yet; use a corpus without them (SemiAnalysis's cc-traces-weka-no-subagents) or an agentic_mooncake lowering".into())),
-                Some(other) => return Err(at(format!("unknown 'type' {other} (n, s or subagent)"))),
-            }
-            let secs = |key: &str| -> Result<Option<f64>, TraceError> {
-                match r.get(key).filter(|x| !x.is_null()) {
-                    None => Ok(None),
-                    Some(x) => match x.as_f64() {
-                        Some(v) if v.is_finite() && v >= 0.0 && v * 1e9 < MAX_SPAN_NS as f64 => Ok(Some(v)),
-                        _ => Err(at(format!("'{key}' must be a number of seconds from 0, got {x}"))),
-                    },
-                }
-            };
-            let t =
-                secs("t")?.ok_or_else(|| at("missing 't' (seconds from the conversation's start)".into()))?;
-            let api = secs("api_time")?;
-            let count = |key: &str, min: u64| -> Result<u32, TraceError> {
-                let x = r.get(key).ok_or_else(|| at(format!("missing '{key}'")))?;
-                match x.as_u64() {
-                    Some(v) if v >= min && v <= MAX_TOKENS => Ok(u32::try_from(v).unwrap_or(u32::MAX)),
-                    _ => Err(at(format!(
-                        "'{key}' must be a whole number of tokens from {min} to {MAX_TOKENS}, got {x}"
-                    ))),
-                }
-            };
-            let input_tokens = count("in", 1)?;
-            // A request asks for at least one token.
-            let output_tokens = count("out", 0)?.max(1);
-            let hash_ids = match r.get("hash_ids") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(h) => id_list(h, "hash_ids", file, line.unwrap_or(0))
-                    .map_err(|e| at(e.message))?
-                    .into_iter()
-                    .map(|h| if local { mix2(namespace, h) } else { h })
-                    .collect(),
-            };
-            let row = TraceRow {
-                timestamp: SimDur::ZERO,
-                session: Some(u32::try_from(k).unwrap_or(u32::MAX)),
-                input_tokens,
-                output_tokens,
-                hash_ids,
-                delay: None,
-                wait_for: Vec::new(),
-            };
-            turns.push((t, api, row));
-        }
-        if turns.is_empty() {
-            return Err(here("no requests".into()));
-        }
-        // Requests in order of their start (stable: file order breaks ties).
-        turns.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let first = u32::try_from(rows.len()).map_err(|_| here("too many requests".into()))?;
-        for (j, (t, _, mut row)) in turns.iter().cloned().enumerate() {
-            if j > 0 {
-                let (prev_t, prev_api, _) = &turns[j - 1];
-                let gap = t - prev_t - prev_api.unwrap_or(0.0);
-                row.delay = Some(SimDur::from_ms_f64(gap.max(0.0) * 1e3));
-                row.wait_for = vec![first + u32::try_from(j - 1).unwrap_or(0)];
-            }
-            rows.push(row);
-            names.push(format!("{id}/{j}"));
-        }
-    }
-    if rows.is_empty() {
-        return Err(err(file, None, "the trace has no conversations"));
-    }
-    let block = block.map_or(block_size, |(b, _)| b);
-    let trace = Trace { request_ids: names, ..Trace::dag(rows, block) };
-    Ok(ParsedTrace { trace, untimed_line: None, token_id_rows: 0 })
-}
-
-/// Tokens per `hash_ids` entry of a Weka conversation that does not say: kv-cache-tester's
-/// and SemiAnalysis's corpora hash 64-token blocks (REF §4).
-pub const WEKA_BLOCK_TOKENS: u32 = 64;
 
 /// Longest span of trace time replayed: half of simulated time's range (2^63 ns, about 292
 /// years), so the steps after the last arrival still fit.
@@ -1035,103 +873,7 @@ mod tests {
         assert_eq!(parse_agentic(text.as_bytes(), "g.jsonl", 512).unwrap().untimed_line, Some(3));
     }
 
-    /// A Weka conversation of three requests: `t` 0, 10 and 12 s, the first's response taking
-    /// 4 s; blocks 0-2, 0-3, 0-4.
-    const WEKA: &str = r#"{"id": "a", "block_size": 64, "requests": [
-        {"t": 0.0, "type": "n", "in": 150, "out": 20, "hash_ids": [0, 1, 2], "api_time": 4.0},
-        {"t": 12.0, "type": "s", "in": 250, "out": 0, "hash_ids": [0, 1, 2, 3, 4]},
-        {"t": 10.0, "in": 200, "out": 30, "hash_ids": [0, 1, 2, 3], "api_time": 1.5}]}"#;
-
-    #[test]
-    fn weka_conversations_are_plays_of_requests_that_wait_for_the_one_before() {
-        let p = parse_weka(WEKA.as_bytes(), "w.json", 512).unwrap();
-        let t = &p.trace;
-        assert!(t.dag);
-        assert_eq!(t.block_size, 64, "the conversation's own block size wins");
-        // In order of t: 0 s, 10 s, 12 s; each waits for the one before.
-        let inputs: Vec<u32> = t.rows.iter().map(|r| r.input_tokens).collect();
-        assert_eq!(inputs, [150, 200, 250]);
-        assert!(t.rows[0].wait_for.is_empty() && t.rows[0].timestamp == SimDur::ZERO);
-        assert_eq!((t.rows[1].wait_for.as_slice(), t.rows[2].wait_for.as_slice()), (&[0][..], &[1][..]));
-        // The recorded idle gap from a response's end: 10 - (0 + 4) s, then 12 - (10 + 1.5) s.
-        assert_eq!(t.rows[1].delay, Some(SimDur::from_ms(6_000)));
-        assert_eq!(t.rows[2].delay, Some(SimDur::from_ms(500)));
-        assert_eq!(t.rows[2].output_tokens, 1, "a request asks for at least one token");
-        assert_eq!(t.request_ids, ["a/0", "a/1", "a/2"]);
-        assert!(t.rows.iter().all(|r| r.session == Some(0)));
-        // Later prompts extend earlier ones, so their blocks are shared within the play.
-        assert_eq!(t.rows[1].hash_ids[..3], t.rows[0].hash_ids[..]);
-        // Without api_time the gap runs from the request's start.
-        let bare = WEKA.replace(r#", "api_time": 4.0"#, "");
-        let p = parse_weka(bare.as_bytes(), "w.json", 512).unwrap();
-        assert_eq!(p.trace.rows[1].delay, Some(SimDur::from_ms(10_000)));
-        assert_eq!(TraceFormat::sniff("w.json", WEKA.as_bytes()), TraceFormat::Weka);
-    }
-
-    #[test]
-    fn weka_files_hold_one_conversation_a_list_or_one_a_line_each_in_its_own_blocks() {
-        let one = WEKA.replace('\n', " ");
-        let two = one.replace(r#""id": "a""#, r#""id": "b""#);
-        let lines = format!("{one}\n{two}\n");
-        let array = format!("[{one}, {two}]");
-        for text in [&lines, &array] {
-            let t = parse_weka(text.as_bytes(), "w.jsonl", 512).unwrap().trace;
-            assert_eq!(t.rows.len(), 6);
-            assert_eq!(t.rows[3].wait_for, Vec::<u32>::new(), "each conversation a play of its own");
-            assert_eq!(t.rows[4].wait_for, [3]);
-            assert_eq!(t.rows[3].session, Some(1));
-            // Local ids: conversation b's block 0 is not a's.
-            assert_ne!(t.rows[0].hash_ids[0], t.rows[3].hash_ids[0]);
-            assert_eq!(t.plays(), [0, 0, 0, 3, 3, 3]);
-        }
-        let shared = lines.replace(r#""block_size": 64"#, r#""block_size": 64, "hash_id_scope": "global""#);
-        let t = parse_weka(shared.as_bytes(), "w.jsonl", 512).unwrap().trace;
-        assert_eq!(t.rows[0].hash_ids[0], t.rows[3].hash_ids[0], "global ids are the file's");
-        assert_eq!(TraceFormat::sniff("w.jsonl", lines.as_bytes()), TraceFormat::Weka);
-    }
-
-    #[test]
-    fn weka_problems_name_the_line_the_conversation_and_the_request() {
-        let one = WEKA.replace('\n', " ");
-        let sub = one.replace(r#"{"t": 12.0, "type": "s""#, r#"{"t": 12.0, "type": "subagent""#);
-        let e = parse_weka(format!("{one}\n{sub}\n").as_bytes(), "w.jsonl", 64).unwrap_err().to_string();
-        assert!(e.starts_with("w.jsonl:2: conversation a: requests[1]: a subagent entry"), "{e}");
-        let cases = [
-            (one.replace(r#""t": 10.0"#, r#""t": -1"#), "requests[2]: 't' must be a number of seconds"),
-            (
-                one.replace(r#""in": 200"#, r#""in": 0"#),
-                "requests[2]: 'in' must be a whole number of tokens from 1",
-            ),
-            (one.replace(r#", "in": 150"#, ""), "requests[0]: missing 'in'"),
-            (one.replace(r#""hash_ids": [0, 1, 2],"#, r#""hash_ids": "x","#), "requests[0]: 'hash_ids'"),
-            (
-                one.replace(r#""block_size": 64"#, r#""block_size": 0"#),
-                "'block_size' must be a positive integer",
-            ),
-            (
-                one.replace(r#""block_size": 64"#, r#""block_size": 64, "hash_id_scope": "team""#),
-                "'hash_id_scope' must be local or global",
-            ),
-            (one.replace(r#""requests": ["#, r#""turns": ["#), "missing the 'requests' list"),
-            (
-                format!("{one}\n{}", one.replace(r#""block_size": 64"#, r#""block_size": 32"#)),
-                "'block_size' 32 differs from conversation a's 64",
-            ),
-            (format!("{one}\n{{\"id\": 3, \"requests\": [{{\"t\""), "w.jsonl:2: not a JSON conversation"),
-        ];
-        for (text, want) in cases {
-            let e = parse_weka(text.as_bytes(), "w.jsonl", 64).unwrap_err().to_string();
-            assert!(e.contains(want), "{want}: {e}");
-        }
-    }
-
     proptest::proptest! {
-        /// Weka conversations of any shape give rows or an error, never a panic.
-        #[test]
-        fn weka_never_panics(lines in proptest::collection::vec("\\{\"(id|block_size|hash_id_scope)\": ?(\"[a-z]*\"|-?[0-9]{0,3}|null), ?\"requests\": ?\\[(\\{\"t\": ?-?[0-9.e]{0,6}, ?\"(in|out|api_time|type|hash_ids)\": ?(-?[0-9]{0,4}|\"[ns]\"|\\[[0-9, ]{0,8}\\]|null)(, ?\"(in|out)\": ?[0-9]{0,4})?\\}, ?)*\\]\\}", 0..4)) {
-            let _ = parse_weka(lines.join("\n").as_bytes(), "fuzz.jsonl", 64);
-        }
-
         /// Fuzz: any bytes give rows or an error, never a panic.
         #[test]
         fn mooncake_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {

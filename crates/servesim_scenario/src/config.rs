@@ -130,6 +130,8 @@ pub enum SourceConfig {
         /// file whose every row gives its prompt as token ids is hashed in blocks of the
         /// engine's KV block size, so the prefix cache shares exactly what the engine would.
         block_size: Option<u32>,
+        /// `nested_timestamp_basis` (Weka): how subagents' requests give their times.
+        nested_basis: servesim_data::trace::NestedBasis,
     },
 }
 

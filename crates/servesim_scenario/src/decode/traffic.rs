@@ -2,6 +2,7 @@
 //! process and stop rules.
 
 use servesim_core::traffic::LengthDist;
+use servesim_data::trace::NestedBasis;
 
 use crate::config::{LoadConfig, LoadKind, SourceConfig, StopConfig, TraceFormatConfig, TrafficConfig};
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
@@ -223,10 +224,20 @@ fn decode_source(node: &Node, path: &str, cx: &mut Cx) -> Option<SourceConfig> {
                 Some((n, p)) => u32_in(n, &p, cx, 1, 1 << 20).map(Some),
                 None => Some(None),
             };
-            if let Some((n, p)) = f.take("nested_timestamp_basis") {
-                let _ = choice(n, &p, cx, &["auto", "absolute", "relative"]);
-            }
-            Some(SourceConfig::Trace { paths: paths?, format: format?, block_size: block_size? })
+            let nested_basis = match f.take("nested_timestamp_basis") {
+                Some((n, p)) => choice(n, &p, cx, &["auto", "absolute", "relative"]).map(|b| match b {
+                    "absolute" => NestedBasis::Absolute,
+                    "relative" => NestedBasis::Relative,
+                    _ => NestedBasis::Auto,
+                }),
+                None => Some(NestedBasis::Auto),
+            };
+            Some(SourceConfig::Trace {
+                paths: paths?,
+                format: format?,
+                block_size: block_size?,
+                nested_basis: nested_basis?,
+            })
         }
     };
     f.finish(cx, SOURCE_KEYS, &format!("to source type '{kind}'"));

@@ -23,6 +23,7 @@ fn parse_trace(
     fmt: TraceFormat,
     block_size: Option<u32>,
     kv_block: u32,
+    nested_basis: servesim_data::trace::NestedBasis,
 ) -> Result<(ParsedTrace, u32), servesim_data::trace::TraceError> {
     // A Weka file names its own block size (64 where it does not); a config that sets one
     // asserts it.
@@ -31,6 +32,7 @@ fn parse_trace(
             bytes,
             path,
             block_size.unwrap_or(servesim_data::trace::WEKA_BLOCK_TOKENS),
+            nested_basis,
         )?;
         let own = parsed.trace.block_size;
         if let Some(b) = block_size.filter(|b| *b != own) {
@@ -75,7 +77,7 @@ struct Needs {
 /// Reads and parses every trace file of a trace source.
 fn load_traces(
     paths: &[(String, Origin)],
-    format: TraceFormatConfig,
+    (format, nested_basis): (TraceFormatConfig, servesim_data::trace::NestedBasis),
     (block_size, kv_block): (Option<u32>, u32),
     files: &dyn Files,
     source: &str,
@@ -107,7 +109,7 @@ fn load_traces(
             TraceFormatConfig::AgenticMooncake => TraceFormat::AgenticMooncake,
             TraceFormatConfig::Weka => TraceFormat::Weka,
         };
-        let (parsed, block) = match parse_trace(&bytes, path, fmt, block_size, kv_block) {
+        let (parsed, block) = match parse_trace(&bytes, path, fmt, block_size, kv_block, nested_basis) {
             Ok(x) => x,
             Err(e) => {
                 diags.push(problem(e.to_string()));
@@ -213,13 +215,14 @@ pub(super) fn build_traffic(
             f64::from(*turns)
                 * (new_input_tokens_per_turn.nominal_mean() + output_tokens_per_turn.nominal_mean()),
         ),
-        SourceConfig::Trace { paths, format, block_size } => {
+        SourceConfig::Trace { paths, format, block_size, nested_basis } => {
             let needs_timestamps = matches!(t.load.kind, LoadKind::TraceTimestamps { .. });
             let needs = Needs {
                 timestamps: needs_timestamps,
                 no_sessions: config.engine.kv_eviction_policy == KvEvictionPolicy::Belady,
             };
-            let mut trace = load_traces(paths, *format, (*block_size, kv_block), files, source, needs)?;
+            let mut trace =
+                load_traces(paths, (*format, *nested_basis), (*block_size, kv_block), files, source, needs)?;
             if let Some(seed) = t.load.agentic_snapshot {
                 trace = trace.snapshot(seed, t.load.agentic_lanes.unwrap_or(0));
                 if t.load.agentic_warmup {
