@@ -120,18 +120,18 @@ fn what_an_agentic_replay_cannot_do_is_refused_with_its_place() {
     let e = config_refusal(SCENARIO, &["traffic.source.format=mooncake"]);
     assert!(e.contains("traffic.source.paths[0]") && e.contains("agentic_coding.jsonl:2:"), "{e}");
     assert!(e.contains("format agentic_mooncake"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_warmup=true"]);
-    assert!(e.contains("traffic.load.agentic_warmup") && e.contains("agentic_snapshot"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_warmup=3"]);
-    assert!(e.contains("traffic.load.agentic_warmup"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_profile={duration_seconds: 60}"]);
-    assert!(e.contains("traffic.load.agentic_profile"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={}"]);
-    assert!(e.contains("traffic.load.agentic_snapshot.seed") && e.contains("required"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_snapshot={seed: 3, at: 0.5}"]);
-    assert!(e.contains("traffic.load.agentic_snapshot.at"), "{e}");
-    let e = config_refusal(SCENARIO, &["traffic.load.agentic_lanes=0"]);
-    assert!(e.contains("traffic.load.agentic_lanes"), "{e}");
+    // Each setting refused, with what its message names.
+    for (set, names) in [
+        ("traffic.load.agentic_warmup=true", &["traffic.load.agentic_warmup", "agentic_snapshot"][..]),
+        ("traffic.load.agentic_warmup=3", &["traffic.load.agentic_warmup"]),
+        ("traffic.load.agentic_profile={duration_seconds: 60}", &["traffic.load.agentic_profile"]),
+        ("traffic.load.agentic_snapshot={}", &["traffic.load.agentic_snapshot.seed", "required"]),
+        ("traffic.load.agentic_snapshot={seed: 3, at: 0.5}", &["traffic.load.agentic_snapshot.at"]),
+        ("traffic.load.agentic_lanes=0", &["traffic.load.agentic_lanes"]),
+    ] {
+        let e = config_refusal(SCENARIO, &[set]);
+        assert!(names.iter().all(|n| e.contains(n)), "{set}: {e}");
+    }
     // Lanes hold plays: a plain trace has none.
     let e = config_refusal(
         "tests/scenarios/trace_azure_conv.yaml",
