@@ -531,15 +531,10 @@ fn ms(d: SimDur) -> f64 {
 #[must_use]
 #[allow(clippy::cast_precision_loss)]
 pub fn summarize(requests: &RecordLog, itl: &mut ItlSamples, sla: Sla, fleet: Fleet) -> Summary {
+    let mut s = Summary::default();
     // Warmup requests come before the measured run; when there are any, it starts with the
     // first measured request.
-    let measured = || requests.iter().filter(|r| !r.warmup);
-    let start = if requests.iter().any(|r| r.warmup) {
-        measured().map(|r| r.arrival).min().unwrap_or(SimTime::ZERO)
-    } else {
-        SimTime::ZERO
-    };
-    let mut s = Summary { num_requests: measured().count() as u64, ..Summary::default() };
+    let (mut warmed, mut first_arrival) = (false, SimTime::MAX);
     let mut ttft = Vec::new();
     let mut ttst = Vec::new();
     let mut tpot = Vec::new();
@@ -550,7 +545,13 @@ pub fn summarize(requests: &RecordLog, itl: &mut ItlSamples, sla: Sla, fleet: Fl
     let mut all_input = 0u64;
     let mut good = Goodput::default();
     let mut good_tokens = 0u64;
-    for r in measured() {
+    for r in requests.iter() {
+        if r.warmup {
+            warmed = true;
+            continue;
+        }
+        s.num_requests += 1;
+        first_arrival = first_arrival.min(r.arrival);
         s.num_preemptions += u64::from(r.preemptions);
         if r.status != Status::Completed || r.stamps.first_admit == NEVER || r.emitted == 0 {
             continue;
@@ -582,6 +583,7 @@ pub fn summarize(requests: &RecordLog, itl: &mut ItlSamples, sla: Sla, fleet: Fl
             }
         }
     }
+    let start = if warmed && s.num_requests > 0 { first_arrival } else { SimTime::ZERO };
     s.duration_ms = end.since(start).as_ms_f64();
     let secs = s.duration_ms / 1000.0;
     let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };

@@ -35,10 +35,11 @@ impl Trace {
         (0..n).map(|r| root(&mut parent, r) as u32).collect()
     }
 
-    /// In a dependency graph, the requests of its longest chain of `wait_for` (by Kahn's
-    /// order; rows on a cycle, which the caller should have refused, are left out).
+    /// In a dependency graph, its rows in an order where each comes after every row it waits
+    /// for (Kahn's); rows on a cycle or waiting for one, which the caller should have refused,
+    /// are left out.
     #[must_use]
-    pub fn longest_chain(&self) -> usize {
+    pub fn dependency_order(&self) -> Vec<usize> {
         let n = self.rows.len();
         let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut left: Vec<usize> = self.rows.iter().map(|r| r.wait_for.len()).collect();
@@ -49,18 +50,30 @@ impl Trace {
                 }
             }
         }
-        let mut depth = vec![1usize; n];
+        let mut order = Vec::with_capacity(n);
         let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
         while let Some(r) = ready.pop() {
+            order.push(r);
             for &d in &dependents[r] {
-                depth[d] = depth[d].max(depth[r] + 1);
                 left[d] -= 1;
                 if left[d] == 0 {
                     ready.push(d);
                 }
             }
         }
-        (0..n).filter(|r| left[*r] == 0).map(|r| depth[r]).max().unwrap_or(0)
+        order
+    }
+
+    /// In a dependency graph, the requests of its longest chain of `wait_for` (rows on a
+    /// cycle left out, [`Trace::dependency_order`]).
+    #[must_use]
+    pub fn longest_chain(&self) -> usize {
+        let mut depth = vec![0usize; self.rows.len()];
+        for r in self.dependency_order() {
+            let before = self.rows[r].wait_for.iter().filter_map(|d| depth.get(*d as usize)).max();
+            depth[r] = before.copied().unwrap_or(0) + 1;
+        }
+        depth.into_iter().max().unwrap_or(0)
     }
 
     /// In a dependency graph, the (session, position in the session) each row's request

@@ -48,34 +48,17 @@ impl Trace {
     /// no time). `None` for a row on a cycle or waiting for one.
     #[must_use]
     pub fn nominal_starts(&self) -> Vec<Option<SimDur>> {
-        let n = self.rows.len();
-        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut left: Vec<usize> = self.rows.iter().map(|r| r.wait_for.len()).collect();
-        let mut start: Vec<Option<SimDur>> = vec![None; n];
-        let mut latest: Vec<SimDur> = vec![SimDur::ZERO; n];
-        for (r, row) in self.rows.iter().enumerate() {
-            for &d in &row.wait_for {
-                if let Some(ds) = dependents.get_mut(d as usize) {
-                    ds.push(r);
-                }
-            }
-        }
-        let mut ready: Vec<usize> = (0..n).filter(|r| left[*r] == 0).collect();
-        while let Some(r) = ready.pop() {
+        let mut start: Vec<Option<SimDur>> = vec![None; self.rows.len()];
+        for r in self.dependency_order() {
             let row = &self.rows[r];
-            let s = if row.wait_for.is_empty() {
+            start[r] = Some(if row.wait_for.is_empty() {
                 row.timestamp
             } else {
-                latest[r] + row.delay.unwrap_or(SimDur::ZERO)
-            };
-            start[r] = Some(s);
-            for &d in &dependents[r] {
-                latest[d] = latest[d].max(s);
-                left[d] -= 1;
-                if left[d] == 0 {
-                    ready.push(d);
-                }
-            }
+                // Every row it waits for comes before it in the order.
+                let latest =
+                    row.wait_for.iter().filter_map(|d| start.get(*d as usize).copied().flatten()).max();
+                latest.unwrap_or(SimDur::ZERO) + row.delay.unwrap_or(SimDur::ZERO)
+            });
         }
         start
     }

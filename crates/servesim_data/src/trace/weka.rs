@@ -27,7 +27,7 @@ use servesim_core::rng::mix2;
 use servesim_core::traffic::{Trace, TraceRow};
 use servesim_core::units::SimDur;
 
-use super::{err, id_list, ParsedTrace, TraceError, MAX_SPAN_NS, MAX_TOKENS};
+use super::{err, id_list, utf8_text, ParsedTrace, TraceError, MAX_SPAN_NS, MAX_TOKENS};
 
 /// Tokens per `hash_ids` entry of a Weka conversation that does not say: kv-cache-tester's
 /// and SemiAnalysis's corpora hash 64-token blocks (REF §4).
@@ -81,10 +81,7 @@ pub fn parse_weka(
     block_size: u32,
     basis: NestedBasis,
 ) -> Result<ParsedTrace, TraceError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1;
-        err(file, Some(line), "not valid UTF-8 text")
-    })?;
+    let text = utf8_text(bytes, file)?;
     // The whole file as one JSON document, else one conversation a line.
     let convs: Vec<(Option<usize>, Value)> = match serde_json::from_str::<Value>(text) {
         Ok(Value::Array(a)) => a.into_iter().map(|v| (None, v)).collect(),
