@@ -30,6 +30,7 @@ macro_rules! say_raw {
     }};
 }
 
+mod calibrate;
 mod data;
 mod estimate;
 mod validate;
@@ -275,7 +276,7 @@ enum Command {
         plan_ahead: Option<bool>,
         /// Sample ISL/OSL uniformly from this fraction of nominal up to nominal, as the
         /// benchmark and AISimulate's dashboard do; 1 replays them exactly as given.
-        #[arg(long, default_value_t = 0.8, value_parser = fraction)]
+        #[arg(long, default_value_t = servesim_scenario::validate::LENGTH_FLOOR, value_parser = fraction)]
         length_floor: f64,
         /// Requests each concurrency slot sends (AISimulate's replay policy: 10). Fewer weigh
         /// the cold start, when every client's first prompt arrives at once, more heavily.
@@ -312,6 +313,36 @@ enum Command {
         /// Print the prediction.yaml each row is replayed as, instead of running it.
         #[arg(long)]
         show_scenarios: bool,
+    },
+    /// Fit the engine's timing constants (prefill multiplier, step overhead, frontend delay) to
+    /// measured rows of one engine, replaying each row as `validate` does; reports the error
+    /// before and after the fit and, with --folds, on rows the fit did not see.
+    Calibrate {
+        /// Measured results: AIConfigurator silicon_sample.csv columns, rows of one engine.
+        #[arg(long, value_name = "FILE")]
+        silicon: PathBuf,
+        /// Only rows whose id, model, system or engine contains this text (repeatable: any).
+        #[arg(long, value_name = "TEXT")]
+        filter: Vec<String>,
+        /// Only rows of this class: dense-agg, moe-agg, dense-disagg, moe-disagg.
+        #[arg(long, value_name = "CLASS")]
+        class: Option<String>,
+        /// Constants to fit, comma-separated: prefill_scale, step_overhead_ms, frontend_ms.
+        #[arg(long, value_delimiter = ',', default_value = "prefill_scale,step_overhead_ms,frontend_ms")]
+        fit: Vec<String>,
+        /// Also score every row with constants fitted on the other rows: K-fold
+        /// cross-validation (2 to the number of rows; 0: off). Costs K more fits.
+        #[arg(long, default_value_t = 0)]
+        folds: usize,
+        /// What to print on stdout.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// Rows replayed in parallel (default: the machine's cores; the fit does not depend on it).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Read servesim's data from this directory instead of the built-in copy.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Import and inspect data files (kernel tables, traces).
     Data {
@@ -437,6 +468,7 @@ fn main() -> ExitCode {
         | Command::Recommend { data_dir, .. }
         | Command::Estimate { data_dir, .. }
         | Command::Validate { data_dir, .. }
+        | Command::Calibrate { data_dir, .. }
         | Command::Data { command: DataCommand::ExportFpm { data_dir, .. } } => data_dir.as_deref(),
         Command::Data { .. } => None,
     };
@@ -534,6 +566,18 @@ fn main() -> ExitCode {
                     message: "give --silicon FILE, or --requests FILE with --config FILE".into(),
                 })
             }
+        }
+        Command::Calibrate { silicon, filter, class, fit, folds, format, jobs, data_dir } => {
+            calibrate::run(&calibrate::CalibrateArgs {
+                silicon: &silicon,
+                filter: &filter,
+                class: class.as_deref(),
+                fit: &fit,
+                folds,
+                format,
+                jobs: jobs_or_cores(jobs),
+                data_dir,
+            })
         }
         Command::Estimate { config, set, format, data_dir, sweep } => match config {
             Some(config) if !sweep.default => estimate::single(&config, &set, format, data_dir),

@@ -30,7 +30,7 @@ pub(crate) fn requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> 
 /// The rows of a calibration file that `--filter` (any of the texts in a row's id, model,
 /// system or engine) and `--class` keep, with the catalog that classed them; none is an
 /// error, not an empty table.
-fn select(
+pub(crate) fn select(
     silicon: &Path,
     filter: &[String],
     class: Option<&str>,

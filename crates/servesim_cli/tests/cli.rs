@@ -346,11 +346,14 @@ fn detail_time_accounts_for_every_step_of_every_role() {
     }
 }
 
+/// The columns of AIConfigurator's `silicon_sample.csv`, as `servesim validate` reads them.
+const SILICON_HEADER: &str = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+
 #[test]
 fn validate_reports_scatter_and_sizes_unrecorded_pools() {
     let dir = tmp("validate");
     std::fs::create_dir_all(&*dir).unwrap();
-    let head = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+    let head = SILICON_HEADER;
     let csv = format!(
         "{head}agg8,,sglang,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\
          pd32,x; silicon_concurrency=512,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,4096,512,,,,,,,,,1,,2,1,1,2,1,,,2,1,1,2,1,900,30\n\
@@ -469,4 +472,101 @@ fn validate_says_when_no_row_matches_and_show_scenarios_keeps_the_class() {
         "--show-scenarios",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+}
+
+#[test]
+fn calibrate_recovers_the_constants_that_produced_the_rows() {
+    let dir = tmp("calibrate");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let head = SILICON_HEADER;
+    // Four deployments whose prompts differ in length, so that a longer frontend and a slower
+    // prefill are told apart; their "measurements" are servesim's own replays at known constants.
+    let shapes = [("a", 512, 64, 2), ("b", 4096, 64, 2), ("c", 2048, 32, 4), ("d", 8192, 32, 1)];
+    let rows = |measured: &dyn Fn(&str) -> (f64, f64)| {
+        let mut csv = head.to_string();
+        for (id, isl, osl, c) in shapes {
+            let (ttft, tpot) = measured(id);
+            csv += &format!(
+                "{id},,vllm,,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,,agg,{isl},{osl},,,{c},1,1,1,1,1,,,,,,,,,,,,,,,{ttft},{tpot}\n"
+            );
+        }
+        csv
+    };
+    let file = dir.join("rows.csv");
+    std::fs::write(&file, rows(&|_| (100.0, 10.0))).unwrap();
+    let replayed = dir.join("replayed.csv");
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--prefill-scale",
+        "1.4",
+        "--frontend-ms",
+        "120",
+        "--rows-csv",
+        replayed.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = std::fs::read_to_string(&replayed).unwrap();
+    let predicted = |id: &str| -> (f64, f64) {
+        let line = replayed.lines().find(|l| l.starts_with(&format!("{id},"))).unwrap();
+        let cols: Vec<&str> = line.split(',').collect();
+        (cols[10].parse().unwrap(), cols[12].parse().unwrap())
+    };
+    std::fs::write(&file, rows(&predicted)).unwrap();
+    let out = servesim(&[
+        "calibrate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--fit",
+        "prefill_scale,frontend_ms",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let prefill = j["timing"]["prefill_scale"].as_f64().unwrap();
+    let frontend = j["timing"]["frontend_ms"].as_f64().unwrap();
+    assert!((prefill - 1.4).abs() <= 0.05 && (frontend - 120.0).abs() <= 10.0, "{j}");
+    assert!(j["timing"].get("step_overhead_ms").is_none(), "{j}");
+    let (before, after) = (&j["engine_constants"], &j["fitted"]);
+    assert!(before["ttft_mape_pct"].as_f64().unwrap() > 10.0, "{j}");
+    assert!(
+        after["ttft_mape_pct"].as_f64().unwrap() < 1.0 && after["tpot_mape_pct"].as_f64().unwrap() < 1.0,
+        "{j}"
+    );
+    assert_eq!(j["constants"][0]["engine"], 1.0, "vLLM's calibrated prefill multiplier: {j}");
+    assert!(j["held_out"].is_null());
+    // The table says where the constants go.
+    let out =
+        servesim(&["calibrate", "--silicon", file.to_str().unwrap(), "--fit", "frontend_ms", "--folds", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("engine.workers.<role>.timing: {frontend_ms: ")
+            && table.contains("held out (2 folds)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn calibrate_refuses_what_it_cannot_fit() {
+    let cal = "../shared/validation/calibration.csv";
+    let out = servesim(&["calibrate", "--silicon", cal, "--filter", "h100_sxm", "--fit", "frontend_ms"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("engines (") && text(&out.stderr).contains("calibrate one at a time"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = servesim(&["calibrate", "--silicon", cal, "--fit", "prefill"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--fit prefill: not a constant"), "{}", text(&out.stderr));
+    let out =
+        servesim(&["calibrate", "--silicon", cal, "--filter", "qwen3_32b_h100_sxm_vllm", "--folds", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--folds 1"), "{}", text(&out.stderr));
+    let out = servesim(&["calibrate", "--silicon", "no-such.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no-such.csv"), "{}", text(&out.stderr));
 }

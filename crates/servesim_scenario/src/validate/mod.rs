@@ -26,6 +26,7 @@ use servesim_perf::spec::MoeQuant;
 use crate::catalog::Catalog;
 use crate::scenario::{parse_with_overrides, prepare, Files, Prepared};
 
+pub mod calibrate;
 mod deployments;
 mod recipe;
 mod summary;
@@ -41,6 +42,10 @@ pub use summary::{
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
 pub const REQUESTS_PER_SLOT: u32 = 10;
+
+/// Shortest sampled length as a fraction of nominal (REF §7: "ISL/OSL sampled 80–100% of
+/// nominal"), the replay's default.
+pub const LENGTH_FLOOR: f64 = 0.8;
 
 /// Timing constants to replay with instead of the engines' calibrated ones.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
