@@ -175,7 +175,7 @@ struct Search<'e, 'a> {
     params: Vec<Param>,
     eval: &'e mut Evaluate<'a>,
     seen: BTreeMap<Vec<u64>, Score>,
-    /// Rows the base knobs predict: a point that predicts fewer is not a fit.
+    /// Rows the starting point predicts: a point that predicts fewer is not a fit.
     needed: usize,
 }
 
