@@ -127,86 +127,128 @@ pub(crate) fn run(a: &CalibrateArgs<'_>) -> Result<(), Failure> {
     if show {
         eprintln!();
     }
-    let timing: Vec<String> = fitted.values.iter().map(|(p, v)| format!("{}: {v}", p.name())).collect();
-    let timing = format!("{{{}}}", timing.join(", "));
-    let models: BTreeSet<String> = rows.iter().map(|r| format!("{} on {}", r.model, r.system)).collect();
-    let backend = rows[0].backend.clone();
+    let report = Report {
+        silicon: a.silicon,
+        backend: &rows[0].backend,
+        deployments: rows.iter().map(|r| format!("{} on {}", r.model, r.system)).collect(),
+        rows: rows.len(),
+        engine: &engine,
+        fitted: &fitted.values,
+        before,
+        after: fitted.score,
+        held_out,
+        folds: a.folds,
+        replays,
+    };
     match a.format {
-        Format::Json => {
-            let score = |s: &Score| {
-                serde_json::json!({
-                    "rows": s.rows, "predicted": s.predicted,
-                    "ttft_mape_pct": s.ttft_mape, "tpot_mape_pct": s.tpot_mape,
-                    "ttft_bias_pct": s.ttft_bias, "tpot_bias_pct": s.tpot_bias,
-                })
-            };
-            let constants: Vec<serde_json::Value> = engine
-                .iter()
-                .zip(&fitted.values)
-                .map(|(&(p, same, _), &(_, v))| serde_json::json!({"name": p.name(), "engine": same, "fitted": v}))
-                .collect();
-            let timing_obj: serde_json::Map<String, serde_json::Value> =
-                fitted.values.iter().map(|(p, v)| (p.name().to_string(), serde_json::json!(v))).collect();
-            let out = serde_json::json!({
-                "silicon": a.silicon.display().to_string(),
-                "backend": backend,
-                "deployments": models,
-                "rows": rows.len(),
-                "constants": constants,
-                "engine_constants": score(&before),
-                "fitted": score(&fitted.score),
-                "held_out": held_out.as_ref().map(score),
-                "folds": a.folds,
-                "replays": replays,
-                "timing": timing_obj,
-            });
-            let text = serde_json::to_string_pretty(&out)
-                .map_err(|e| Failure { code: 1, message: e.to_string() })?;
-            say_raw!("{text}\n");
-        }
-        Format::Table => {
-            say!("servesim calibrate --silicon {}: {} {backend} rows", a.silicon.display(), rows.len());
-            for m in &models {
-                say!("  {m}");
-            }
-            say!("\n{:<18} {:>10} {:>10}", "constant", "engine", "fitted");
-            for (&(p, same, _), &(_, v)) in engine.iter().zip(&fitted.values) {
-                let e = same.map_or_else(|| "per release".to_string(), |x| format!("{x}"));
-                say!("{:<18} {e:>10} {v:>10}", p.name());
-            }
-            say!(
-                "\n{:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                "",
-                "TTFT MAPE",
-                "TPOT MAPE",
-                "TTFT bias",
-                "TPOT bias",
-                "predicted"
-            );
-            let line = |name: &str, s: &Score| {
-                say!(
-                    "{name:<22} {:>9.1}% {:>9.1}% {:>+9.1}% {:>+9.1}% {:>10}",
-                    s.ttft_mape,
-                    s.tpot_mape,
-                    s.ttft_bias,
-                    s.tpot_bias,
-                    format!("{}/{}", s.predicted, s.rows)
-                );
-            };
-            line("engine constants", &before);
-            line("fitted", &fitted.score);
-            if let Some(h) = &held_out {
-                line(&format!("held out ({} folds)", a.folds), h);
-            }
-            say!(
-                "\n{replays} replays of the rows. To predict with the fitted constants, set them on each \
-                 worker role of the scenario:\n  engine.workers.<role>.timing: {timing}"
-            );
-            if held_out.is_none() {
-                say!("(--folds 5 also scores every row with constants fitted without it)");
-            }
-        }
+        Format::Json => print_json(&report)?,
+        Format::Table => print_table(&report),
     }
     eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// What a calibration found, for printing.
+struct Report<'a> {
+    silicon: &'a Path,
+    backend: &'a str,
+    deployments: BTreeSet<String>,
+    rows: usize,
+    /// Each constant with its engine value where every row shares one, and the start.
+    engine: &'a [(Param, Option<f64>, f64)],
+    fitted: &'a [(Param, f64)],
+    before: Score,
+    after: Score,
+    held_out: Option<Score>,
+    folds: usize,
+    replays: usize,
+}
+
+impl Report<'_> {
+    /// The `timing:` block of the fitted constants.
+    fn timing(&self) -> String {
+        let v: Vec<String> = self.fitted.iter().map(|(p, v)| format!("{}: {v}", p.name())).collect();
+        format!("{{{}}}", v.join(", "))
+    }
+}
+
+/// `--format json`.
+fn print_json(r: &Report<'_>) -> Result<(), Failure> {
+    let score = |s: &Score| {
+        serde_json::json!({
+            "rows": s.rows, "predicted": s.predicted,
+            "ttft_mape_pct": s.ttft_mape, "tpot_mape_pct": s.tpot_mape,
+            "ttft_bias_pct": s.ttft_bias, "tpot_bias_pct": s.tpot_bias,
+        })
+    };
+    let constants: Vec<serde_json::Value> = r
+        .engine
+        .iter()
+        .zip(r.fitted)
+        .map(|(&(p, same, _), &(_, v))| serde_json::json!({"name": p.name(), "engine": same, "fitted": v}))
+        .collect();
+    let timing_obj: serde_json::Map<String, serde_json::Value> =
+        r.fitted.iter().map(|(p, v)| (p.name().to_string(), serde_json::json!(v))).collect();
+    let out = serde_json::json!({
+        "silicon": r.silicon.display().to_string(),
+        "backend": r.backend,
+        "deployments": r.deployments,
+        "rows": r.rows,
+        "constants": constants,
+        "engine_constants": score(&r.before),
+        "fitted": score(&r.after),
+        "held_out": r.held_out.as_ref().map(score),
+        "folds": r.folds,
+        "replays": r.replays,
+        "timing": timing_obj,
+    });
+    let text = serde_json::to_string_pretty(&out).map_err(|e| Failure { code: 1, message: e.to_string() })?;
+    say_raw!("{text}\n");
+    Ok(())
+}
+
+/// `--format table`.
+fn print_table(r: &Report<'_>) {
+    say!("servesim calibrate --silicon {}: {} {} rows", r.silicon.display(), r.rows, r.backend);
+    for m in &r.deployments {
+        say!("  {m}");
+    }
+    say!("\n{:<18} {:>10} {:>10}", "constant", "engine", "fitted");
+    for (&(p, same, _), &(_, v)) in r.engine.iter().zip(r.fitted) {
+        let e = same.map_or_else(|| "per release".to_string(), |x| format!("{x}"));
+        say!("{:<18} {e:>10} {v:>10}", p.name());
+    }
+    say!(
+        "\n{:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "",
+        "TTFT MAPE",
+        "TPOT MAPE",
+        "TTFT bias",
+        "TPOT bias",
+        "predicted"
+    );
+    let line = |name: &str, s: &Score| {
+        say!(
+            "{name:<22} {:>9.1}% {:>9.1}% {:>+9.1}% {:>+9.1}% {:>10}",
+            s.ttft_mape,
+            s.tpot_mape,
+            s.ttft_bias,
+            s.tpot_bias,
+            format!("{}/{}", s.predicted, s.rows)
+        );
+    };
+    line("engine constants", &r.before);
+    line("fitted", &r.after);
+    if let Some(h) = &r.held_out {
+        line(&format!("held out ({} folds)", r.folds), h);
+    }
+    say!(
+        "\n{} replays of the rows. To predict with the fitted constants, set them on each \
+         worker role of the scenario:\n  engine.workers.<role>.timing: {}",
+        r.replays,
+        r.timing()
+    );
+    if r.held_out.is_none() {
+        say!("(--folds 5 also scores every row with constants fitted without it)");
+    }
 }
