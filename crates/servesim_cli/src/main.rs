@@ -235,6 +235,11 @@ enum Command {
         /// Write every row's prediction and error as CSV.
         #[arg(long, value_name = "FILE")]
         rows_csv: Option<PathBuf>,
+        /// Write the report to FILE: JSON if it ends in .json (the command, the error of every
+        /// family, class and the total, and every row), else Markdown (the table, its notes and
+        /// every row not predicted).
+        #[arg(long, value_name = "FILE", requires = "silicon")]
+        report: Option<PathBuf>,
         /// Rows replayed in parallel (default: the machine's cores; the results do not depend
         /// on it).
         #[arg(long)]
@@ -288,7 +293,7 @@ enum Command {
         mla_attention_dp: bool,
         /// Replay with the policy's engine options only, not those of a row's published
         /// benchmark recipe (InferenceX's TensorRT-LLM Llama-3.1-70B token budget and batch
-        /// waiting, its SGLang DeepSeek-R1 receive interval on B200, the MTP drafts of its
+        /// waiting and its vLLM memory fraction, its SGLang DeepSeek-R1 receive interval on B200, the MTP drafts of its
         /// TensorRT-LLM DeepSeek-R1 runs on the MTP-only image, InferenceMAX's disaggregated
         /// deployments of its GB200 rows of 2025, the published deployments of disaggregated
         /// rows).
@@ -505,6 +510,7 @@ fn main() -> ExitCode {
             filter,
             class,
             rows_csv,
+            report,
             jobs,
             data_dir,
             prefill_scale,
@@ -555,7 +561,7 @@ fn main() -> ExitCode {
                     silicon,
                     &filter,
                     class.as_deref(),
-                    rows_csv.as_deref(),
+                    validate::Outputs { rows_csv: rows_csv.as_deref(), report: report.as_deref() },
                     data_dir,
                     &knobs,
                     jobs_or_cores(jobs),

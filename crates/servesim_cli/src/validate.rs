@@ -71,12 +71,21 @@ pub(crate) fn select(
     Ok((rows, catalog))
 }
 
+/// The files `servesim validate --silicon` writes besides its table.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Outputs<'a> {
+    /// Every row's prediction and error as CSV (`--rows-csv`).
+    pub(crate) rows_csv: Option<&'a Path>,
+    /// The report, JSON or Markdown by its extension (`--report`).
+    pub(crate) report: Option<&'a Path>,
+}
+
 /// `servesim validate --silicon FILE`: the fidelity table.
 pub(crate) fn silicon(
     silicon: &Path,
     filter: &[String],
     class: Option<&str>,
-    rows_csv: Option<&Path>,
+    out: Outputs,
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
     jobs: usize,
@@ -112,60 +121,8 @@ pub(crate) fn silicon(
     let s = summarize(&rows, &outcomes, &catalog);
     say!("servesim validate --silicon {}: {} rows\n", silicon.display(), rows.len());
     say_raw!("{}", table(&s));
-    let rows_from = |source: &str| s.disagg_by_workers.get(source).map_or(0, |g| g.rows);
-    let (sized, published) = (rows_from("sized"), rows_from("published"));
-    if sized + published > 0 {
-        say!(
-            "\n{} disaggregated rows do not record their worker counts: {published} replay the deployment \
-             InferenceX published for their clients (workers, layouts, decode batch), {sized} get pools sized from \
-             the estimate (decode workers to hold the concurrency, prefill workers at most {:.0}% busy); \
-             --rows-csv lists them",
-            sized + published,
-            100.0 * servesim_scenario::validate::SIZED_PREFILL_UTILIZATION
-        );
-        // Which share of the disaggregated error the sizing owns.
-        for (source, g) in &s.disagg_by_workers {
-            let which = match *source {
-                "recorded" => "recording their worker counts",
-                "published" => "replaying InferenceX's published deployment",
-                _ => "with sized pools",
-            };
-            say!(
-                "  {} disaggregated rows {which}: TTFT / TPOT MAPE {:.1}% / {:.1}%, bias {:+.1}% / {:+.1}% ({} predicted)",
-                g.rows,
-                g.ttft_mape(),
-                g.tpot_mape(),
-                g.ttft_bias(),
-                g.tpot_bias(),
-                g.predicted
-            );
-        }
-    }
-    if !s.beyond_kernels.is_empty() {
-        let counts: Vec<String> = s.beyond_kernels.iter().map(|(c, g)| format!("{c} {}", g.rows)).collect();
-        say!(
-            "\nrows whose measurement served more prompts than their prefilling workers' kernels can compute \
-             (prompt load > {:.0}: kernel seconds a second at the measured request rate, --rows-csv column \
-             prompt_load): {}",
-            servesim_scenario::validate::PROMPT_LOAD_LIMIT,
-            counts.join(", ")
-        );
-        for (c, g) in s.within_kernels.iter().filter(|(c, _)| s.beyond_kernels.contains_key(*c)) {
-            say!(
-                "  {c} without them ({} rows): TTFT / TPOT MAPE {:.1}% / {:.1}%, bias {:+.1}% / {:+.1}%",
-                g.rows,
-                g.ttft_mape(),
-                g.tpot_mape(),
-                g.ttft_bias(),
-                g.tpot_bias()
-            );
-        }
-    }
-    let mut errors: Vec<String> = rows
-        .iter()
-        .zip(&outcomes)
-        .filter_map(|(r, o)| o.error.as_ref().map(|e| format!("{} (line {}): {e}", r.id, r.line)))
-        .collect();
+    say_raw!("{}", servesim_scenario::validate::notes(&s));
+    let mut errors = servesim_scenario::validate::not_predicted(&rows, &outcomes);
     if !errors.is_empty() {
         say!("\nnot predicted ({}):", errors.len());
         errors.truncate(20);
@@ -173,39 +130,45 @@ pub(crate) fn silicon(
             say!("  {e}");
         }
     }
-    if let Some(path) = rows_csv {
-        let mut w = String::from("id,line,model,system,backend,mode,isl,osl,concurrency,measured_ttft_ms,predicted_ttft_ms,measured_tpot_ms,predicted_tpot_ms,sized_workers,workers_source,mtp_drafts,prompt_load,error\n");
-        for (r, o) in rows.iter().zip(&outcomes) {
-            let (pt, pp) = o
-                .predicted
-                .map_or((String::new(), String::new()), |(a, b)| (format!("{a:.3}"), format!("{b:.3}")));
-            let _ = std::fmt::Write::write_fmt(
-                &mut w,
-                format_args!(
-                    "{},{},{},{},{},{},{},{},{},{:.3},{pt},{:.3},{pp},{},{},{},{},\"{}\"\n",
-                    r.id,
-                    r.line,
-                    r.model,
-                    r.system,
-                    r.backend,
-                    if r.disaggregated() { "disagg" } else { "agg" },
-                    r.isl,
-                    r.osl,
-                    r.concurrency,
-                    r.ttft_ms,
-                    r.tpot_ms,
-                    o.sized.map_or(String::new(), |(p, d)| format!("{p}P+{d}D")),
-                    servesim_scenario::validate::workers_source(r, o).unwrap_or(""),
-                    o.drafts.map_or(String::new(), |n| n.to_string()),
-                    o.prompt_load.map_or(String::new(), |l| format!("{l:.3}")),
-                    o.error.as_deref().unwrap_or("").replace('"', "'")
-                ),
-            );
-        }
-        write_file(path, &w)?;
+    if let Some(path) = out.rows_csv {
+        write_file(path, &servesim_scenario::validate::rows_csv(&rows, &outcomes))?;
+    }
+    if let Some(path) = out.report {
+        let command = command_line();
+        let head = servesim_scenario::validate::ReportHead {
+            command: &command,
+            silicon: &silicon.display().to_string(),
+            version: env!("CARGO_PKG_VERSION"),
+        };
+        let text = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+            let json = servesim_scenario::validate::to_json(&head, &rows, &outcomes, &s);
+            serde_json::to_string_pretty(&json)
+                .map(|t| t + "\n")
+                .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })?
+        } else {
+            servesim_scenario::validate::to_markdown(&head, &rows, &outcomes, &s)
+        };
+        write_file(path, &text)?;
     }
     eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The command as typed, for a report's head: `servesim` and its arguments, each quoted for a
+/// POSIX shell where it needs to be.
+fn command_line() -> String {
+    let quote = |a: String| {
+        let plain = !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        if plain {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once("servesim".to_string())
+        .chain(std::env::args().skip(1).map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `servesim validate --silicon FILE --show-scenarios`.

@@ -431,6 +431,94 @@ fn validate_reports_scatter_and_sizes_unrecorded_pools() {
 }
 
 #[test]
+fn validate_writes_its_report_as_json_or_markdown() {
+    let dir = tmp("validate-report");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let head = SILICON_HEADER;
+    // One row servesim predicts, one it cannot (a model it does not know).
+    let csv = format!(
+        "{head}agg8,,sglang,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\
+         nope,,vllm,,acme/NoSuchModel,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n"
+    );
+    let file = dir.join("rows.csv");
+    std::fs::write(&file, csv).unwrap();
+    let (json_path, md_path, rows_path) =
+        (dir.join("report.json"), dir.join("report.md"), dir.join("rows.out.csv"));
+    let run = |report: &Path| {
+        let out = servesim(&[
+            "validate",
+            "--silicon",
+            file.to_str().unwrap(),
+            "--rows-csv",
+            rows_path.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let table = run(&json_path);
+    // A family with no predicted row shows no error rather than NaN.
+    assert!(!table.contains("NaN"), "{table}");
+    assert!(table.contains("| acme/NoSuchModel | h200_sxm | vllm | agg | 1 | 0.0% | n/a |"), "{table}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let command = report["command"].as_str().unwrap();
+    assert!(command.starts_with("servesim validate --silicon ") && command.contains("--report"), "{command}");
+    assert_eq!(report["overall"]["rows"], 2);
+    assert_eq!(report["overall"]["predicted"], 1);
+    assert_eq!(report["overall"]["coverage_pct"], 50.0);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    // The predicted row carries the same figures as --rows-csv and the table.
+    let agg = &rows[0];
+    assert_eq!(agg["id"], "agg8");
+    let predicted = agg["predicted_ttft_ms"].as_f64().unwrap();
+    let csv_line = std::fs::read_to_string(&rows_path).unwrap();
+    let csv_line = csv_line.lines().find(|l| l.starts_with("agg8,")).unwrap().to_string();
+    assert!(csv_line.contains(&format!(",40.000,{predicted:.3},")), "{csv_line} vs {predicted}");
+    let error = agg["ttft_error_pct"].as_f64().unwrap();
+    assert!((error - 100.0 * (predicted / 40.0 - 1.0)).abs() < 1e-9);
+    let family = report["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["model"] == "meta-llama/Llama-3.1-8B-Instruct")
+        .unwrap();
+    assert!(table.contains(&format!("| {:.1}% |", family["ttft_mape_pct"].as_f64().unwrap())), "{table}");
+    assert_eq!(report["classes"][0]["class"], "dense aggregated");
+    // The unpredicted row says why and has no prediction.
+    let nope = &rows[1];
+    assert!(nope["predicted_ttft_ms"].is_null() && nope["ttft_error_pct"].is_null());
+    assert!(nope["error"].as_str().unwrap().contains("unknown model 'acme/NoSuchModel'"), "{nope}");
+    let empty =
+        report["families"].as_array().unwrap().iter().find(|f| f["model"] == "acme/NoSuchModel").unwrap();
+    assert!(empty["ttft_mape_pct"].is_null(), "{empty}");
+    // Markdown: the printed table, and every row not predicted.
+    let printed = run(&md_path);
+    let md = std::fs::read_to_string(&md_path).unwrap();
+    let table_only: String =
+        printed.lines().filter(|l| l.starts_with('|')).map(|l| format!("{l}\n")).collect();
+    assert!(md.contains(&table_only), "{md}");
+    assert!(md.contains("## Not predicted (1)") && md.contains("- nope (line 3): "), "{md}");
+    assert!(md.contains("servesim validate --silicon "), "{md}");
+    // A report that cannot be written is an error naming the file.
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--report",
+        dir.join("no/such/dir/r.md").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot write") && text(&out.stderr).contains("r.md"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn validate_refuses_knobs_that_are_not_numbers_in_range() {
     // NaN and out-of-range knobs were written into every row's scenario (each row refused) or
     // clamped without a word; they are the command line's error now.

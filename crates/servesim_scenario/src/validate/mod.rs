@@ -29,12 +29,14 @@ use crate::scenario::{parse_with_overrides, prepare, Files, Prepared};
 pub mod calibrate;
 mod deployments;
 mod recipe;
+mod report;
 mod summary;
 
 pub use recipe::{
     ran_mtp_configuration, recipe, Recipe, AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS,
     AIC_TOKENS_PER_BLOCK,
 };
+pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
 pub use summary::{
     class, compare_requests, requests_table, summarize, table, workers_source, Group, RequestComparison,
     Summary,

@@ -48,6 +48,11 @@ pub struct Recipe {
 ///   --max_num_tokens 16384`, and for 1k/1k below TP8 also `batch_wait_timeout_iters: 20` and
 ///   `batch_wait_max_tokens_ratio: 0.9` ("will improve the performance" at 1k/1k, says the
 ///   script).
+/// - Llama-3.1-70B with vLLM (`benchmarks/70b_fp8_h100_slurm.sh`, `70b_b200_slurm.sh`):
+///   `--gpu-memory-utilization 0.9` where recent vLLM defaults to 0.92 (the rows record no
+///   release). Their other options are the replay policy's or cannot bind in a closed loop:
+///   `--max-num-batched-tokens 8192`, no prefix caching, asynchronous scheduling,
+///   `--max-num-seqs` the clients.
 /// - DeepSeek-R1 with SGLang on B200 (`benchmarks/dsr1_fp8_b200.sh`, `dsr1_fp4_b200.sh`) and
 ///   B300 (`dsr1_fp8_b300.sh`, `dsr1_fp4_b300.sh`, which "reuse the existing DSR1 B200 SGLang
 ///   recipe as-is"):
@@ -115,6 +120,9 @@ pub fn recipe(row: &SiliconRow) -> Recipe {
     }
     let deepseek = matches!(row.model.as_str(), "deepseek-ai/DeepSeek-R1" | "deepseek-ai/DeepSeek-V3");
     match row.backend.as_str() {
+        "vllm" if row.model == "meta-llama/Llama-3.1-70B" => {
+            Recipe { memory_fraction: Some(0.9), ..Recipe::default() }
+        }
         "trtllm" if row.model == "meta-llama/Llama-3.1-70B" => Recipe {
             max_batched_tokens: Some(16_384),
             batch_wait: (row.isl == 1024 && row.osl == 1024 && tp < 8).then_some((20, 0.9)),

@@ -214,18 +214,21 @@ pub fn table(s: &Summary) -> String {
         "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias | TTFT scatter | TPOT scatter |"
     );
     let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // A group none of whose rows was predicted has no error to show.
+    let pct = |x: f64| if x.is_finite() { format!("{x:.1}%") } else { "n/a".into() };
+    let signed = |x: f64| if x.is_finite() { format!("{x:+.1}%") } else { "n/a".into() };
     let line = |t: &mut String, label: &str, g: &Group| {
         let _ = writeln!(
             t,
-            "| {label} | {} | {:.1}% | {:.1}% | {:.1}% | {:+.1}% | {:+.1}% | {:.1}% | {:.1}% |",
+            "| {label} | {} | {:.1}% | {} | {} | {} | {} | {} | {} |",
             g.rows,
             g.coverage(),
-            g.ttft_mape(),
-            g.tpot_mape(),
-            g.ttft_bias(),
-            g.tpot_bias(),
-            g.ttft_scatter(),
-            g.tpot_scatter()
+            pct(g.ttft_mape()),
+            pct(g.tpot_mape()),
+            signed(g.ttft_bias()),
+            signed(g.tpot_bias()),
+            pct(g.ttft_scatter()),
+            pct(g.tpot_scatter())
         );
     };
     for ((m, sys, be, mode), g) in &s.by_config {

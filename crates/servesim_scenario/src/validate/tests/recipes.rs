@@ -90,13 +90,20 @@ fn inferencex_trtllm_llama_70b_rows_replay_with_their_recipe() {
     r.osl = 1024;
     for change in [
         |r: &mut SiliconRow| r.source = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/x.csv".into(),
-        |r: &mut SiliconRow| r.backend = "vllm".into(),
+        |r: &mut SiliconRow| r.backend = "sglang".into(),
         |r: &mut SiliconRow| r.model = "Qwen/Qwen3-32B".into(),
     ] {
         let mut other = r.clone();
         change(&mut other);
         assert_eq!(recipe(&other), Recipe::default(), "{other:?}");
     }
+    // vLLM: the scripts' `--gpu-memory-utilization 0.9`, not the recent engines' 0.92.
+    r.backend = "vllm".into();
+    assert_eq!(recipe(&r), Recipe { memory_fraction: Some(0.9), ..Recipe::default() });
+    let y = scenario_yaml(&r, &Knobs::default(), true, None);
+    assert!(y.contains("capacity: {type: default, memory_fraction: 0.9}"), "{y}");
+    r.source = "source_file=/data/h100_sxm/vllm/0.12.0/x.csv".into();
+    assert_eq!(recipe(&r), Recipe::default());
 }
 
 #[test]
