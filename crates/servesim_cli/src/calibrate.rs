@@ -165,6 +165,14 @@ struct Report<'a> {
 }
 
 impl Report<'_> {
+    /// Whether the engine's constants, which differ between the rows' releases, score better
+    /// than the one set the fit found (the fit starts from the releases' shared values, so
+    /// where every row shares them it is never worse).
+    fn releases_win(&self) -> bool {
+        self.engine.iter().any(|(_, same, _)| same.is_none())
+            && self.before.objective() < self.after.objective()
+    }
+
     /// The `timing:` block of the fitted constants.
     fn timing(&self) -> String {
         let v: Vec<String> = self.fitted.iter().map(|(p, v)| format!("{}: {v}", p.name())).collect();
@@ -200,6 +208,7 @@ fn print_json(r: &Report<'_>) -> Result<(), Failure> {
         "held_out": r.held_out.as_ref().map(score),
         "folds": r.folds,
         "replays": r.replays,
+        "engine_releases_better": r.releases_win(),
         "timing": timing_obj,
     });
     let text = serde_json::to_string_pretty(&out).map_err(|e| Failure { code: 1, message: e.to_string() })?;
@@ -248,6 +257,12 @@ fn print_table(r: &Report<'_>) {
         r.replays,
         r.timing()
     );
+    if r.releases_win() {
+        say!(
+            "The engine's constants differ between these rows' releases and score better than any one \
+             set found: keep them, or calibrate each release's rows (--filter) on their own."
+        );
+    }
     if r.held_out.is_none() {
         say!("(--folds 5 also scores every row with constants fitted without it)");
     }

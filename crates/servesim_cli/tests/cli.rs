@@ -625,6 +625,7 @@ fn calibrate_recovers_the_constants_that_produced_the_rows() {
     );
     assert_eq!(j["constants"][0]["engine"], 1.0, "vLLM's calibrated prefill multiplier: {j}");
     assert!(j["held_out"].is_null());
+    assert_eq!(j["engine_releases_better"], false, "one release: the fit starts from its constants: {j}");
     // The table says where the constants go.
     let out =
         servesim(&["calibrate", "--silicon", file.to_str().unwrap(), "--fit", "frontend_ms", "--folds", "2"]);
@@ -635,6 +636,49 @@ fn calibrate_recovers_the_constants_that_produced_the_rows() {
             && table.contains("held out (2 folds)"),
         "{table}"
     );
+}
+
+#[test]
+fn calibrate_says_when_the_releases_own_constants_beat_one_set() {
+    let dir = tmp("calibrate-releases");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let head = SILICON_HEADER;
+    // Two TensorRT-LLM releases with different calibrated constants, each row "measured" as
+    // servesim replays it with its own release's: no single set of constants does as well.
+    let rows = |measured: &dyn Fn(&str) -> (f64, f64)| {
+        let mut csv = head.to_string();
+        for (id, release, isl) in [("old", "1.0.0rc3", 2048), ("new", "", 4096)] {
+            let (ttft, tpot) = measured(id);
+            csv += &format!(
+                "{id},,trtllm,{release},meta-llama/Llama-3.1-8B-Instruct,h100_sxm,,agg,{isl},64,,,2,1,1,1,1,1,,,,,,,,,,,,,,,{ttft},{tpot}\n"
+            );
+        }
+        csv
+    };
+    let file = dir.join("rows.csv");
+    std::fs::write(&file, rows(&|_| (100.0, 10.0))).unwrap();
+    let replayed = dir.join("replayed.csv");
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--rows-csv",
+        replayed.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = std::fs::read_to_string(&replayed).unwrap();
+    let predicted = |id: &str| -> (f64, f64) {
+        let line = replayed.lines().find(|l| l.starts_with(&format!("{id},"))).unwrap();
+        let cols: Vec<&str> = line.split(',').collect();
+        (cols[10].parse().unwrap(), cols[12].parse().unwrap())
+    };
+    std::fs::write(&file, rows(&predicted)).unwrap();
+    let out =
+        servesim(&["calibrate", "--silicon", file.to_str().unwrap(), "--fit", "prefill_scale,frontend_ms"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("per release"), "{table}");
+    assert!(table.contains("score better than any one set found: keep them"), "{table}");
 }
 
 #[test]
