@@ -487,6 +487,9 @@ fn validate_writes_its_report_as_json_or_markdown() {
         .unwrap();
     assert!(table.contains(&format!("| {:.1}% |", family["ttft_mape_pct"].as_f64().unwrap())), "{table}");
     assert_eq!(report["classes"][0]["class"], "dense aggregated");
+    // No deployment here is measured at two concurrencies, so there is no curve to shape.
+    assert_eq!(report["overall"]["shape_points"], 0);
+    assert!(report["overall"]["ttft_shape_pct"].is_null(), "{}", report["overall"]);
     // The unpredicted row says why and has no prediction.
     let nope = &rows[1];
     assert!(nope["predicted_ttft_ms"].is_null() && nope["ttft_error_pct"].is_null());

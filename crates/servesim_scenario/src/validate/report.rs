@@ -155,6 +155,9 @@ fn metrics(g: &Group) -> Value {
         "tpot_bias_pct": number(g.tpot_bias()),
         "ttft_scatter_pct": number(g.ttft_scatter()),
         "tpot_scatter_pct": number(g.tpot_scatter()),
+        "shape_points": g.shape_points,
+        "ttft_shape_pct": number(g.ttft_shape()),
+        "tpot_shape_pct": number(g.tpot_shape()),
     })
 }
 

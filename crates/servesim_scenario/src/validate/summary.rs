@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use servesim_data::silicon::{Mode, SiliconRow};
+use servesim_data::silicon::{Layout, Mode, SiliconRow};
 
 use super::{Outcome, PROMPT_LOAD_LIMIT};
 use crate::catalog::Catalog;
@@ -29,6 +29,11 @@ pub struct Group {
     /// Sums of |ratio / s − 1| (TTFT, TPOT), each row against the best constant scale `s` of
     /// its deployment family (model × system × engine × mode): what no per-family constant removes.
     scatter_abs: (f64, f64),
+    /// Sums of the shape errors (TTFT, TPOT) of the group's rows that are not the first point
+    /// of their curve ([`curve_key`]), and how many there are.
+    shape_abs: (f64, f64),
+    /// Rows with a shape error.
+    pub shape_points: usize,
 }
 
 impl Group {
@@ -89,6 +94,30 @@ impl Group {
         self.per_predicted_row(self.scatter_abs.1)
     }
 
+    /// TTFT shape error (%): each curve (one deployment measured at several concurrencies,
+    /// [`curve_key`]) divided by its value at its lowest concurrency, measured and predicted
+    /// alike, then the mean |predicted / measured − 1| of the other points. How well the
+    /// growth with load is predicted, whatever the level; AISimulate's accuracy dashboard
+    /// publishes the same normalisation (REF §7). NaN when no curve has two predicted points.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
+    pub fn ttft_shape(&self) -> f64 {
+        if self.shape_points == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.shape_abs.0 / self.shape_points as f64
+    }
+
+    /// TPOT shape error (%), as [`Group::ttft_shape`].
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tpot_shape(&self) -> f64 {
+        if self.shape_points == 0 {
+            return f64::NAN;
+        }
+        100.0 * self.shape_abs.1 / self.shape_points as f64
+    }
+
     /// TTFT MAPE (%) over predicted rows.
     #[must_use]
     pub fn ttft_mape(&self) -> f64 {
@@ -136,6 +165,63 @@ pub fn class(row: &SiliconRow, catalog: &Catalog) -> &'static str {
     }
 }
 
+/// A curve: the rows of one benchmark sweep (the source file) of one deployment — model,
+/// GPU, engine and release, quantisation, prompt and output lengths, layouts and worker
+/// counts — that differ only in their concurrency (and the batch that follows it).
+#[must_use]
+pub fn curve_key(row: &SiliconRow) -> String {
+    let layout =
+        |l: &Layout| format!("tp{} pp{} dp{} moe_tp{} moe_ep{}", l.tp, l.pp, l.dp, l.moe_tp, l.moe_ep);
+    let deployment = match &row.mode {
+        Mode::Agg { layout: l } => format!("agg {}", layout(l)),
+        Mode::Disagg { prefill, prefill_workers, decode, decode_workers } => format!(
+            "disagg {prefill_workers:?}x({}) {decode_workers:?}x({})",
+            layout(prefill),
+            layout(decode)
+        ),
+    };
+    let sweep = row.source.split(';').next().unwrap_or("").trim();
+    format!(
+        "{}|{}|{}|{}|{}|{}|{}|{}x{}|{deployment}|{sweep}",
+        row.model,
+        row.system,
+        row.backend,
+        row.backend_version,
+        row.precision,
+        row.gemm_quant,
+        row.moe_quant,
+        row.isl,
+        row.osl
+    )
+}
+
+/// Each predicted row's shape errors (TTFT, TPOT) against the lowest-concurrency point of its
+/// curve ([`curve_key`]; the first such row in the file where two share it), `None` for that
+/// point itself and for rows alone on their curve or not predicted.
+fn shape_errors(rows: &[SiliconRow], outcomes: &[Outcome]) -> Vec<Option<(f64, f64)>> {
+    let mut curves: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, (r, o)) in rows.iter().zip(outcomes).enumerate() {
+        if o.predicted.is_some() {
+            curves.entry(curve_key(r)).or_default().push(i);
+        }
+    }
+    let mut out = vec![None; rows.len()];
+    for members in curves.values() {
+        let Some(&base) = members.iter().min_by_key(|&&i| (rows[i].concurrency, i)) else { continue };
+        let Some((pt0, pp0)) = outcomes[base].predicted else { continue };
+        let (mt0, mp0) = (rows[base].ttft_ms, rows[base].tpot_ms);
+        for &i in members.iter().filter(|&&i| i != base) {
+            let Some((pt, pp)) = outcomes[i].predicted else { continue };
+            let e = |p: f64, p0: f64, m: f64, m0: f64| ((p / p0) / (m / m0) - 1.0).abs();
+            let errors = (e(pt, pt0, rows[i].ttft_ms, mt0), e(pp, pp0, rows[i].tpot_ms, mp0));
+            if errors.0.is_finite() && errors.1.is_finite() {
+                out[i] = Some(errors);
+            }
+        }
+    }
+    out
+}
+
 /// Groups by `model × system × engine × mode`, by class, and overall.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
@@ -174,14 +260,24 @@ pub fn workers_source(row: &SiliconRow, o: &Outcome) -> Option<&'static str> {
 pub fn summarize(rows: &[SiliconRow], outcomes: &[Outcome], catalog: &Catalog) -> Summary {
     let mut s = Summary::default();
     let mut class_of = BTreeMap::new();
-    for (r, o) in rows.iter().zip(outcomes) {
+    let shapes = shape_errors(rows, outcomes);
+    for ((r, o), shape) in rows.iter().zip(outcomes).zip(shapes) {
         let mode = if r.disaggregated() { "disagg" } else { "agg" };
         let key = (r.model.clone(), r.system.clone(), r.backend.clone(), mode.to_string());
         let c = class(r, catalog);
         class_of.insert(key.clone(), c);
-        s.by_config.entry(key).or_default().add(r, o);
-        s.by_class.entry(c).or_default().add(r, o);
+        let family = s.by_config.entry(key).or_default();
+        family.add(r, o);
+        let class = s.by_class.entry(c).or_default();
+        class.add(r, o);
         s.overall.add(r, o);
+        if let Some((t, p)) = shape {
+            for g in [family, class, &mut s.overall] {
+                g.shape_abs.0 += t;
+                g.shape_abs.1 += p;
+                g.shape_points += 1;
+            }
+        }
         if let Some(source) = workers_source(r, o) {
             s.disagg_by_workers.entry(source).or_default().add(r, o);
         }
@@ -211,16 +307,16 @@ pub fn table(s: &Summary) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias | TTFT scatter | TPOT scatter |"
+        "| model | system | engine | mode | rows | coverage | TTFT MAPE | TPOT MAPE | TTFT bias | TPOT bias | TTFT scatter | TPOT scatter | TTFT shape | TPOT shape |"
     );
-    let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(t, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // A group none of whose rows was predicted has no error to show.
     let pct = |x: f64| if x.is_finite() { format!("{x:.1}%") } else { "n/a".into() };
     let signed = |x: f64| if x.is_finite() { format!("{x:+.1}%") } else { "n/a".into() };
     let line = |t: &mut String, label: &str, g: &Group| {
         let _ = writeln!(
             t,
-            "| {label} | {} | {:.1}% | {} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {:.1}% | {} | {} | {} | {} | {} | {} | {} | {} |",
             g.rows,
             g.coverage(),
             pct(g.ttft_mape()),
@@ -228,7 +324,9 @@ pub fn table(s: &Summary) -> String {
             signed(g.ttft_bias()),
             signed(g.tpot_bias()),
             pct(g.ttft_scatter()),
-            pct(g.tpot_scatter())
+            pct(g.tpot_scatter()),
+            pct(g.ttft_shape()),
+            pct(g.tpot_shape())
         );
     };
     for ((m, sys, be, mode), g) in &s.by_config {

@@ -252,6 +252,52 @@ fn groups_compute_mape_bias_and_coverage() {
 }
 
 #[test]
+fn shape_errors_compare_each_curve_with_its_lowest_concurrency() {
+    let l = |batch| Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch };
+    // One curve at 4, 8 and 16 clients (its batch follows the clients); measured TTFT
+    // doubles from 4 to 16 clients.
+    let point = |c: u32, ttft: f64, tpot: f64| {
+        let mut r = row(Mode::Agg { layout: l(c) });
+        (r.concurrency, r.ttft_ms, r.tpot_ms) = (c, ttft, tpot);
+        r
+    };
+    let mut rows = vec![point(8, 150.0, 12.0), point(4, 100.0, 10.0), point(16, 200.0, 15.0)];
+    // Predicted twice as slow throughout: the level is off, the shape is right.
+    let twice = |r: &SiliconRow| Outcome {
+        predicted: Some((2.0 * r.ttft_ms, 2.0 * r.tpot_ms)),
+        ..Outcome::default()
+    };
+    let outs: Vec<Outcome> = rows.iter().map(twice).collect();
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    assert!((s.overall.ttft_mape() - 100.0).abs() < 1e-9);
+    assert_eq!(s.overall.shape_points, 2, "the lowest concurrency is the reference, not a point");
+    assert!(s.overall.ttft_shape().abs() < 1e-9 && s.overall.tpot_shape().abs() < 1e-9);
+    // Predicted flat at the reference's value: the 16-client point is off by 1/2 − 1, the
+    // 8-client one by 100/150 − 1 (TTFT); TPOT 10/15 − 1 and 10/12 − 1.
+    let flat = vec![Outcome { predicted: Some((100.0, 10.0)), ..Outcome::default() }; 3];
+    let s = summarize(&rows, &flat, &Catalog::builtin().unwrap());
+    let want_ttft = 100.0 * (0.5 + (1.0 - 100.0 / 150.0)) / 2.0;
+    let want_tpot = 100.0 * ((1.0 - 10.0 / 15.0) + (1.0 - 10.0 / 12.0)) / 2.0;
+    assert!((s.overall.ttft_shape() - want_ttft).abs() < 1e-9, "{}", s.overall.ttft_shape());
+    assert!((s.overall.tpot_shape() - want_tpot).abs() < 1e-9, "{}", s.overall.tpot_shape());
+    let family = s.by_config.values().next().unwrap();
+    assert!((family.ttft_shape() - want_ttft).abs() < 1e-9);
+    // Another prompt length, another sweep or an unpredicted reference start other curves:
+    // each of these rows is alone on its curve.
+    rows[0].isl = 2048;
+    rows[2].source = "source_file=other.csv".into();
+    let s = summarize(&rows, &flat, &Catalog::builtin().unwrap());
+    assert_eq!(s.overall.shape_points, 0);
+    assert!(s.overall.ttft_shape().is_nan() && table(&s).contains("| n/a | n/a |"));
+    let rows = vec![point(4, 100.0, 10.0), point(8, 150.0, 12.0), point(16, 200.0, 15.0)];
+    let mut outs = flat;
+    outs[0] = Outcome { error: Some("refused".into()), ..Outcome::default() };
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    assert_eq!(s.overall.shape_points, 1, "the lowest predicted point is the reference");
+    assert!((s.overall.ttft_shape() - 100.0 * (1.0 - 0.75)).abs() < 1e-9);
+}
+
+#[test]
 fn prompt_load_is_the_measured_rate_times_a_prompts_kernel_floor() {
     let catalog = Catalog::builtin().unwrap();
     let l = Layout { tp: 1, pp: 1, dp: 1, moe_tp: 1, moe_ep: 1, batch: 64 };
