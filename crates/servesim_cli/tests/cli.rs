@@ -565,6 +565,29 @@ fn validate_says_when_no_row_matches_and_show_scenarios_keeps_the_class() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
 }
 
+/// Each row's measured (TTFT, TPOT) by id.
+type Measured<'a> = &'a dyn Fn(&str) -> (f64, f64);
+
+/// Writes the rows `rows` makes to `file`, replays them with `servesim validate` and `knobs`,
+/// and writes them again with those replays as their measurements: rows that servesim
+/// reproduces exactly at the constants the knobs give.
+fn write_self_measured(file: &Path, rows: &dyn Fn(Measured) -> String, knobs: &[&str]) {
+    std::fs::write(file, rows(&|_| (100.0, 10.0))).unwrap();
+    let replayed = file.with_extension("replayed.csv");
+    let mut args =
+        vec!["validate", "--silicon", file.to_str().unwrap(), "--rows-csv", replayed.to_str().unwrap()];
+    args.extend_from_slice(knobs);
+    let out = servesim(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = std::fs::read_to_string(&replayed).unwrap();
+    let predicted = |id: &str| -> (f64, f64) {
+        let line = replayed.lines().find(|l| l.starts_with(&format!("{id},"))).unwrap();
+        let cols: Vec<&str> = line.split(',').collect();
+        (cols[10].parse().unwrap(), cols[12].parse().unwrap())
+    };
+    std::fs::write(file, rows(&predicted)).unwrap();
+}
+
 #[test]
 fn calibrate_recovers_the_constants_that_produced_the_rows() {
     let dir = tmp("calibrate");
@@ -584,27 +607,7 @@ fn calibrate_recovers_the_constants_that_produced_the_rows() {
         csv
     };
     let file = dir.join("rows.csv");
-    std::fs::write(&file, rows(&|_| (100.0, 10.0))).unwrap();
-    let replayed = dir.join("replayed.csv");
-    let out = servesim(&[
-        "validate",
-        "--silicon",
-        file.to_str().unwrap(),
-        "--prefill-scale",
-        "1.4",
-        "--frontend-ms",
-        "120",
-        "--rows-csv",
-        replayed.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let replayed = std::fs::read_to_string(&replayed).unwrap();
-    let predicted = |id: &str| -> (f64, f64) {
-        let line = replayed.lines().find(|l| l.starts_with(&format!("{id},"))).unwrap();
-        let cols: Vec<&str> = line.split(',').collect();
-        (cols[10].parse().unwrap(), cols[12].parse().unwrap())
-    };
-    std::fs::write(&file, rows(&predicted)).unwrap();
+    write_self_measured(&file, &rows, &["--prefill-scale", "1.4", "--frontend-ms", "120"]);
     let out = servesim(&[
         "calibrate",
         "--silicon",
@@ -659,23 +662,7 @@ fn calibrate_says_when_the_releases_own_constants_beat_one_set() {
         csv
     };
     let file = dir.join("rows.csv");
-    std::fs::write(&file, rows(&|_| (100.0, 10.0))).unwrap();
-    let replayed = dir.join("replayed.csv");
-    let out = servesim(&[
-        "validate",
-        "--silicon",
-        file.to_str().unwrap(),
-        "--rows-csv",
-        replayed.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let replayed = std::fs::read_to_string(&replayed).unwrap();
-    let predicted = |id: &str| -> (f64, f64) {
-        let line = replayed.lines().find(|l| l.starts_with(&format!("{id},"))).unwrap();
-        let cols: Vec<&str> = line.split(',').collect();
-        (cols[10].parse().unwrap(), cols[12].parse().unwrap())
-    };
-    std::fs::write(&file, rows(&predicted)).unwrap();
+    write_self_measured(&file, &rows, &[]);
     let out =
         servesim(&["calibrate", "--silicon", file.to_str().unwrap(), "--fit", "prefill_scale,frontend_ms"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
