@@ -38,8 +38,8 @@ pub use recipe::{
 };
 pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
 pub use summary::{
-    class, compare_requests, requests_table, summarize, table, workers_source, Group, RequestComparison,
-    Summary,
+    class, compare_requests, curve_key, requests_table, summarize, table, workers_source, Group,
+    RequestComparison, Summary,
 };
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
