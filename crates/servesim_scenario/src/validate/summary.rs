@@ -30,7 +30,7 @@ pub struct Group {
     /// its deployment family (model × system × engine × mode): what no per-family constant removes.
     scatter_abs: (f64, f64),
     /// Sums of the shape errors (TTFT, TPOT) of the group's rows that are not the first point
-    /// of their curve ([`curve_key`]), and how many there are.
+    /// of their curve ([`curve_key`]).
     shape_abs: (f64, f64),
     /// Rows with a shape error.
     pub shape_points: usize,
@@ -100,22 +100,23 @@ impl Group {
     /// growth with load is predicted, whatever the level; AISimulate's accuracy dashboard
     /// publishes the same normalisation (REF §7). NaN when no curve has two predicted points.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
     pub fn ttft_shape(&self) -> f64 {
-        if self.shape_points == 0 {
-            return f64::NAN;
-        }
-        100.0 * self.shape_abs.0 / self.shape_points as f64
+        self.per_shape_point(self.shape_abs.0)
     }
 
     /// TPOT shape error (%), as [`Group::ttft_shape`].
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
     pub fn tpot_shape(&self) -> f64 {
+        self.per_shape_point(self.shape_abs.1)
+    }
+
+    /// `sum` as a percentage mean over the rows with a shape error (NaN when there are none).
+    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
+    fn per_shape_point(&self, sum: f64) -> f64 {
         if self.shape_points == 0 {
             return f64::NAN;
         }
-        100.0 * self.shape_abs.1 / self.shape_points as f64
+        100.0 * sum / self.shape_points as f64
     }
 
     /// TTFT MAPE (%) over predicted rows.
