@@ -13,8 +13,7 @@ use crate::{DiskFiles, Failure, Format};
 /// What `servesim calibrate` was asked.
 pub(crate) struct CalibrateArgs<'a> {
     pub(crate) silicon: &'a Path,
-    pub(crate) filter: &'a [String],
-    pub(crate) class: Option<&'a str>,
+    pub(crate) rows: &'a crate::validate::RowSelection,
     pub(crate) fit: &'a [String],
     pub(crate) folds: usize,
     pub(crate) format: Format,
@@ -47,7 +46,7 @@ fn params(names: &[String]) -> Result<Vec<Param>, Failure> {
 pub(crate) fn run(a: &CalibrateArgs<'_>) -> Result<(), Failure> {
     let started = Instant::now();
     let params = params(a.fit)?;
-    let (rows, catalog) = crate::validate::select(a.silicon, a.filter, a.class)?;
+    let (rows, catalog) = crate::validate::select(a.silicon, a.rows)?;
     let engines: BTreeSet<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
     if engines.len() > 1 {
         let list: Vec<&str> = engines.into_iter().collect();

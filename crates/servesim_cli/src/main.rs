@@ -226,12 +226,8 @@ enum Command {
         /// The scenario that replays the --requests workload.
         #[arg(long, short = 'c', value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Only rows whose id, model, system or engine contains this text (repeatable: any).
-        #[arg(long, value_name = "TEXT")]
-        filter: Vec<String>,
-        /// Only rows of this class: dense-agg, moe-agg, dense-disagg, moe-disagg.
-        #[arg(long, value_name = "CLASS")]
-        class: Option<String>,
+        #[command(flatten)]
+        rows: validate::RowSelection,
         /// Write every row's prediction and error as CSV.
         #[arg(long, value_name = "FILE")]
         rows_csv: Option<PathBuf>,
@@ -326,12 +322,8 @@ enum Command {
         /// Measured results: AIConfigurator silicon_sample.csv columns, rows of one engine.
         #[arg(long, value_name = "FILE")]
         silicon: PathBuf,
-        /// Only rows whose id, model, system or engine contains this text (repeatable: any).
-        #[arg(long, value_name = "TEXT")]
-        filter: Vec<String>,
-        /// Only rows of this class: dense-agg, moe-agg, dense-disagg, moe-disagg.
-        #[arg(long, value_name = "CLASS")]
-        class: Option<String>,
+        #[command(flatten)]
+        rows: validate::RowSelection,
         /// Constants to fit, comma-separated: prefill_scale, step_overhead_ms, frontend_ms.
         #[arg(long, value_delimiter = ',', default_value = "prefill_scale,step_overhead_ms,frontend_ms")]
         fit: Vec<String>,
@@ -507,8 +499,7 @@ fn main() -> ExitCode {
             silicon,
             requests,
             config,
-            filter,
-            class,
+            rows,
             rows_csv,
             report,
             jobs,
@@ -555,12 +546,11 @@ fn main() -> ExitCode {
             if let (Some(log), Some(config)) = (&requests, &config) {
                 validate::requests(log, config, data_dir)
             } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
-                validate::show_scenarios(silicon, &filter, class.as_deref(), data_dir, &knobs)
+                validate::show_scenarios(silicon, &rows, data_dir, &knobs)
             } else if let Some(silicon) = silicon.as_deref() {
                 validate::silicon(
                     silicon,
-                    &filter,
-                    class.as_deref(),
+                    &rows,
                     validate::Outputs { rows_csv: rows_csv.as_deref(), report: report.as_deref() },
                     data_dir,
                     &knobs,
@@ -573,11 +563,10 @@ fn main() -> ExitCode {
                 })
             }
         }
-        Command::Calibrate { silicon, filter, class, fit, folds, format, jobs, data_dir } => {
+        Command::Calibrate { silicon, rows, fit, folds, format, jobs, data_dir } => {
             calibrate::run(&calibrate::CalibrateArgs {
                 silicon: &silicon,
-                filter: &filter,
-                class: class.as_deref(),
+                rows: &rows,
                 fit: &fit,
                 folds,
                 format,

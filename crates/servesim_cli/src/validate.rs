@@ -27,13 +27,55 @@ pub(crate) fn requests(log: &Path, config: &Path, data_dir: Option<PathBuf>) -> 
     Ok(())
 }
 
-/// The rows of a calibration file that `--filter` (any of the texts in a row's id, model,
-/// system or engine) and `--class` keep, with the catalog that classed them; none is an
-/// error, not an empty table.
+/// Which rows of a calibration file `validate` and `calibrate` replay.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct RowSelection {
+    /// Only rows whose id, model, system or engine contains this text (repeatable: any).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) filter: Vec<String>,
+    /// Only rows of this class: dense-agg, moe-agg, dense-disagg, moe-disagg (repeatable: any).
+    #[arg(long, value_name = "CLASS")]
+    pub(crate) class: Vec<String>,
+    /// Only rows measured by this source: inferencex (its dated exports and database dump),
+    /// aiconfigurator (its gap-analysis harness) or other.
+    #[arg(long, value_name = "SOURCE")]
+    pub(crate) source: Option<String>,
+    /// Only rows each of whose workers fits in one node of its GPU (tensor × pipeline ×
+    /// attention-DP degree within the catalog's GPUs per node: 8, or 4 on GB200 and GB300).
+    #[arg(long)]
+    pub(crate) single_node: bool,
+}
+
+impl RowSelection {
+    /// The options as typed, for the message when no row matches.
+    fn asked(&self) -> String {
+        let mut asked: Vec<String> = self.filter.iter().map(|f| format!("--filter {f}")).collect();
+        asked.extend(self.class.iter().map(|c| format!("--class {c}")));
+        asked.extend(self.source.as_ref().map(|s| format!("--source {s}")));
+        if self.single_node {
+            asked.push("--single-node".into());
+        }
+        asked.join(", ")
+    }
+}
+
+/// Whether every worker of a row fits in one node of its GPU (a GPU the catalog does not know
+/// counts as not fitting).
+fn single_node(row: &servesim_data::silicon::SiliconRow, catalog: &Catalog) -> bool {
+    use servesim_data::silicon::{Layout, Mode};
+    let Some(node) = catalog.gpu(&row.system).map(|h| h.gpus_per_node) else { return false };
+    let fits = |l: &Layout| l.tp.max(1) * l.pp.max(1) * l.dp.max(1) <= node;
+    match &row.mode {
+        Mode::Agg { layout } => fits(layout),
+        Mode::Disagg { prefill, decode, .. } => fits(prefill) && fits(decode),
+    }
+}
+
+/// The rows of a calibration file that the selection keeps, with the catalog that classed
+/// them; none is an error, not an empty table.
 pub(crate) fn select(
     silicon: &Path,
-    filter: &[String],
-    class: Option<&str>,
+    sel: &RowSelection,
 ) -> Result<(Vec<servesim_data::silicon::SiliconRow>, Catalog), Failure> {
     let name = silicon.display().to_string();
     let bytes = std::fs::read(silicon)
@@ -41,32 +83,45 @@ pub(crate) fn select(
     let mut rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    if !filter.is_empty() {
+    if !sel.filter.is_empty() {
         rows.retain(|r| {
-            filter
+            sel.filter
                 .iter()
                 .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
         });
     }
-    if let Some(c) = class {
-        let want = match c {
-            "dense-agg" => "dense aggregated",
-            "moe-agg" => "MoE aggregated",
-            "dense-disagg" => "dense disaggregated",
-            "moe-disagg" => "MoE disaggregated",
-            _ => {
-                return Err(Failure {
-                    code: 2,
-                    message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
-                })
-            }
-        };
-        rows.retain(|r| servesim_scenario::validate::class(r, &catalog) == want);
+    if !sel.class.is_empty() {
+        let mut wanted = Vec::new();
+        for c in &sel.class {
+            wanted.push(match c.as_str() {
+                "dense-agg" => "dense aggregated",
+                "moe-agg" => "MoE aggregated",
+                "dense-disagg" => "dense disaggregated",
+                "moe-disagg" => "MoE disaggregated",
+                _ => {
+                    return Err(Failure {
+                        code: 2,
+                        message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
+                    })
+                }
+            });
+        }
+        rows.retain(|r| wanted.contains(&servesim_scenario::validate::class(r, &catalog)));
+    }
+    if let Some(source) = sel.source.as_deref() {
+        if !matches!(source, "inferencex" | "aiconfigurator" | "other") {
+            return Err(Failure {
+                code: 2,
+                message: format!("--source {source}: use inferencex, aiconfigurator or other"),
+            });
+        }
+        rows.retain(|r| servesim_scenario::validate::measured_by(r) == source);
+    }
+    if sel.single_node {
+        rows.retain(|r| single_node(r, &catalog));
     }
     if rows.is_empty() {
-        let mut asked: Vec<String> = filter.iter().map(|f| format!("--filter {f}")).collect();
-        asked.extend(class.map(|c| format!("--class {c}")));
-        return Err(Failure { code: 2, message: format!("no row of {name} matches {}", asked.join(", ")) });
+        return Err(Failure { code: 2, message: format!("no row of {name} matches {}", sel.asked()) });
     }
     Ok((rows, catalog))
 }
@@ -83,8 +138,7 @@ pub(crate) struct Outputs<'a> {
 /// `servesim validate --silicon FILE`: the fidelity table.
 pub(crate) fn silicon(
     silicon: &Path,
-    filter: &[String],
-    class: Option<&str>,
+    sel: &RowSelection,
     out: Outputs,
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
@@ -92,7 +146,7 @@ pub(crate) fn silicon(
 ) -> Result<(), Failure> {
     use servesim_scenario::validate::{run_row, summarize, table, Outcome};
     let started = Instant::now();
-    let (rows, catalog) = select(silicon, filter, class)?;
+    let (rows, catalog) = select(silicon, sel)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     let show = std::io::stderr().is_terminal();
     let progress = |done: usize, n: usize| {
@@ -174,12 +228,11 @@ fn command_line() -> String {
 /// `servesim validate --silicon FILE --show-scenarios`.
 pub(crate) fn show_scenarios(
     silicon: &Path,
-    filter: &[String],
-    class: Option<&str>,
+    sel: &RowSelection,
     data_dir: Option<PathBuf>,
     knobs: &servesim_scenario::validate::Knobs,
 ) -> Result<(), Failure> {
-    let (rows, catalog) = select(silicon, filter, class)?;
+    let (rows, catalog) = select(silicon, sel)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     for r in &rows {
         let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());

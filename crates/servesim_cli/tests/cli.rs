@@ -473,6 +473,7 @@ fn validate_writes_its_report_as_json_or_markdown() {
     // The predicted row carries the same figures as --rows-csv and the table.
     let agg = &rows[0];
     assert_eq!(agg["id"], "agg8");
+    assert_eq!(agg["measured_by"], "other", "{agg}");
     let predicted = agg["predicted_ttft_ms"].as_f64().unwrap();
     let csv_line = std::fs::read_to_string(&rows_path).unwrap();
     let csv_line = csv_line.lines().find(|l| l.starts_with("agg8,")).unwrap().to_string();
@@ -516,6 +517,82 @@ fn validate_writes_its_report_as_json_or_markdown() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("cannot write") && text(&out.stderr).contains("r.md"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn validate_selects_rows_by_source_node_and_classes() {
+    let dir = tmp("validate-select");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let head = SILICON_HEADER;
+    let ix = "source_file=2026-04-06.csv; silicon_concurrency=8";
+    let aic =
+        "source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/x.csv; silicon_concurrency=8";
+    let mut csv = head.to_string();
+    for (id, source, system, tp) in [
+        ("ix8", ix, "h100_sxm", 8),
+        ("ix16", ix, "h100_sxm", 16),
+        ("gb8", ix, "gb200", 8),
+        ("aic1", aic, "h100_sxm", 1),
+        ("oth1", "", "h100_sxm", 1),
+    ] {
+        csv += &format!(
+            "{id},{source},trtllm,,meta-llama/Llama-3.1-8B-Instruct,{system},,agg,1024,128,,,8,{tp},1,1,1,1,,,,,,,,,,,,,,,40,6\n"
+        );
+    }
+    let file = dir.join("rows.csv");
+    std::fs::write(&file, csv).unwrap();
+    // --show-scenarios lists the rows a selection keeps without replaying them.
+    let kept = |args: &[&str]| -> Vec<&'static str> {
+        let mut all = vec!["validate", "--silicon", file.to_str().unwrap(), "--show-scenarios"];
+        all.extend_from_slice(args);
+        let out = servesim(&all);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let printed = text(&out.stdout);
+        ["ix8", "ix16", "gb8", "aic1", "oth1"]
+            .into_iter()
+            .filter(|id| printed.contains(&format!("# {id} (line")))
+            .collect()
+    };
+    assert_eq!(kept(&["--source", "inferencex"]), ["ix8", "ix16", "gb8"]);
+    // A node holds 8 H100s but 4 GB200s.
+    assert_eq!(kept(&["--source", "inferencex", "--single-node"]), ["ix8"]);
+    assert_eq!(kept(&["--source", "aiconfigurator"]), ["aic1"]);
+    assert_eq!(kept(&["--source", "other"]), ["oth1"]);
+    assert_eq!(
+        kept(&["--class", "moe-agg", "--class", "dense-agg", "--single-node"]),
+        ["ix8", "aic1", "oth1"]
+    );
+    let out = servesim(&["validate", "--silicon", file.to_str().unwrap(), "--source", "nvidia"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--source nvidia: use inferencex, aiconfigurator or other"));
+    let out = servesim(&[
+        "validate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--source",
+        "other",
+        "--class",
+        "moe-agg",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("matches --class moe-agg, --source other"), "{}", text(&out.stderr));
+    // calibrate selects the same way.
+    let out = servesim(&[
+        "calibrate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--source",
+        "aiconfigurator",
+        "--single-node",
+        "--class",
+        "moe-agg",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("matches --class moe-agg, --source aiconfigurator, --single-node"),
         "{}",
         text(&out.stderr)
     );

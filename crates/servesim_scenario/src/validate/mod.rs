@@ -33,8 +33,8 @@ mod report;
 mod summary;
 
 pub use recipe::{
-    ran_mtp_configuration, recipe, Recipe, AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS,
-    AIC_TOKENS_PER_BLOCK,
+    from_aiconfigurator_harness, from_inferencex, measured_by, ran_mtp_configuration, recipe, Recipe,
+    AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS, AIC_TOKENS_PER_BLOCK,
 };
 pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
 pub use summary::{

@@ -105,14 +105,13 @@ pub struct Recipe {
 /// the engine configurations AIConfigurator's generator writes (`aic_generator_recipe`).
 #[must_use]
 pub fn recipe(row: &SiliconRow) -> Recipe {
-    let first = row.source.split(';').next().unwrap_or("").trim();
     let inferencex = from_inferencex(row);
     let (tp, dp) = match row.mode {
         Mode::Agg { layout } => (layout.tp, layout.dp),
         Mode::Disagg { .. } => return disaggregated_recipe(row, inferencex),
     };
     let attention_dp = dp > 1;
-    if first.contains("/aic-auto-gap-analysis/") {
+    if from_aiconfigurator_harness(row) {
         return aic_generator_recipe(row);
     }
     if !inferencex {
@@ -200,6 +199,26 @@ pub fn ran_mtp_configuration(row: &SiliconRow) -> bool {
 /// The container images a row's source names (`image=…` fields).
 pub(super) fn images(row: &SiliconRow) -> impl Iterator<Item = &str> {
     row.source.split(';').filter_map(|f| f.trim().strip_prefix("image=")).map(str::trim)
+}
+
+/// Whether a row comes from AIConfigurator's own gap-analysis runs
+/// (`source_file=…/aic-auto-gap-analysis/…`), which deployed what its generator writes.
+#[must_use]
+pub fn from_aiconfigurator_harness(row: &SiliconRow) -> bool {
+    row.source.split(';').next().unwrap_or("").trim().contains("/aic-auto-gap-analysis/")
+}
+
+/// Where a row was measured: `"inferencex"` ([`from_inferencex`]), `"aiconfigurator"`
+/// ([`from_aiconfigurator_harness`]) or `"other"`.
+#[must_use]
+pub fn measured_by(row: &SiliconRow) -> &'static str {
+    if from_inferencex(row) {
+        "inferencex"
+    } else if from_aiconfigurator_harness(row) {
+        "aiconfigurator"
+    } else {
+        "other"
+    }
 }
 
 /// Whether a row comes from InferenceX: its dated exports (`source_file=YYYY-MM-DD.csv`) or

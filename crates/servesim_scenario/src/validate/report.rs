@@ -205,6 +205,7 @@ pub fn to_json(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome], s: 
                 "system": r.system,
                 "engine": r.backend,
                 "mode": mode(r),
+                "measured_by": super::measured_by(r),
                 "isl": r.isl,
                 "osl": r.osl,
                 "concurrency": r.concurrency,
