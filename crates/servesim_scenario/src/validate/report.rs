@@ -161,19 +161,20 @@ fn metrics(g: &Group) -> Value {
     })
 }
 
-/// `{"class": …, metrics…}` for each entry of a per-class map.
+/// A group's metrics with the fields that name it.
+fn named(g: &Group, names: &[(&str, &str)]) -> Value {
+    let mut m = metrics(g);
+    if let Value::Object(o) = &mut m {
+        for (k, v) in names {
+            o.insert((*k).into(), json!(v));
+        }
+    }
+    m
+}
+
+/// `{key: …, metrics…}` for each entry of a per-class map.
 fn by_class<'a>(groups: impl Iterator<Item = (&'a &'static str, &'a Group)>, key: &str) -> Value {
-    Value::Array(
-        groups
-            .map(|(c, g)| {
-                let mut m = metrics(g);
-                if let Value::Object(o) = &mut m {
-                    o.insert(key.into(), json!(c));
-                }
-                m
-            })
-            .collect(),
-    )
+    Value::Array(groups.map(|(c, g)| named(g, &[(key, c)])).collect())
 }
 
 /// The whole report as JSON: what ran, the error of every family, class and the total, the
@@ -184,13 +185,7 @@ pub fn to_json(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome], s: 
         .by_config
         .iter()
         .map(|((model, system, engine, mode), g)| {
-            let mut m = metrics(g);
-            if let Value::Object(o) = &mut m {
-                for (k, v) in [("model", model), ("system", system), ("engine", engine), ("mode", mode)] {
-                    o.insert(k.into(), json!(v));
-                }
-            }
-            m
+            named(g, &[("model", model), ("system", system), ("engine", engine), ("mode", mode)])
         })
         .collect();
     let per_row: Vec<Value> = rows

@@ -72,12 +72,8 @@ impl Group {
     }
 
     /// `sum` as a percentage mean over the predicted rows (NaN when none was predicted).
-    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
     fn per_predicted_row(&self, sum: f64) -> f64 {
-        if self.predicted == 0 {
-            return f64::NAN;
-        }
-        100.0 * sum / self.predicted as f64
+        percent_mean(sum, self.predicted)
     }
 
     /// TTFT scatter (%): the MAPE left after scaling each deployment family's predictions by
@@ -111,12 +107,8 @@ impl Group {
     }
 
     /// `sum` as a percentage mean over the rows with a shape error (NaN when there are none).
-    #[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
     fn per_shape_point(&self, sum: f64) -> f64 {
-        if self.shape_points == 0 {
-            return f64::NAN;
-        }
-        100.0 * sum / self.shape_points as f64
+        percent_mean(sum, self.shape_points)
     }
 
     /// TTFT MAPE (%) over predicted rows.
@@ -152,6 +144,15 @@ impl Group {
         }
         100.0 * self.predicted as f64 / self.rows as f64
     }
+}
+
+/// A sum of fractions as a percentage mean over `n` rows (NaN when there are none).
+#[allow(clippy::cast_precision_loss)] // Row counts are far below 2^52.
+fn percent_mean(sum: f64, n: usize) -> f64 {
+    if n == 0 {
+        return f64::NAN;
+    }
+    100.0 * sum / n as f64
 }
 
 /// The row's class: dense or MoE, aggregated or disaggregated.
