@@ -491,9 +491,14 @@ fn validate_writes_its_report_as_json_or_markdown() {
     // No deployment here is measured at two concurrencies, so there is no curve to shape.
     assert_eq!(report["overall"]["shape_points"], 0);
     assert!(report["overall"]["ttft_shape_pct"].is_null(), "{}", report["overall"]);
+    // Each row names its curve as replayed; alone on it, it has no shape error.
+    let curve = agg["curve"].as_str().unwrap();
+    assert!(curve.contains("Llama-3.1-8B-Instruct|h200_sxm|sglang") && curve.contains("1024x128"), "{curve}");
+    assert!(agg["ttft_shape_pct"].is_null() && agg["tpot_shape_pct"].is_null(), "{agg}");
     // The unpredicted row says why and has no prediction.
     let nope = &rows[1];
     assert!(nope["predicted_ttft_ms"].is_null() && nope["ttft_error_pct"].is_null());
+    assert!(nope["curve"].as_str().unwrap().starts_with("acme/NoSuchModel|"), "{nope}");
     assert!(nope["error"].as_str().unwrap().contains("unknown model 'acme/NoSuchModel'"), "{nope}");
     let empty =
         report["families"].as_array().unwrap().iter().find(|f| f["model"] == "acme/NoSuchModel").unwrap();

@@ -38,8 +38,8 @@ pub use recipe::{
 };
 pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
 pub use summary::{
-    class, compare_requests, curve_key, requests_table, summarize, table, workers_source, Group,
-    RequestComparison, Summary,
+    class, compare_requests, curve_key, requests_table, shape_errors, summarize, table, workers_source,
+    Group, RequestComparison, Summary,
 };
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
@@ -169,6 +169,11 @@ pub struct Outcome {
     /// deployment's prefilling workers ([`measured_prompt_load`]); above 1 the measurement
     /// served more prompts than those kernels can compute.
     pub prompt_load: Option<f64>,
+    /// The row's curve as replayed ([`curve_key`] of the replayed layouts and worker counts,
+    /// with InferenceX's published deployment when the row replayed one): rows that share a
+    /// layout in the file but ran different published deployments are different curves.
+    /// `None` when no deployment could be worked out for the row ([`replayed_row`] failed).
+    pub curve: Option<String>,
 }
 
 /// The prompt load beyond which a row's measurement contradicts the kernel data: its
@@ -735,6 +740,10 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
         Err(e) => return Outcome { error: Some(flat(&e)), ..Outcome::default() },
     };
     let published = replays_published(row, knobs);
+    let curve = Some(match deployments::replayed(row).filter(|_| published) {
+        Some(d) => format!("{}|{d:?}", curve_key(&r)),
+        None => curve_key(&r),
+    });
     let drafts = speculation(&r, knobs).map(|(n, _)| n);
     let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
     let prepared = parse_with_overrides(&yaml, &row.id, &[])
@@ -748,6 +757,7 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
             published,
             drafts,
             prompt_load,
+            curve,
         },
         Err(e) => Outcome {
             predicted: None,
@@ -756,6 +766,7 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
             published,
             drafts,
             prompt_load,
+            curve,
         },
     }
 }

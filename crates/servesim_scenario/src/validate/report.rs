@@ -178,7 +178,8 @@ fn by_class<'a>(groups: impl Iterator<Item = (&'a &'static str, &'a Group)>, key
 }
 
 /// The whole report as JSON: what ran, the error of every family, class and the total, the
-/// same split by kernel-servable load and by worker-count source, and every row.
+/// same split by kernel-servable load and by worker-count source, and every row with its
+/// curve and shape errors.
 #[must_use]
 pub fn to_json(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome], s: &Summary) -> Value {
     let families: Vec<Value> = s
@@ -188,10 +189,12 @@ pub fn to_json(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome], s: 
             named(g, &[("model", model), ("system", system), ("engine", engine), ("mode", mode)])
         })
         .collect();
+    let shapes = super::shape_errors(rows, outcomes);
     let per_row: Vec<Value> = rows
         .iter()
         .zip(outcomes)
-        .map(|(r, o)| {
+        .zip(shapes)
+        .map(|((r, o), shape)| {
             let error_pct = |p: f64, m: f64| number(100.0 * (p / m - 1.0));
             json!({
                 "id": r.id,
@@ -214,6 +217,9 @@ pub fn to_json(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome], s: 
                 "workers_source": workers_source(r, o),
                 "mtp_drafts": o.drafts,
                 "prompt_load": o.prompt_load.map(number),
+                "curve": o.curve,
+                "ttft_shape_pct": shape.map(|(t, _)| number(100.0 * t)),
+                "tpot_shape_pct": shape.map(|(_, p)| number(100.0 * p)),
                 "error": o.error,
             })
         })

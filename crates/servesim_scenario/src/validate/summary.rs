@@ -198,13 +198,16 @@ pub fn curve_key(row: &SiliconRow) -> String {
 }
 
 /// Each predicted row's shape errors (TTFT, TPOT) against the lowest-concurrency point of its
-/// curve ([`curve_key`]; the first such row in the file where two share it), `None` for that
-/// point itself and for rows alone on their curve or not predicted.
-fn shape_errors(rows: &[SiliconRow], outcomes: &[Outcome]) -> Vec<Option<(f64, f64)>> {
+/// curve (`Outcome::curve`, else [`curve_key`] of the row as written; the first such row in
+/// the file where two share it), `None` for that point itself and for rows alone on their
+/// curve or not predicted.
+#[must_use]
+pub fn shape_errors(rows: &[SiliconRow], outcomes: &[Outcome]) -> Vec<Option<(f64, f64)>> {
     let mut curves: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, (r, o)) in rows.iter().zip(outcomes).enumerate() {
         if o.predicted.is_some() {
-            curves.entry(curve_key(r)).or_default().push(i);
+            let key = o.curve.clone().unwrap_or_else(|| curve_key(r));
+            curves.entry(key).or_default().push(i);
         }
     }
     let mut out = vec![None; rows.len()];

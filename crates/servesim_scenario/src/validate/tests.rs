@@ -295,6 +295,18 @@ fn shape_errors_compare_each_curve_with_its_lowest_concurrency() {
     let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
     assert_eq!(s.overall.shape_points, 1, "the lowest predicted point is the reference");
     assert!((s.overall.ttft_shape() - 100.0 * (1.0 - 0.75)).abs() < 1e-9);
+    // Rows written alike that replayed different deployments (InferenceX publishes one per
+    // client count) are different curves; rows that replayed the same one share a curve.
+    let replayed = |curve: &str| Outcome {
+        predicted: Some((100.0, 10.0)),
+        curve: Some(curve.into()),
+        ..Outcome::default()
+    };
+    let outs = vec![replayed("a"), replayed("b"), replayed("b")];
+    let s = summarize(&rows, &outs, &Catalog::builtin().unwrap());
+    assert_eq!(s.overall.shape_points, 1, "the 16-client point against the 8-client one");
+    assert!((s.overall.ttft_shape() - 100.0 * (150.0 / 200.0 - 1.0_f64).abs()).abs() < 1e-9);
+    assert_eq!(shape_errors(&rows, &outs)[..2], [None, None]);
 }
 
 #[test]
@@ -544,6 +556,16 @@ fn inferencex_disaggregated_rows_replay_their_published_deployment() {
     assert!(y.contains("timing: {moe_kernel: min_latency}"), "{y}");
     let out = run_row(&r, &catalog, &files, &knobs);
     assert!(out.published && out.sized.is_none() && out.predicted.is_some(), "{out:?}");
+    // Its curve is that deployment's, not the layout the file shares with the 2,192-client
+    // row (one DEP4 prefill and two DEP8 decode workers).
+    let curve = out.curve.clone().unwrap();
+    assert!(curve.starts_with(&curve_key(&replayed)) && curve.contains("workers: 5"), "{curve}");
+    let mut r2192 = r.clone();
+    r2192.source = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=2192".into();
+    r2192.concurrency = 2192;
+    assert_eq!(curve_key(&r), curve_key(&r2192), "the file writes the two rows alike");
+    let other = deployments::replayed(&r2192).unwrap();
+    assert!(!curve.contains(&format!("{other:?}")), "{curve}");
     // Ten clients ran with and without MTP alike: no drafts.
     assert!(!y.contains("nextn"), "{y}");
     // 1,214 clients ran only `ctx1_gen2_dep8_batch64_eplb0_mtp2`: two drafts a round, each
