@@ -483,6 +483,62 @@ test('a share link reproduces the run, and ?embed shows it compactly', async () 
   await page.close();
 });
 
+test('Validate: a calibration file replayed on a pool of workers equals servesim validate --report', async () => {
+  const dir = scratchDir('validate-');
+  const head = 'id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,'
+    + 'batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,'
+    + 'prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,'
+    + 'decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n';
+  // Aggregated rows on two engines, a disaggregated row whose pools are sized from the
+  // estimate, and a model nobody knows (not predicted, said why).
+  const csv = head
+    + 'l8,sweep.csv,vllm,0.24.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n'
+    + 'l8x16,sweep.csv,vllm,0.24.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,16,1,1,1,1,1,,,,,,,,,,,,,,,55,7\n'
+    + 'q32,,sglang,,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,,,8,2,1,1,1,1,,,,,,,,,,,,,,,90,12\n'
+    + 'pd,x; silicon_concurrency=16,trtllm,,Qwen/Qwen3-32B,h200_sxm,,disagg,1024,128,,,,,,,,,1,,2,1,1,2,1,,,2,1,1,2,1,120,14\n'
+    + 'nope,,vllm,,acme/NoSuchModel,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n';
+  writeFileSync(join(dir, 'cal.csv'), csv);
+  const stdout = execFileSync(join(process.cwd(), BIN), ['validate', '--silicon', 'cal.csv', '--report', 'report.json'],
+    { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+  const cli = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8'));
+  const page = await openPage();
+  await waitDone(page);
+  await page.click('#tab-validate');
+  await page.setInputFiles('#val-file', join(dir, 'cal.csv'));
+  await page.waitForFunction(() => (document.querySelector('#val-csv')?.value ?? '').includes('acme/NoSuchModel'));
+  assert.equal(await page.textContent('#val-name'), 'cal.csv');
+  await page.click('#val-run');
+  await page.waitForFunction(() => /^(Done|Validation failed)/.test(document.querySelector('#val-status')?.textContent ?? ''), null, { timeout: 180000 });
+  assert.match(await page.textContent('#val-status'), /^Done: 5 rows/);
+  const got = JSON.parse(await page.textContent('#val-json'));
+  // The command line is the CLI's own; every figure and row is the same.
+  assert.match(got.command, /^servesim validate --silicon cal\.csv/);
+  delete got.command;
+  delete cli.command;
+  assert.deepEqual(got, cli);
+  assert.equal(got.overall.predicted, 4);
+  assert.equal(got.rows[3].workers_source, 'sized');
+  // The table the CLI prints, and a curve of two points has a shape error.
+  const table = await page.textContent('#val-table');
+  for (const line of stdout.split('\n').filter((l) => l.startsWith('| **'))) assert.ok(table.includes(line), line);
+  assert.equal(got.rows[1].curve, got.rows[0].curve);
+  assert.equal(typeof got.rows[1].ttft_shape_pct, 'number');
+  for (const id of ['#val-ttft-chart', '#val-tpot-chart']) {
+    await page.waitForFunction((s) => document.querySelector(s)?.dataset.status === 'rendered', id, { timeout: 30000 });
+  }
+  assert.match(await page.getAttribute('#download-validation-json', 'href'), /^data:application\/json/);
+  await page.screenshot({ path: join(ARTIFACTS, 'validate.png'), fullPage: true });
+  // A filter no row matches is refused by name, and the page stays usable.
+  await page.fill('#val-filter', 'b300');
+  await page.click('#val-run');
+  await page.waitForSelector('#val-error');
+  assert.match(await page.textContent('#val-error'), /no row of cal\.csv matches the filter 'b300'/);
+  await page.fill('#val-filter', 'sglang');
+  await page.click('#val-run');
+  await page.waitForFunction(() => /^Done: 1 row in/.test(document.querySelector('#val-status')?.textContent ?? ''), null, { timeout: 120000 });
+  await page.close();
+});
+
 test('the Features page shows the capability matrix of features.toml', async () => {
   const page = await openPage();
   await page.click('#tab-features');

@@ -168,6 +168,8 @@ pub enum Tab {
     Sweep,
     /// Two scenarios side by side.
     Compare,
+    /// Measured runs replayed against a calibration file (`servesim validate`).
+    Validate,
     /// Files the user dropped: traces, tables, configs.
     Data,
     /// The capability matrix.
@@ -549,6 +551,7 @@ pub fn App() -> impl IntoView {
                 {tab_button(Tab::Recommend, "tab-recommend", "Recommend")}
                 {tab_button(Tab::Sweep, "tab-sweep", "Agg vs disagg")}
                 {tab_button(Tab::Compare, "tab-compare", "Compare")}
+                {tab_button(Tab::Validate, "tab-validate", "Validate")}
                 {tab_button(Tab::Data, "tab-data", "Data")}
                 {tab_button(Tab::Features, "tab-features", "Features")}
             </nav>
@@ -650,6 +653,9 @@ pub fn App() -> impl IntoView {
         </div>
         <div id="page-compare" class:hidden=move || tab.get() != Tab::Compare>
             <crate::compare::ComparePage initial=servesim_scenario::DEFAULT_SCENARIO.to_string() files=files />
+        </div>
+        <div id="page-validate" class:hidden=move || tab.get() != Tab::Validate>
+            <crate::validate::ValidatePage files=files />
         </div>
         <div id="page-data" class:hidden=move || tab.get() != Tab::Data>
             <crate::data::DataPage files=files config=config open=open_in_predict />

@@ -237,6 +237,36 @@ pub fn pareto(candidates: &[&Value], front: &[usize]) -> Figure {
     Figure { data: Value::Array(data), layout }
 }
 
+/// Predicted against measured (`points`: row label, measured, predicted, in `unit`) on log
+/// axes, with the line where they agree: the Validate page's view of a calibration file.
+#[must_use]
+pub fn parity(points: &[(String, f64, f64)], title: &str, unit: &str) -> Figure {
+    let shown: Vec<&(String, f64, f64)> =
+        points.iter().filter(|p| p.1 > 0.0 && p.2 > 0.0 && p.1.is_finite() && p.2.is_finite()).collect();
+    let lo = shown.iter().map(|p| p.1.min(p.2)).fold(f64::INFINITY, f64::min);
+    let hi = shown.iter().map(|p| p.1.max(p.2)).fold(0.0, f64::max);
+    let line = if shown.is_empty() { Vec::new() } else { vec![lo, hi] };
+    let data = json!([
+        {
+            "type": "scatter", "mode": "markers", "name": "rows",
+            "x": shown.iter().map(|p| p.1).collect::<Vec<_>>(),
+            "y": shown.iter().map(|p| p.2).collect::<Vec<_>>(),
+            "text": shown.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
+            "marker": {"size": 7, "color": "#2563eb", "opacity": 0.8},
+            "hovertemplate": format!("%{{text}}<br>measured %{{x:.2f}} {unit}<br>predicted %{{y:.2f}} {unit}<extra></extra>"),
+        },
+        {
+            "type": "scatter", "mode": "lines", "name": "predicted = measured",
+            "x": line, "y": line,
+            "line": {"color": "#8a94a6", "width": 1, "dash": "dot"}, "hoverinfo": "skip",
+        },
+    ]);
+    let mut layout = base_layout(title, &format!("measured ({unit})"), &format!("predicted ({unit})"));
+    layout["xaxis"]["type"] = json!("log");
+    layout["yaxis"]["type"] = json!("log");
+    Figure { data, layout }
+}
+
 /// Figures of a data file's preview (Data tab): `{"curves": figure, "heatmap": figure|null}`,
 /// each figure as `{"data", "layout"}`.
 #[must_use]
@@ -290,6 +320,24 @@ mod tests {
         assert_eq!(f.data[0]["x"], json!([1.5]));
         assert_eq!(f.data[0]["y"], json!([20.5]));
         assert_eq!(f.layout["xaxis"]["title"]["text"], "arrival time (s)");
+    }
+
+    #[test]
+    fn parity_plot_shows_positive_points_and_the_agreement_line_over_their_range() {
+        let points = [
+            ("a".to_string(), 100.0, 150.0),
+            ("b".to_string(), 40.0, 30.0),
+            ("not predicted".to_string(), 50.0, f64::NAN),
+            ("zero".to_string(), 0.0, 10.0),
+        ];
+        let f = parity(&points, "TTFT", "ms");
+        assert_eq!(f.data[0]["x"], json!([100.0, 40.0]));
+        assert_eq!(f.data[0]["y"], json!([150.0, 30.0]));
+        assert_eq!(f.data[0]["text"], json!(["a", "b"]));
+        assert_eq!(f.data[1]["x"], json!([30.0, 150.0]));
+        assert_eq!(f.layout["xaxis"]["type"], "log");
+        assert_eq!(f.layout["yaxis"]["title"]["text"], "predicted (ms)");
+        assert_eq!(parity(&[], "TPOT", "ms").data[1]["x"], json!([]));
     }
 
     #[test]

@@ -176,7 +176,7 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-async fn read_file(f: &web_sys::File) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_file(f: &web_sys::File) -> Result<Vec<u8>, String> {
     let buf = wasm_bindgen_futures::JsFuture::from(f.array_buffer())
         .await
         .map_err(|e| format!("{}: cannot read: {e:?}", f.name()))?;

@@ -15,6 +15,7 @@
 //! - [`summary`]: latency percentiles, SLA attainment, memory and timing provenance of a run.
 //! - [`share`]: share links (the scenario in the URL fragment).
 //! - [`sweep`]: the aggregated-vs-disaggregated page (`servesim estimate --default`).
+//! - [`validate`]: measured runs replayed against a calibration file (`servesim validate`).
 
 pub mod app;
 pub mod charts;
@@ -31,3 +32,4 @@ pub mod requests;
 pub mod share;
 pub mod summary;
 pub mod sweep;
+pub mod validate;

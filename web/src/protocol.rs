@@ -12,6 +12,7 @@ use servesim_scenario::recommend::{
 };
 use servesim_scenario::report::{to_pretty_json, Requests};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
+use servesim_scenario::validate::{self, Outcome, SiliconRow};
 use servesim_scenario::{Files, ScenarioError};
 
 /// servesim's data files (kernel tables) the worker fetched from the page's origin, by path
@@ -127,6 +128,43 @@ pub enum ToWorker {
         /// One `Evaluated` candidate per index of the stage.
         candidates: Vec<String>,
     },
+    /// Which rows of a calibration file a filter keeps: reply `RowsSelected`.
+    SelectRows {
+        /// Validation id, echoed in the reply.
+        id: u32,
+        /// The file's text (AIConfigurator `silicon_sample.csv` columns).
+        csv: String,
+        /// Its name, for error messages.
+        source: String,
+        /// Comma-separated texts, any of which a kept row's id, model, system or engine
+        /// contains (the CLI's repeated `--filter`); empty keeps every row.
+        filter: String,
+    },
+    /// The CLI's table, notes and reports of replayed rows: reply `ValidationReport`.
+    ValidationReport {
+        /// Validation id, echoed in the reply.
+        id: u32,
+        /// The file's text.
+        csv: String,
+        /// Its name, as the report names it.
+        source: String,
+        /// The rows replayed, by position in the file's data rows.
+        indices: Vec<usize>,
+        /// Their outcomes (`Validated` replies), in the same order.
+        outcomes: Vec<validate::Outcome>,
+    },
+    /// Replay rows of a calibration file (`servesim validate --silicon`): one `Validated`
+    /// reply per row, in order.
+    Validate {
+        /// Validation id, echoed in every reply.
+        id: u32,
+        /// The file's text (AIConfigurator `silicon_sample.csv` columns).
+        csv: String,
+        /// Its name, for error messages.
+        source: String,
+        /// Which rows, by position in the file's data rows (from 0).
+        indices: Vec<usize>,
+    },
     /// Every record of the last run, as a file: reply with `FilePart`s.
     RequestsFile {
         /// The run's id.
@@ -150,6 +188,9 @@ impl ToWorker {
             | ToWorker::SubmitReplays { id, .. }
             | ToWorker::Inspect { id, .. }
             | ToWorker::RequestsFile { id, .. }
+            | ToWorker::Validate { id, .. }
+            | ToWorker::SelectRows { id, .. }
+            | ToWorker::ValidationReport { id, .. }
             | ToWorker::Check { id, .. } => *id,
             ToWorker::PutFile { .. } => 0,
         }
@@ -175,7 +216,35 @@ impl ToWorker {
                 query.model, query.system, query.backend
             )],
             ToWorker::Check { config, .. } => vec![config.clone()],
+            // Each row's GPU, engine and release name its tables.
+            ToWorker::Validate { csv, source, indices, .. } => {
+                let Ok(rows) = validate::parse_silicon(csv.as_bytes(), source) else {
+                    return Vec::new();
+                };
+                let mut configs: Vec<String> = indices
+                    .iter()
+                    .filter_map(|i| rows.get(*i))
+                    .map(|r| {
+                        // A row that names no release is timed with the default one's tables.
+                        let release = validate::engine_release(r);
+                        let version = if release.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", backend_version: '{release}'")
+                        };
+                        format!(
+                            "engine: {{model: '{}', hardware: '{}', backend: '{}'{version}}}",
+                            r.model, r.system, r.backend
+                        )
+                    })
+                    .collect();
+                configs.sort();
+                configs.dedup();
+                configs
+            }
             ToWorker::Plan { .. }
+            | ToWorker::SelectRows { .. }
+            | ToWorker::ValidationReport { .. }
             | ToWorker::Submit { .. }
             | ToWorker::SubmitReplays { .. }
             | ToWorker::PutFile { .. }
@@ -330,6 +399,29 @@ pub enum FromWorker {
         message: String,
         /// The CLI exit code for the same failure.
         exit_code: i32,
+    },
+    /// The rows a `SelectRows` filter keeps, by position in the file's data rows.
+    RowsSelected {
+        /// Validation id.
+        id: u32,
+        /// Positions, in file order.
+        indices: Vec<usize>,
+    },
+    /// What `servesim validate` prints and writes for the rows of a `ValidationReport`.
+    ValidationReport {
+        /// Validation id.
+        id: u32,
+        /// The table, notes, reports and points to draw (boxed: the largest message).
+        report: Box<ValidationAnswer>,
+    },
+    /// One replayed row of a `Validate` message.
+    Validated {
+        /// Validation id.
+        id: u32,
+        /// The row's position in the file's data rows.
+        index: usize,
+        /// Its prediction, or why there is none (`validate::run_row`).
+        outcome: validate::Outcome,
     },
     /// Part of a file asked for with `RequestsFile`, whole lines; the file is the parts in
     /// order.
@@ -520,6 +612,18 @@ fn dispatch(
             }
         }
         ToWorker::RequestsFile { id, format } => requests_file(state, id, &format, post),
+        ToWorker::Validate { id, csv, source, indices } => {
+            if let Err(reply) = validate_rows(state, id, &csv, &source, &indices, files, post) {
+                post(reply);
+            }
+        }
+        ToWorker::SelectRows { id, csv, source, filter } => post(match select_rows(&csv, &source, &filter) {
+            Ok(kept) => FromWorker::RowsSelected { id, indices: kept.into_iter().map(|(i, _)| i).collect() },
+            Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
+        }),
+        ToWorker::ValidationReport { id, csv, source, indices, outcomes } => {
+            post(validation_report(state, id, &csv, &source, &indices, &outcomes));
+        }
         ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
             Ok(reply) => post(reply),
             Err(e) => post(failed(e)),
@@ -809,6 +913,142 @@ pub const PAGE_RECORDS: usize = 100_000;
 
 /// Bytes of one [`FromWorker::FilePart`] (whole lines, so a little more).
 const FILE_PART_BYTES: usize = 4 << 20;
+
+/// Replays `indices` of a calibration file's rows, one reply each, as `servesim validate`
+/// replays them (the engine's recipe and published deployments included).
+fn validate_rows(
+    state: &mut WorkerState,
+    id: u32,
+    csv: &str,
+    source: &str,
+    indices: &[usize],
+    files: &dyn Files,
+    post: &mut dyn FnMut(FromWorker),
+) -> Result<(), FromWorker> {
+    // A file the page could not read is the user's to fix (the CLI's exit 2).
+    let rows = validate::parse_silicon(csv.as_bytes(), source).map_err(|e| FromWorker::Failed {
+        id,
+        message: e.to_string(),
+        exit_code: 2,
+    })?;
+    let catalog = state.catalog().map_err(|e| FromWorker::Failed {
+        id,
+        message: e.to_string(),
+        exit_code: e.exit_code(),
+    })?;
+    let knobs = validate::Knobs::replay_policy();
+    for &index in indices {
+        let row = rows.get(index).ok_or_else(|| FromWorker::Failed {
+            id,
+            message: format!("{source}: no data row {index} (the file has {})", rows.len()),
+            exit_code: 2,
+        })?;
+        let outcome = validate::run_row(row, catalog, files, &knobs);
+        post(FromWorker::Validated { id, index, outcome });
+    }
+    Ok(())
+}
+
+/// The rows of a file the filter keeps: `(position among the file's data rows, row)`. `filter`
+/// is comma-separated texts, any of which a row's id, model, system or engine contains (the
+/// CLI's repeated `--filter`); empty keeps every row.
+///
+/// # Errors
+/// When the file cannot be read as a calibration file, or no row matches.
+pub fn select_rows(csv: &str, name: &str, filter: &str) -> Result<Vec<(usize, SiliconRow)>, String> {
+    let rows = validate::parse_silicon(csv.as_bytes(), name).map_err(|e| e.to_string())?;
+    let filters: Vec<String> =
+        filter.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_string).collect();
+    let kept: Vec<(usize, SiliconRow)> =
+        rows.into_iter().enumerate().filter(|(_, r)| validate::matches_filter(r, &filters)).collect();
+    if kept.is_empty() {
+        return Err(format!("no row of {name} matches the filter '{filter}'"));
+    }
+    Ok(kept)
+}
+
+/// A finished validation: what the CLI prints and writes for the same rows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationAnswer {
+    /// The error table.
+    pub table: String,
+    /// The notes under it.
+    pub notes: String,
+    /// `--report FILE.json`.
+    pub json: String,
+    /// `--report FILE.md`.
+    pub markdown: String,
+    /// `--rows-csv`.
+    pub rows_csv: String,
+    /// (row id, measured, predicted) TTFT in ms of the predicted rows.
+    pub ttft: Vec<(String, f64, f64)>,
+    /// The same for TPOT.
+    pub tpot: Vec<(String, f64, f64)>,
+}
+
+/// The CLI's outputs for `rows` and their outcomes (`name`: the file, as the report names it).
+#[must_use]
+pub fn validation_answer(
+    name: &str,
+    rows: &[SiliconRow],
+    outcomes: &[Outcome],
+    catalog: &Catalog,
+) -> ValidationAnswer {
+    let s = validate::summarize(rows, outcomes, catalog);
+    let command = format!("servesim validate --silicon {name}");
+    let head = validate::ReportHead { command: &command, silicon: name, version: env!("CARGO_PKG_VERSION") };
+    let json = serde_json::to_string_pretty(&validate::to_json(&head, rows, outcomes, &s))
+        .map(|t| t + "\n")
+        .unwrap_or_default();
+    let points = |pick: fn(&SiliconRow, (f64, f64)) -> (f64, f64)| {
+        rows.iter()
+            .zip(outcomes)
+            .filter_map(|(r, o)| o.predicted.map(|p| (r.id.clone(), pick(r, p))))
+            .map(|(id, (m, p))| (id, m, p))
+            .collect()
+    };
+    ValidationAnswer {
+        table: validate::table(&s),
+        notes: validate::notes(&s),
+        json,
+        markdown: validate::to_markdown(&head, rows, outcomes, &s),
+        rows_csv: validate::rows_csv(rows, outcomes),
+        ttft: points(|r, p| (r.ttft_ms, p.0)),
+        tpot: points(|r, p| (r.tpot_ms, p.1)),
+    }
+}
+
+/// The report of replayed rows ([`validation_answer`]), or why there is none.
+fn validation_report(
+    state: &mut WorkerState,
+    id: u32,
+    csv: &str,
+    source: &str,
+    indices: &[usize],
+    outcomes: &[Outcome],
+) -> FromWorker {
+    let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
+    let rows = match validate::parse_silicon(csv.as_bytes(), source) {
+        Ok(r) => r,
+        Err(e) => return failed(e.to_string()),
+    };
+    let picked: Option<Vec<SiliconRow>> = indices.iter().map(|i| rows.get(*i).cloned()).collect();
+    let Some(picked) = picked.filter(|p| p.len() == outcomes.len()) else {
+        return failed(format!(
+            "{source}: {} outcomes for {} rows of {}",
+            outcomes.len(),
+            indices.len(),
+            rows.len()
+        ));
+    };
+    match state.catalog() {
+        Ok(catalog) => FromWorker::ValidationReport {
+            id,
+            report: Box::new(validation_answer(source, &picked, outcomes, catalog)),
+        },
+        Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
+    }
+}
 
 /// Sends the last run's records as a file in parts of whole lines.
 fn requests_file(state: &WorkerState, id: u32, format: &str, post: &mut dyn FnMut(FromWorker)) {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use servesim_scenario::validate::calibrate::{cross_validate, fit, Param, Score};
-use servesim_scenario::validate::{run_row, Knobs, LENGTH_FLOOR, REQUESTS_PER_SLOT};
+use servesim_scenario::validate::{run_row, Knobs};
 
 use crate::{DiskFiles, Failure, Format};
 
@@ -74,11 +74,7 @@ pub(crate) fn run(a: &CalibrateArgs<'_>) -> Result<(), Failure> {
     }
     let files = DiskFiles { base: PathBuf::from("."), data_dir: a.data_dir.clone() };
     // The replay policy of `servesim validate` at its defaults.
-    let base = Knobs {
-        length_floor: Some(LENGTH_FLOOR),
-        requests_per_slot: Some(REQUESTS_PER_SLOT),
-        ..Knobs::default()
-    };
+    let base = Knobs::replay_policy();
     let measured: Vec<(f64, f64)> = rows.iter().map(|r| (r.ttft_ms, r.tpot_ms)).collect();
     // Each constant starts at the rows' engine value (their median where releases differ).
     let engine: Vec<(Param, Option<f64>, f64)> = params

@@ -83,13 +83,7 @@ pub(crate) fn select(
     let mut rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    if !sel.filter.is_empty() {
-        rows.retain(|r| {
-            sel.filter
-                .iter()
-                .any(|f| [&r.id, &r.model, &r.system, &r.backend].iter().any(|s| s.contains(f.as_str())))
-        });
-    }
+    rows.retain(|r| servesim_scenario::validate::matches_filter(r, &sel.filter));
     if !sel.class.is_empty() {
         let mut wanted = Vec::new();
         for c in &sel.class {

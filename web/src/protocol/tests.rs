@@ -516,3 +516,135 @@ fn a_dropped_aiconfigurator_table_replaces_the_built_in_one() {
     let ratio = tpot(&mut st) / base;
     assert!(ratio > 1.3 && ratio < 1.51, "{ratio}");
 }
+
+/// A calibration file of two rows: one the H200 vLLM tables predict, one naming a model the
+/// catalog does not know.
+const SILICON: &str = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms
+agg8,,vllm,0.24.0,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,40,6
+nope,,vllm,,acme/NoSuchModel,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,40,6
+";
+
+#[test]
+fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
+    let msg =
+        ToWorker::Validate { id: 4, csv: SILICON.into(), source: "cal.csv".into(), indices: vec![1, 0] };
+    // The tables of each row's GPU, engine and release.
+    let configs = msg.configs(&mut WorkerState::default());
+    assert_eq!(configs.len(), 2, "{configs:?}");
+    assert!(
+        configs.iter().any(|c| c.contains("backend_version: '0.24.0'") && c.contains("h200_sxm")),
+        "{configs:?}"
+    );
+    // A row that names no release fetches the default release's tables.
+    for config in &configs {
+        let paths = servesim_scenario::perfdata::paths_for_config(config);
+        assert!(paths.iter().any(|p| p.starts_with("perf/h200_sxm/vllm/0.24.0/")), "{config}: {paths:?}");
+    }
+    let files = data_for("");
+    let mut out = Vec::new();
+    handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| out.push(m));
+    // One reply a row, in the order asked, each what `servesim validate` computes.
+    let rows = servesim_scenario::validate::parse_silicon(SILICON.as_bytes(), "cal.csv").unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let knobs = servesim_scenario::validate::Knobs::replay_policy();
+    let [FromWorker::Validated { id: 4, index: 1, outcome: nope }, FromWorker::Validated { id: 4, index: 0, outcome: agg }] =
+        out.as_slice()
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*agg, servesim_scenario::validate::run_row(&rows[0], &catalog, &files, &knobs));
+    assert!(agg.predicted.is_some_and(|(ttft, tpot)| ttft > 0.0 && tpot > 0.0), "{agg:?}");
+    assert!(nope.error.as_deref().is_some_and(|e| e.contains("acme/NoSuchModel")), "{nope:?}");
+    // The outcome crosses to the page as JSON and back unchanged.
+    let back: FromWorker = serde_json::from_str(&encode(&out[1])).unwrap();
+    assert_eq!(back, out[1]);
+}
+
+#[test]
+fn a_bad_calibration_file_or_row_fails_by_name() {
+    let run = |csv: &str, indices: Vec<usize>| {
+        let mut out = Vec::new();
+        let msg = ToWorker::Validate { id: 5, csv: csv.into(), source: "cal.csv".into(), indices };
+        handle(&mut WorkerState::default(), msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+        out
+    };
+    let out = run("id,backend\nx,vllm\n", vec![0]);
+    let [FromWorker::Failed { id: 5, message, exit_code: 2 }] = out.as_slice() else { panic!("{out:?}") };
+    assert!(message.contains("cal.csv"), "{message}");
+    let out = run(SILICON, vec![7]);
+    let [FromWorker::Failed { id: 5, message, exit_code: 2 }] = out.as_slice() else { panic!("{out:?}") };
+    assert!(message.contains("no data row 7") && message.contains("has 2"), "{message}");
+}
+
+fn file() -> String {
+    format!(
+        "{}\na8,,vllm,,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,40,6\n\
+         q32,,sglang,,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,,,8,2,1,1,1,1,,,,,,,,,,,,,,,90,12\n",
+        SILICON.lines().next().unwrap()
+    )
+}
+
+#[test]
+fn the_filter_keeps_rows_by_id_model_system_or_engine_with_their_positions() {
+    let all = select_rows(&file(), "f.csv", "").unwrap();
+    assert_eq!(all.iter().map(|(i, r)| (*i, r.id.as_str())).collect::<Vec<_>>(), [(0, "a8"), (1, "q32")]);
+    let q = select_rows(&file(), "f.csv", " sglang ").unwrap();
+    assert_eq!(q.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1]);
+    assert_eq!(select_rows(&file(), "f.csv", "nothing, Qwen3").unwrap().len(), 1);
+    let none = select_rows(&file(), "f.csv", "b300").unwrap_err();
+    assert!(none.contains("no row of f.csv matches the filter 'b300'"), "{none}");
+    let bad = select_rows("id\nx\n", "bad.csv", "").unwrap_err();
+    assert!(bad.contains("bad.csv"), "{bad}");
+}
+
+#[test]
+fn the_answer_is_the_clis_table_report_and_rows() {
+    let rows: Vec<SiliconRow> =
+        select_rows(&file(), "f.csv", "").unwrap().into_iter().map(|(_, r)| r).collect();
+    let outcomes = vec![
+        Outcome { predicted: Some((44.0, 5.4)), ..Outcome::default() },
+        Outcome { error: Some("refused".into()), ..Outcome::default() },
+    ];
+    let catalog = Catalog::builtin().unwrap();
+    let a = validation_answer("f.csv", &rows, &outcomes, &catalog);
+    let s = servesim_scenario::validate::summarize(&rows, &outcomes, &catalog);
+    assert_eq!(a.table, servesim_scenario::validate::table(&s));
+    assert_eq!(a.rows_csv, servesim_scenario::validate::rows_csv(&rows, &outcomes));
+    let json: serde_json::Value = serde_json::from_str(&a.json).unwrap();
+    assert_eq!(json["command"], "servesim validate --silicon f.csv");
+    assert_eq!(json["overall"]["predicted"], 1);
+    assert!(a.markdown.contains("## Not predicted (1)"), "{}", a.markdown);
+    // Only predicted rows are drawn.
+    assert_eq!(a.ttft, [("a8".to_string(), 40.0, 44.0)]);
+    assert_eq!(a.tpot, [("a8".to_string(), 6.0, 5.4)]);
+}
+
+#[test]
+fn the_coordinator_selects_rows_and_reports_them_by_message() {
+    let mut st = WorkerState::default();
+    let mut out = Vec::new();
+    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), filter: "Qwen3".into() };
+    handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    assert_eq!(out.pop(), Some(FromWorker::RowsSelected { id: 3, indices: vec![1] }));
+    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), filter: "b300".into() };
+    handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    assert!(
+        matches!(out.pop(), Some(FromWorker::Failed { id: 3, exit_code: 2, message }) if message.contains("b300"))
+    );
+    let outcome = Outcome { predicted: Some((100.0, 10.0)), ..Outcome::default() };
+    let report = |indices: Vec<usize>, outcomes: Vec<Outcome>| ToWorker::ValidationReport {
+        id: 3,
+        csv: file(),
+        source: "f.csv".into(),
+        indices,
+        outcomes,
+    };
+    handle(&mut st, report(vec![1], vec![outcome.clone()]), &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    let Some(FromWorker::ValidationReport { id: 3, report: a }) = out.pop() else { panic!("{out:?}") };
+    assert_eq!(a.ttft, [("q32".to_string(), 90.0, 100.0)]);
+    // Outcomes that do not match the rows are refused, not summarised.
+    handle(&mut st, report(vec![0, 1], vec![outcome]), &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    assert!(
+        matches!(out.pop(), Some(FromWorker::Failed { id: 3, message, .. }) if message.contains("1 outcomes for 2 rows"))
+    );
+}

@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 
 use servesim_core::engine::Backend;
-use servesim_data::silicon::{Layout, Mode, SiliconRow};
+use servesim_data::silicon::{Layout, Mode};
 
 use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration, MoeKernel};
 use servesim_perf::spec::MoeQuant;
@@ -37,10 +37,38 @@ pub use recipe::{
     AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS, AIC_TOKENS_PER_BLOCK,
 };
 pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
+/// The calibration file's reader, for callers without their own dependency on the data crate
+/// (the page).
+pub use servesim_data::silicon::{parse as parse_silicon, SiliconError, SiliconRow};
 pub use summary::{
     class, compare_requests, curve_key, requests_table, shape_errors, summarize, table, workers_source,
     Group, RequestComparison, Summary,
 };
+
+impl Knobs {
+    /// The replay policy of `servesim validate` at its defaults (lengths sampled from
+    /// [`LENGTH_FLOOR`] of nominal, [`REQUESTS_PER_SLOT`] requests a client, the engines'
+    /// constants and the benchmarks' recipes): what `calibrate` starts from and the page
+    /// replays. `Knobs::default()` differs in sending fixed lengths.
+    #[must_use]
+    pub fn replay_policy() -> Knobs {
+        Knobs {
+            length_floor: Some(LENGTH_FLOOR),
+            requests_per_slot: Some(REQUESTS_PER_SLOT),
+            ..Knobs::default()
+        }
+    }
+}
+
+/// Whether `row` matches any of `filters` (its id, model, system or engine contains the text):
+/// `servesim validate --filter` and the page's filter alike. No filter matches every row.
+#[must_use]
+pub fn matches_filter(row: &SiliconRow, filters: &[String]) -> bool {
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| [&row.id, &row.model, &row.system, &row.backend].iter().any(|s| s.contains(f.as_str())))
+}
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
 pub const REQUESTS_PER_SLOT: u32 = 10;
@@ -152,7 +180,7 @@ impl Knobs {
 }
 
 /// What happened to one row.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// Predicted mean TTFT and TPOT (ms), when the row could be predicted.
     pub predicted: Option<(f64, f64)>,

@@ -1,0 +1,258 @@
+//! The Validate page: `servesim validate --silicon` in the browser. The calibration file the
+//! user picks (AIConfigurator `silicon_sample.csv` columns) is replayed row by row on a pool of
+//! workers, each row as the CLI replays it; the page shows the CLI's error table and notes,
+//! predicted against measured TTFT and TPOT, and the report as JSON, Markdown and per-row CSV.
+//! Worker 0 also selects the rows and builds the report (`protocol::select_rows`,
+//! `protocol::validation_answer`), so the page itself links none of the simulator.
+
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::charts::{self, Figure};
+use crate::client::{data_uri, now_ms, pool_size, Pool};
+use crate::protocol::{FromWorker, ToWorker, ValidationAnswer};
+use servesim_scenario::validate::Outcome;
+
+/// Where a validation stands.
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    Idle,
+    Selecting,
+    Running { done: usize, of: usize },
+    Reporting,
+    Done { rows: usize, wall_ms: f64 },
+    Failed(String),
+    Cancelled,
+}
+
+/// The validation in flight: the file, the rows sent and what came back.
+#[derive(Clone, Debug, Default)]
+struct Job {
+    csv: String,
+    name: String,
+    /// Each row's position among the file's data rows, in the order sent.
+    positions: Vec<usize>,
+    outcomes: Vec<Option<Outcome>>,
+}
+
+/// Draws a chart into `div`, marking it rendered or failed for the tests.
+fn draw(div: &str, fig: &Figure) {
+    let status = match crate::plotly::draw(div, fig) {
+        Ok(()) => "rendered",
+        Err(e) => {
+            leptos::logging::warn!("{e}");
+            "failed"
+        }
+    };
+    if let Some(el) = document().get_element_by_id(div) {
+        let _ = el.set_attribute("data-status", status);
+    }
+}
+
+/// The page. `files` are the files dropped on the Data page (kernel tables among them), which
+/// every worker of the pool receives.
+#[component]
+pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView {
+    let csv = RwSignal::new(String::new());
+    let name = RwSignal::new("calibration.csv".to_string());
+    let filter = RwSignal::new(String::new());
+    let phase = RwSignal::new(Phase::Idle);
+    let result: RwSignal<Option<ValidationAnswer>> = RwSignal::new(None);
+    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let job = StoredValue::new(Job::default());
+    let run_id = StoredValue::new(0u32);
+    let started = StoredValue::new(0.0f64);
+
+    let stop_pool = move || pool.update_value(Pool::terminate);
+    let on_event = move |_k: usize, msg: FromWorker| {
+        let current = run_id.get_value();
+        match msg {
+            FromWorker::RowsSelected { id, indices } if id == current => {
+                let (csv, name) = job.with_value(|j| (j.csv.clone(), j.name.clone()));
+                job.update_value(|j| {
+                    j.outcomes = vec![None; indices.len()];
+                    j.positions.clone_from(&indices);
+                });
+                phase.set(Phase::Running { done: 0, of: indices.len() });
+                pool.with_value(|p| {
+                    // Worker k replays rows k, k + n, …: neighbouring rows (often one sweep,
+                    // of similar cost) spread over the pool.
+                    for k in 0..p.len() {
+                        let mine: Vec<usize> = indices.iter().skip(k).step_by(p.len()).copied().collect();
+                        if !mine.is_empty() {
+                            p.send(
+                                k,
+                                &ToWorker::Validate {
+                                    id,
+                                    csv: csv.clone(),
+                                    source: name.clone(),
+                                    indices: mine,
+                                },
+                            );
+                        }
+                    }
+                });
+            }
+            FromWorker::Validated { id, index, outcome } if id == current => {
+                let (done, of) = job
+                    .try_update_value(|j| {
+                        if let Some(slot) = j.positions.iter().position(|p| *p == index) {
+                            j.outcomes[slot] = Some(outcome);
+                        }
+                        (j.outcomes.iter().filter(|o| o.is_some()).count(), j.outcomes.len())
+                    })
+                    .unwrap_or((0, 1));
+                if done < of {
+                    phase.set(Phase::Running { done, of });
+                    return;
+                }
+                phase.set(Phase::Reporting);
+                let msg = job.with_value(|j| ToWorker::ValidationReport {
+                    id,
+                    csv: j.csv.clone(),
+                    source: j.name.clone(),
+                    indices: j.positions.clone(),
+                    outcomes: j.outcomes.iter().map(|o| o.clone().unwrap_or_default()).collect(),
+                });
+                pool.with_value(|p| p.send(0, &msg));
+            }
+            FromWorker::ValidationReport { id, report } if id == current => {
+                stop_pool();
+                let (ttft, tpot) =
+                    (charts::parity(&report.ttft, "TTFT", "ms"), charts::parity(&report.tpot, "TPOT", "ms"));
+                let rows = job.with_value(|j| j.positions.len());
+                result.set(Some(*report));
+                phase.set(Phase::Done { rows, wall_ms: now_ms() - started.get_value() });
+                crate::plotly::when_ready(move || {
+                    draw("val-ttft-chart", &ttft);
+                    draw("val-tpot-chart", &tpot);
+                });
+            }
+            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
+                stop_pool();
+                phase.set(Phase::Failed(message));
+            }
+            _ => {}
+        }
+    };
+
+    let run = move || {
+        stop_pool();
+        let id = run_id.get_value() + 1;
+        run_id.set_value(id);
+        result.set(None);
+        let (text, file) = (csv.get_untracked(), name.get_untracked());
+        match Pool::spawn(pool_size(), on_event) {
+            Ok(p) => pool.set_value(p),
+            Err(e) => return phase.set(Phase::Failed(e)),
+        }
+        job.set_value(Job { csv: text.clone(), name: file.clone(), ..Job::default() });
+        started.set_value(now_ms());
+        phase.set(Phase::Selecting);
+        let dropped = files.get_untracked();
+        pool.with_value(|p| {
+            for k in 0..p.len() {
+                for f in &dropped {
+                    p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
+                }
+            }
+            p.send(0, &ToWorker::SelectRows { id, csv: text, source: file, filter: filter.get_untracked() });
+        });
+    };
+    let cancel = move || {
+        stop_pool();
+        run_id.set_value(run_id.get_value() + 1);
+        phase.set(Phase::Cancelled);
+    };
+    let pick = move |ev: leptos::ev::Event| {
+        let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else {
+            return;
+        };
+        let Some(f) = input.files().and_then(|l| l.get(0)) else { return };
+        wasm_bindgen_futures::spawn_local(async move {
+            match crate::data::read_file(&f).await.and_then(|b| {
+                String::from_utf8(b)
+                    .map_err(|_| format!("{}: a calibration file must be UTF-8 text", f.name()))
+            }) {
+                Ok(t) => {
+                    name.set(f.name());
+                    csv.set(t);
+                    phase.set(Phase::Idle);
+                }
+                Err(e) => phase.set(Phase::Failed(e)),
+            }
+        });
+    };
+
+    let busy =
+        move || phase.with(|p| matches!(p, Phase::Selecting | Phase::Running { .. } | Phase::Reporting));
+    let status = move || match phase.get() {
+        Phase::Idle => "Pick or paste a calibration file, then press Validate.".to_string(),
+        Phase::Selecting => "Reading the file…".to_string(),
+        Phase::Running { done, of } => format!("Replaying rows: {done}/{of}…"),
+        Phase::Reporting => "Summarising…".to_string(),
+        Phase::Done { rows, wall_ms } => {
+            format!("Done: {rows} row{} in {:.1} s.", if rows == 1 { "" } else { "s" }, wall_ms / 1000.0)
+        }
+        Phase::Failed(_) => "Validation failed.".to_string(),
+        Phase::Cancelled => "Cancelled.".to_string(),
+    };
+    let error = move || phase.with(|p| if let Phase::Failed(m) = p { Some(m.clone()) } else { None });
+    let field = move |f: fn(&ValidationAnswer) -> &String| {
+        move || result.with(|a| a.as_ref().map(|a| f(a).clone()).unwrap_or_default())
+    };
+    let link = move |mime: &'static str, f: fn(&ValidationAnswer) -> &String| {
+        move || result.with(|a| a.as_ref().map(|a| data_uri(mime, f(a))).unwrap_or_default())
+    };
+
+    view! {
+        <main class="layout">
+            <section class="panel editor">
+                <h2>"Measured runs"</h2>
+                <p class="hint">"servesim validate in the page: each row of a calibration file (AIConfigurator silicon_sample.csv columns, as in InferenceX exports) is replayed as closed-loop traffic at its concurrency, lengths, parallelism, engine and quantisation, on a pool of workers. Kernel tables dropped on the Data page are used for the GPUs and releases the page does not ship. Nothing leaves this tab."</p>
+                <div class="actions">
+                    <label class="button">"Choose file…"<input id="val-file" type="file" accept=".csv,text/csv" class="visually-hidden" on:change=pick /></label>
+                    <span id="val-name" class="hint">{move || name.get()}</span>
+                </div>
+                <label class="field wide" for="val-csv"><span>"Calibration CSV"</span>
+                    <textarea id="val-csv" rows="10" spellcheck="false" prop:value=move || csv.get()
+                        on:input=move |ev| csv.set(event_target_value(&ev))></textarea>
+                </label>
+                <label class="field wide" for="val-filter"><span>"Only rows containing (comma-separated, any)"</span>
+                    <input id="val-filter" type="text" prop:value=move || filter.get()
+                        on:input=move |ev| filter.set(event_target_value(&ev)) />
+                </label>
+                <div class="actions">
+                    <button id="val-run" on:click=move |_| run() disabled=move || busy() || csv.with(String::is_empty)>"Validate"</button>
+                    <button id="val-cancel" class="secondary" on:click=move |_| cancel() disabled=move || !busy()>"Cancel"</button>
+                </div>
+                <p id="val-status" class="status" aria-live="polite">{status}</p>
+                <Show when=move || error().is_some()>
+                    <pre id="val-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
+                </Show>
+            </section>
+            <section class="panel results">
+                <h2>"Error"</h2>
+                <pre id="val-table" class="table-text">{field(|a| &a.table)}</pre>
+                <pre id="val-notes" class="table-text">{field(|a| &a.notes)}</pre>
+                <div class="chart-grid">
+                    <div id="val-ttft-chart" class="chart" data-status="empty"></div>
+                    <div id="val-tpot-chart" class="chart" data-status="empty"></div>
+                </div>
+                <Show when=move || result.with(Option::is_some)>
+                    <p class="downloads">
+                        <a id="download-validation-json" download="validation-report.json" href=link("application/json", |a| &a.json)>"validation-report.json"</a>
+                        " · "
+                        <a id="download-validation-md" download="validation-report.md" href=link("text/markdown", |a| &a.markdown)>"validation-report.md"</a>
+                        " · "
+                        <a id="download-validation-rows" download="validation-rows.csv" href=link("text/csv", |a| &a.rows_csv)>"validation-rows.csv"</a>
+                    </p>
+                </Show>
+                <details>
+                    <summary>"validation-report.json"</summary>
+                    <pre id="val-json">{field(|a| &a.json)}</pre>
+                </details>
+            </section>
+        </main>
+    }
+}
