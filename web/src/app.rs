@@ -496,16 +496,7 @@ pub fn App() -> impl IntoView {
         if let Some(figs) = figs {
             crate::plotly::when_ready(move || {
                 for (id, fig) in figs {
-                    let status = match crate::plotly::draw(id, &fig) {
-                        Ok(()) => "rendered",
-                        Err(e) => {
-                            leptos::logging::warn!("{e}");
-                            "failed"
-                        }
-                    };
-                    if let Some(el) = document().get_element_by_id(id) {
-                        let _ = el.set_attribute("data-status", status);
-                    }
+                    crate::plotly::draw_marked(id, &fig);
                 }
             });
         }

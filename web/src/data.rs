@@ -465,10 +465,7 @@ pub fn DataPage(
         if !figs.is_empty() {
             crate::plotly::when_ready(move || {
                 for (id, fig) in figs {
-                    let status = if crate::plotly::draw(&id, &fig).is_ok() { "rendered" } else { "failed" };
-                    if let Some(el) = document().get_element_by_id(&id) {
-                        let _ = el.set_attribute("data-status", status);
-                    }
+                    crate::plotly::draw_marked(&id, &fig);
                 }
             });
         }

@@ -31,6 +31,17 @@ pub fn draw(div: &str, fig: &Figure) -> Result<(), String> {
         .map_err(|e| format!("plotly could not draw the chart: {e:?}"))
 }
 
+/// Draws `fig` into `div` and marks the element `data-status="rendered"` or `"failed"` (the
+/// end-to-end tests wait on it); a failure is logged. True when it drew.
+pub fn draw_marked(div: &str, fig: &Figure) -> bool {
+    let drawn = draw(div, fig).map_err(|e| leptos::logging::warn!("{e}")).is_ok();
+    let doc = web_sys::window().and_then(|w| w.document());
+    if let Some(el) = doc.and_then(|d| d.get_element_by_id(div)) {
+        let _ = el.set_attribute("data-status", if drawn { "rendered" } else { "failed" });
+    }
+    drawn
+}
+
 /// Calls `f` with the `customdata` (a candidate index) of the point clicked in chart `div`.
 /// Bound once per chart: plotly keeps the listener across redraws.
 pub fn on_click(div: &str, f: impl Fn(usize) + 'static) {

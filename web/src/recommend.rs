@@ -482,23 +482,13 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
 
 /// Draws the Pareto plot and makes its points open in Predict.
 fn draw_pareto(fig: &charts::Figure, board: RwSignal<Board>, open: Callback<String>) {
-    let status = match crate::plotly::draw("pareto-chart", fig) {
-        Ok(()) => {
-            crate::plotly::on_click("pareto-chart", move |index| {
-                let yaml = board.with_untracked(|b| b.latest.get(&index).and_then(config_yaml));
-                if let Some(y) = yaml {
-                    open.run(y);
-                }
-            });
-            "rendered"
-        }
-        Err(e) => {
-            leptos::logging::warn!("{e}");
-            "failed"
-        }
-    };
-    if let Some(el) = document().get_element_by_id("pareto-chart") {
-        let _ = el.set_attribute("data-status", status);
+    if crate::plotly::draw_marked("pareto-chart", fig) {
+        crate::plotly::on_click("pareto-chart", move |index| {
+            let yaml = board.with_untracked(|b| b.latest.get(&index).and_then(config_yaml));
+            if let Some(y) = yaml {
+                open.run(y);
+            }
+        });
     }
 }
 

@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::charts::{self, Figure};
+use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, ToWorker, ValidationAnswer};
 use servesim_scenario::validate::Outcome;
@@ -33,20 +33,6 @@ struct Job {
     /// Each row's position among the file's data rows, in the order sent.
     positions: Vec<usize>,
     outcomes: Vec<Option<Outcome>>,
-}
-
-/// Draws a chart into `div`, marking it rendered or failed for the tests.
-fn draw(div: &str, fig: &Figure) {
-    let status = match crate::plotly::draw(div, fig) {
-        Ok(()) => "rendered",
-        Err(e) => {
-            leptos::logging::warn!("{e}");
-            "failed"
-        }
-    };
-    if let Some(el) = document().get_element_by_id(div) {
-        let _ = el.set_attribute("data-status", status);
-    }
 }
 
 /// The page. `files` are the files dropped on the Data page (kernel tables among them), which
@@ -124,8 +110,8 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                 result.set(Some(*report));
                 phase.set(Phase::Done { rows, wall_ms: now_ms() - started.get_value() });
                 crate::plotly::when_ready(move || {
-                    draw("val-ttft-chart", &ttft);
-                    draw("val-tpot-chart", &tpot);
+                    crate::plotly::draw_marked("val-ttft-chart", &ttft);
+                    crate::plotly::draw_marked("val-tpot-chart", &tpot);
                 });
             }
             FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
