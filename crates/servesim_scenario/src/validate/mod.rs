@@ -45,21 +45,6 @@ pub use summary::{
     Group, RequestComparison, Summary,
 };
 
-impl Knobs {
-    /// The replay policy of `servesim validate` at its defaults (lengths sampled from
-    /// [`LENGTH_FLOOR`] of nominal, [`REQUESTS_PER_SLOT`] requests a client, the engines'
-    /// constants and the benchmarks' recipes): what `calibrate` starts from and the page
-    /// replays. `Knobs::default()` differs in sending fixed lengths.
-    #[must_use]
-    pub fn replay_policy() -> Knobs {
-        Knobs {
-            length_floor: Some(LENGTH_FLOOR),
-            requests_per_slot: Some(REQUESTS_PER_SLOT),
-            ..Knobs::default()
-        }
-    }
-}
-
 /// Whether `row` matches any of `filters` (its id, model, system or engine contains the text):
 /// `servesim validate --filter` and the page's filter alike. No filter matches every row.
 #[must_use]
@@ -141,6 +126,19 @@ pub fn accepted_drafts(drafts: u32, p: f64) -> f64 {
 }
 
 impl Knobs {
+    /// The replay policy of `servesim validate` at its defaults (lengths sampled from
+    /// [`LENGTH_FLOOR`] of nominal, [`REQUESTS_PER_SLOT`] requests a client, the engines'
+    /// constants and the benchmarks' recipes): what `calibrate` starts from and the page
+    /// replays. `Knobs::default()` differs in sending fixed lengths.
+    #[must_use]
+    pub fn replay_policy() -> Knobs {
+        Knobs {
+            length_floor: Some(LENGTH_FLOOR),
+            requests_per_slot: Some(REQUESTS_PER_SLOT),
+            ..Knobs::default()
+        }
+    }
+
     fn yaml(&self) -> String {
         let mut v = Vec::new();
         if let Some(x) = self.prefill_scale {
