@@ -532,10 +532,18 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   await page.fill('#val-filter', 'b300');
   await page.click('#val-run');
   await page.waitForSelector('#val-error');
-  assert.match(await page.textContent('#val-error'), /no row of cal\.csv matches the filter 'b300'/);
+  assert.match(await page.textContent('#val-error'), /no row of cal\.csv matches the selection \(filter 'b300'\)/);
   await page.fill('#val-filter', 'sglang');
   await page.click('#val-run');
   await page.waitForFunction(() => /^Done: 1 row in/.test(document.querySelector('#val-status')?.textContent ?? ''), null, { timeout: 120000 });
+  // A class, as --class picks it: the one disaggregated row.
+  await page.fill('#val-filter', '');
+  await page.selectOption('#val-class', 'dense-disagg');
+  await page.click('#val-run');
+  // The last run's report (the SGLang row) is cleared when this one starts.
+  await page.waitForFunction(() => (document.querySelector('#val-json')?.textContent ?? '').includes('"id": "pd"'), null, { timeout: 120000 });
+  assert.match(await page.textContent('#val-status'), /^Done: 1 row in/);
+  assert.deepEqual(JSON.parse(await page.textContent('#val-json')).rows.map((r) => r.id), ['pd']);
   await page.close();
 });
 

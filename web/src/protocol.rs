@@ -128,7 +128,7 @@ pub enum ToWorker {
         /// One `Evaluated` candidate per index of the stage.
         candidates: Vec<String>,
     },
-    /// Which rows of a calibration file a filter keeps: reply `RowsSelected`.
+    /// Which rows of a calibration file a selection keeps: reply `RowsSelected`.
     SelectRows {
         /// Validation id, echoed in the reply.
         id: u32,
@@ -136,9 +136,8 @@ pub enum ToWorker {
         csv: String,
         /// Its name, for error messages.
         source: String,
-        /// Comma-separated texts, any of which a kept row's id, model, system or engine
-        /// contains (the CLI's repeated `--filter`); empty keeps every row.
-        filter: String,
+        /// The rows wanted.
+        wanted: RowsWanted,
     },
     /// The CLI's table, notes and reports of replayed rows: reply `ValidationReport`.
     ValidationReport {
@@ -617,10 +616,18 @@ fn dispatch(
                 post(reply);
             }
         }
-        ToWorker::SelectRows { id, csv, source, filter } => post(match select_rows(&csv, &source, &filter) {
-            Ok(kept) => FromWorker::RowsSelected { id, indices: kept.into_iter().map(|(i, _)| i).collect() },
-            Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
-        }),
+        ToWorker::SelectRows { id, csv, source, wanted } => {
+            let kept = state
+                .catalog()
+                .map_err(|e| e.to_string())
+                .and_then(|c| select_rows(&csv, &source, &wanted, c));
+            post(match kept {
+                Ok(kept) => {
+                    FromWorker::RowsSelected { id, indices: kept.into_iter().map(|(i, _)| i).collect() }
+                }
+                Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
+            });
+        }
         ToWorker::ValidationReport { id, csv, source, indices, outcomes } => {
             post(validation_report(state, id, &csv, &source, &indices, &outcomes));
         }
@@ -949,22 +956,71 @@ fn validate_rows(
     Ok(())
 }
 
-/// The rows of a file the filter keeps: `(position among the file's data rows, row)`. `filter`
-/// is comma-separated texts, any of which a row's id, model, system or engine contains (the
-/// CLI's repeated `--filter`); empty keeps every row.
+/// The rows the Validate page asks for: the CLI's `--filter`, `--class`, `--source` and
+/// `--single-node` as the page's fields hold them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RowsWanted {
+    /// Comma-separated texts, any of which a kept row's id, model, system or engine contains;
+    /// empty keeps every row.
+    pub filter: String,
+    /// A class by its short name (`dense-agg`, …, `validate::CLASS_NAMES`); empty: any.
+    pub class: String,
+    /// Who measured the rows (`inferencex`, `aiconfigurator`, `other`); empty: anyone.
+    pub measured_by: String,
+    /// Only rows whose every worker fits in one node of its GPU.
+    pub single_node: bool,
+}
+
+/// The rows of a file `wanted` keeps: `(position among the file's data rows, row)`.
 ///
 /// # Errors
-/// When the file cannot be read as a calibration file, or no row matches.
-pub fn select_rows(csv: &str, name: &str, filter: &str) -> Result<Vec<(usize, SiliconRow)>, String> {
+/// When the file cannot be read as a calibration file, a class or source is unknown, or no
+/// row matches.
+pub fn select_rows(
+    csv: &str,
+    name: &str,
+    wanted: &RowsWanted,
+    catalog: &Catalog,
+) -> Result<Vec<(usize, SiliconRow)>, String> {
     let rows = validate::parse_silicon(csv.as_bytes(), name).map_err(|e| e.to_string())?;
-    let filters: Vec<String> =
-        filter.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_string).collect();
+    let mut keep = validate::Selection {
+        filters: wanted
+            .filter
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(str::to_string)
+            .collect(),
+        single_node: wanted.single_node,
+        ..validate::Selection::default()
+    };
+    if !wanted.class.is_empty() {
+        keep.add_class(&wanted.class)?;
+    }
+    if !wanted.measured_by.is_empty() {
+        keep.set_source(&wanted.measured_by)?;
+    }
     let kept: Vec<(usize, SiliconRow)> =
-        rows.into_iter().enumerate().filter(|(_, r)| validate::matches_filter(r, &filters)).collect();
+        rows.into_iter().enumerate().filter(|(_, r)| keep.keeps(r, catalog)).collect();
     if kept.is_empty() {
-        return Err(format!("no row of {name} matches the filter '{filter}'"));
+        return Err(format!("no row of {name} matches the selection ({})", describe(wanted)));
     }
     Ok(kept)
+}
+
+/// The selection as the CLI's options would spell it.
+fn describe(w: &RowsWanted) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    parts.extend((!w.filter.trim().is_empty()).then(|| format!("filter '{}'", w.filter.trim())));
+    parts.extend((!w.class.is_empty()).then(|| format!("class {}", w.class)));
+    parts.extend((!w.measured_by.is_empty()).then(|| format!("source {}", w.measured_by)));
+    parts.extend(w.single_node.then(|| "single node".to_string()));
+    if parts.is_empty() {
+        "every row".to_string()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// A finished validation: what the CLI prints and writes for the same rows.

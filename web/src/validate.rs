@@ -10,7 +10,7 @@ use wasm_bindgen::JsCast;
 
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
-use crate::protocol::{FromWorker, ToWorker, ValidationAnswer};
+use crate::protocol::{FromWorker, RowsWanted, ToWorker, ValidationAnswer};
 use servesim_scenario::validate::Outcome;
 
 /// Where a validation stands.
@@ -42,6 +42,9 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
     let csv = RwSignal::new(String::new());
     let name = RwSignal::new("calibration.csv".to_string());
     let filter = RwSignal::new(String::new());
+    let class = RwSignal::new(String::new());
+    let measured_by = RwSignal::new(String::new());
+    let single_node = RwSignal::new(false);
     let phase = RwSignal::new(Phase::Idle);
     let result: RwSignal<Option<ValidationAnswer>> = RwSignal::new(None);
     let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
@@ -142,7 +145,13 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
                 }
             }
-            p.send(0, &ToWorker::SelectRows { id, csv: text, source: file, filter: filter.get_untracked() });
+            let wanted = RowsWanted {
+                filter: filter.get_untracked(),
+                class: class.get_untracked(),
+                measured_by: measured_by.get_untracked(),
+                single_node: single_node.get_untracked(),
+            };
+            p.send(0, &ToWorker::SelectRows { id, csv: text, source: file, wanted });
         });
     };
     let cancel = move || {
@@ -208,6 +217,29 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     <input id="val-filter" type="text" prop:value=move || filter.get()
                         on:input=move |ev| filter.set(event_target_value(&ev)) />
                 </label>
+                <div class="form-grid">
+                    <label class="field" for="val-class"><span>"Class"</span>
+                        <select id="val-class" on:change=move |ev| class.set(event_target_value(&ev))>
+                            <option value="">"Any"</option>
+                            <option value="dense-agg">"Dense aggregated"</option>
+                            <option value="moe-agg">"MoE aggregated"</option>
+                            <option value="dense-disagg">"Dense disaggregated"</option>
+                            <option value="moe-disagg">"MoE disaggregated"</option>
+                        </select>
+                    </label>
+                    <label class="field" for="val-source"><span>"Measured by"</span>
+                        <select id="val-source" on:change=move |ev| measured_by.set(event_target_value(&ev))>
+                            <option value="">"Anyone"</option>
+                            <option value="inferencex">"InferenceX"</option>
+                            <option value="aiconfigurator">"AIConfigurator's harness"</option>
+                            <option value="other">"Other"</option>
+                        </select>
+                    </label>
+                    <label class="field" for="val-single-node"><span>"Single node only"</span>
+                        <input id="val-single-node" type="checkbox" prop:checked=move || single_node.get()
+                            on:change=move |ev| single_node.set(event_target_checked(&ev)) />
+                    </label>
+                </div>
                 <div class="actions">
                     <button id="val-run" on:click=move |_| run() disabled=move || busy() || csv.with(String::is_empty)>"Validate"</button>
                     <button id="val-cancel" class="secondary" on:click=move |_| cancel() disabled=move || !busy()>"Cancel"</button>

@@ -47,6 +47,23 @@ pub(crate) struct RowSelection {
 }
 
 impl RowSelection {
+    /// The library's selection; a class or source it does not know is refused by name.
+    fn selection(&self) -> Result<servesim_scenario::validate::Selection, Failure> {
+        let mut keep = servesim_scenario::validate::Selection {
+            filters: self.filter.clone(),
+            single_node: self.single_node,
+            ..Default::default()
+        };
+        let refused = |message: String| Failure { code: 2, message: format!("--{message}") };
+        for c in &self.class {
+            keep.add_class(c).map_err(refused)?;
+        }
+        if let Some(source) = &self.source {
+            keep.set_source(source).map_err(refused)?;
+        }
+        Ok(keep)
+    }
+
     /// The options as typed, for the message when no row matches.
     fn asked(&self) -> String {
         let mut asked: Vec<String> = self.filter.iter().map(|f| format!("--filter {f}")).collect();
@@ -56,18 +73,6 @@ impl RowSelection {
             asked.push("--single-node".into());
         }
         asked.join(", ")
-    }
-}
-
-/// Whether every worker of a row fits in one node of its GPU (a GPU the catalog does not know
-/// counts as not fitting).
-fn single_node(row: &servesim_data::silicon::SiliconRow, catalog: &Catalog) -> bool {
-    use servesim_data::silicon::{Layout, Mode};
-    let Some(node) = catalog.gpu(&row.system).map(|h| h.gpus_per_node) else { return false };
-    let fits = |l: &Layout| l.tp.max(1) * l.pp.max(1) * l.dp.max(1) <= node;
-    match &row.mode {
-        Mode::Agg { layout } => fits(layout),
-        Mode::Disagg { prefill, decode, .. } => fits(prefill) && fits(decode),
     }
 }
 
@@ -83,37 +88,8 @@ pub(crate) fn select(
     let mut rows = servesim_data::silicon::parse(&bytes, &name)
         .map_err(|e| Failure { code: 2, message: e.to_string() })?;
     let catalog = Catalog::builtin().map_err(|e| Failure { code: 1, message: e.to_string() })?;
-    rows.retain(|r| servesim_scenario::validate::matches_filter(r, &sel.filter));
-    if !sel.class.is_empty() {
-        let mut wanted = Vec::new();
-        for c in &sel.class {
-            wanted.push(match c.as_str() {
-                "dense-agg" => "dense aggregated",
-                "moe-agg" => "MoE aggregated",
-                "dense-disagg" => "dense disaggregated",
-                "moe-disagg" => "MoE disaggregated",
-                _ => {
-                    return Err(Failure {
-                        code: 2,
-                        message: format!("--class {c}: use dense-agg, moe-agg, dense-disagg or moe-disagg"),
-                    })
-                }
-            });
-        }
-        rows.retain(|r| wanted.contains(&servesim_scenario::validate::class(r, &catalog)));
-    }
-    if let Some(source) = sel.source.as_deref() {
-        if !matches!(source, "inferencex" | "aiconfigurator" | "other") {
-            return Err(Failure {
-                code: 2,
-                message: format!("--source {source}: use inferencex, aiconfigurator or other"),
-            });
-        }
-        rows.retain(|r| servesim_scenario::validate::measured_by(r) == source);
-    }
-    if sel.single_node {
-        rows.retain(|r| single_node(r, &catalog));
-    }
+    let keep = sel.selection()?;
+    rows.retain(|r| keep.keeps(r, &catalog));
     if rows.is_empty() {
         return Err(Failure { code: 2, message: format!("no row of {name} matches {}", sel.asked()) });
     }

@@ -584,23 +584,40 @@ fn file() -> String {
     )
 }
 
+/// `select_rows` of [`file`] with the page's fields.
+fn pick(filter: &str, class: &str, measured_by: &str, single_node: bool) -> Result<Vec<usize>, String> {
+    let wanted = RowsWanted {
+        filter: filter.into(),
+        class: class.into(),
+        measured_by: measured_by.into(),
+        single_node,
+    };
+    let kept = select_rows(&file(), "f.csv", &wanted, &Catalog::builtin().unwrap())?;
+    Ok(kept.into_iter().map(|(i, _)| i).collect())
+}
+
 #[test]
-fn the_filter_keeps_rows_by_id_model_system_or_engine_with_their_positions() {
-    let all = select_rows(&file(), "f.csv", "").unwrap();
+fn the_selection_keeps_rows_as_the_clis_options_do_with_their_positions() {
+    let wanted = RowsWanted::default();
+    let all = select_rows(&file(), "f.csv", &wanted, &Catalog::builtin().unwrap()).unwrap();
     assert_eq!(all.iter().map(|(i, r)| (*i, r.id.as_str())).collect::<Vec<_>>(), [(0, "a8"), (1, "q32")]);
-    let q = select_rows(&file(), "f.csv", " sglang ").unwrap();
-    assert_eq!(q.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1]);
-    assert_eq!(select_rows(&file(), "f.csv", "nothing, Qwen3").unwrap().len(), 1);
-    let none = select_rows(&file(), "f.csv", "b300").unwrap_err();
-    assert!(none.contains("no row of f.csv matches the filter 'b300'"), "{none}");
-    let bad = select_rows("id\nx\n", "bad.csv", "").unwrap_err();
+    assert_eq!(pick(" sglang ", "", "", false), Ok(vec![1]));
+    assert_eq!(pick("nothing, Qwen3", "", "", false), Ok(vec![1]));
+    assert_eq!(pick("", "dense-agg", "other", true), Ok(vec![0, 1]));
+    let none = pick("b300", "", "", false).unwrap_err();
+    assert!(none.contains("no row of f.csv matches the selection (filter 'b300')"), "{none}");
+    let none = pick("", "moe-agg", "inferencex", true).unwrap_err();
+    assert!(none.contains("(class moe-agg, source inferencex, single node)"), "{none}");
+    assert!(pick("", "moe", "", false).unwrap_err().contains("class moe: use dense-agg"));
+    assert!(pick("", "", "me", false).unwrap_err().contains("source me: use inferencex"));
+    let bad = select_rows("id\nx\n", "bad.csv", &wanted, &Catalog::builtin().unwrap()).unwrap_err();
     assert!(bad.contains("bad.csv"), "{bad}");
 }
 
 #[test]
 fn the_answer_is_the_clis_table_report_and_rows() {
     let rows: Vec<SiliconRow> =
-        select_rows(&file(), "f.csv", "").unwrap().into_iter().map(|(_, r)| r).collect();
+        servesim_scenario::validate::parse_silicon(file().as_bytes(), "f.csv").unwrap();
     let outcomes = vec![
         Outcome { predicted: Some((44.0, 5.4)), ..Outcome::default() },
         Outcome { error: Some("refused".into()), ..Outcome::default() },
@@ -623,10 +640,11 @@ fn the_answer_is_the_clis_table_report_and_rows() {
 fn the_coordinator_selects_rows_and_reports_them_by_message() {
     let mut st = WorkerState::default();
     let mut out = Vec::new();
-    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), filter: "Qwen3".into() };
+    let wanted = |filter: &str| RowsWanted { filter: filter.into(), ..RowsWanted::default() };
+    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), wanted: wanted("Qwen3") };
     handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert_eq!(out.pop(), Some(FromWorker::RowsSelected { id: 3, indices: vec![1] }));
-    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), filter: "b300".into() };
+    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), wanted: wanted("b300") };
     handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert!(
         matches!(out.pop(), Some(FromWorker::Failed { id: 3, exit_code: 2, message }) if message.contains("b300"))

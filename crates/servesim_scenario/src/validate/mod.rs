@@ -45,14 +45,83 @@ pub use summary::{
     Group, RequestComparison, Summary,
 };
 
-/// Whether `row` matches any of `filters` (its id, model, system or engine contains the text):
-/// `servesim validate --filter` and the page's filter alike. No filter matches every row.
-#[must_use]
-pub fn matches_filter(row: &SiliconRow, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters
+/// Which rows of a calibration file to replay: `servesim validate` and `calibrate`'s
+/// `--filter`, `--class`, `--source` and `--single-node`, and the page's Validate tab alike.
+/// Every part that is set must match; the default keeps every row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    /// Texts any of which the row's id, model, system or engine contains (none: any row).
+    pub filters: Vec<String>,
+    /// Classes (`class`'s names) any of which the row is in (none: any class).
+    pub classes: Vec<&'static str>,
+    /// Who measured the row ([`measured_by`]: `inferencex`, `aiconfigurator`, `other`).
+    pub measured_by: Option<&'static str>,
+    /// Only rows each of whose workers fits in one node of its GPU.
+    pub single_node: bool,
+}
+
+/// The classes by their short names: `--class dense-agg` and the like.
+pub const CLASS_NAMES: [(&str, &str); 4] = [
+    ("dense-agg", "dense aggregated"),
+    ("moe-agg", "MoE aggregated"),
+    ("dense-disagg", "dense disaggregated"),
+    ("moe-disagg", "MoE disaggregated"),
+];
+
+/// The sources [`measured_by`] names.
+pub const SOURCES: [&str; 3] = ["inferencex", "aiconfigurator", "other"];
+
+impl Selection {
+    /// Adds a class by its short name ([`CLASS_NAMES`]).
+    ///
+    /// # Errors
+    /// When the name is none of them.
+    pub fn add_class(&mut self, short: &str) -> Result<(), String> {
+        let (_, class) = CLASS_NAMES
             .iter()
-            .any(|f| [&row.id, &row.model, &row.system, &row.backend].iter().any(|s| s.contains(f.as_str())))
+            .find(|(s, _)| *s == short)
+            .ok_or_else(|| format!("class {short}: use dense-agg, moe-agg, dense-disagg or moe-disagg"))?;
+        self.classes.push(class);
+        Ok(())
+    }
+
+    /// Sets the measuring source ([`SOURCES`]).
+    ///
+    /// # Errors
+    /// When the name is none of them.
+    pub fn set_source(&mut self, source: &str) -> Result<(), String> {
+        let s = SOURCES
+            .iter()
+            .find(|s| **s == source)
+            .ok_or_else(|| format!("source {source}: use inferencex, aiconfigurator or other"))?;
+        self.measured_by = Some(s);
+        Ok(())
+    }
+
+    /// Whether the selection keeps `row`.
+    #[must_use]
+    pub fn keeps(&self, row: &SiliconRow, catalog: &Catalog) -> bool {
+        let text = |f: &String| {
+            [&row.id, &row.model, &row.system, &row.backend].iter().any(|s| s.contains(f.as_str()))
+        };
+        (self.filters.is_empty() || self.filters.iter().any(text))
+            && (self.classes.is_empty() || self.classes.contains(&class(row, catalog)))
+            && self.measured_by.is_none_or(|m| measured_by(row) == m)
+            && (!self.single_node || single_node(row, catalog))
+    }
+}
+
+/// Whether every worker of a row fits in one node of its GPU: tensor × pipeline × attention-DP
+/// degree within the catalog's GPUs per node (a GPU the catalog does not know counts as not
+/// fitting).
+#[must_use]
+pub fn single_node(row: &SiliconRow, catalog: &Catalog) -> bool {
+    let Some(node) = catalog.gpu(&row.system).map(|h| h.gpus_per_node) else { return false };
+    let fits = |l: &Layout| l.tp.max(1) * l.pp.max(1) * l.dp.max(1) <= node;
+    match &row.mode {
+        Mode::Agg { layout } => fits(layout),
+        Mode::Disagg { prefill, decode, .. } => fits(prefill) && fits(decode),
+    }
 }
 
 /// Requests per concurrency slot (REF §7: "10 requests per concurrency slot").
