@@ -49,7 +49,7 @@ fn NumField(id: &'static str, label: &'static str, value: RwSignal<String>) -> i
 
 /// A drop-down of `(value, text)` options bound to `value`.
 #[component]
-fn ChoiceField(
+pub(crate) fn ChoiceField(
     id: &'static str,
     label: &'static str,
     value: RwSignal<String>,

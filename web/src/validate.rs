@@ -11,6 +11,7 @@ use wasm_bindgen::JsCast;
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, RowsWanted, ToWorker, ValidationAnswer};
+use crate::sweep::ChoiceField;
 use servesim_scenario::validate::Outcome;
 
 /// Where a validation stands.
@@ -218,23 +219,12 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                         on:input=move |ev| filter.set(event_target_value(&ev)) />
                 </label>
                 <div class="form-grid">
-                    <label class="field" for="val-class"><span>"Class"</span>
-                        <select id="val-class" on:change=move |ev| class.set(event_target_value(&ev))>
-                            <option value="">"Any"</option>
-                            <option value="dense-agg">"Dense aggregated"</option>
-                            <option value="moe-agg">"MoE aggregated"</option>
-                            <option value="dense-disagg">"Dense disaggregated"</option>
-                            <option value="moe-disagg">"MoE disaggregated"</option>
-                        </select>
-                    </label>
-                    <label class="field" for="val-source"><span>"Measured by"</span>
-                        <select id="val-source" on:change=move |ev| measured_by.set(event_target_value(&ev))>
-                            <option value="">"Anyone"</option>
-                            <option value="inferencex">"InferenceX"</option>
-                            <option value="aiconfigurator">"AIConfigurator's harness"</option>
-                            <option value="other">"Other"</option>
-                        </select>
-                    </label>
+                    <ChoiceField id="val-class" label="Class" value=class
+                        options=&[("", "Any"), ("dense-agg", "Dense aggregated"), ("moe-agg", "MoE aggregated"),
+                                  ("dense-disagg", "Dense disaggregated"), ("moe-disagg", "MoE disaggregated")] />
+                    <ChoiceField id="val-source" label="Measured by" value=measured_by
+                        options=&[("", "Anyone"), ("inferencex", "InferenceX"),
+                                  ("aiconfigurator", "AIConfigurator's harness"), ("other", "Other")] />
                     <label class="field" for="val-single-node"><span>"Single node only"</span>
                         <input id="val-single-node" type="checkbox" prop:checked=move || single_node.get()
                             on:change=move |ev| single_node.set(event_target_checked(&ev)) />
