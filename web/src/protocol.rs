@@ -12,7 +12,7 @@ use servesim_scenario::recommend::{
 };
 use servesim_scenario::report::{to_pretty_json, Requests};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
-use servesim_scenario::validate::{self, Outcome, SiliconRow};
+use servesim_scenario::validate;
 use servesim_scenario::{Files, ScenarioError};
 
 /// servesim's data files (kernel tables) the worker fetched from the page's origin, by path
@@ -215,31 +215,8 @@ impl ToWorker {
                 query.model, query.system, query.backend
             )],
             ToWorker::Check { config, .. } => vec![config.clone()],
-            // Each row's GPU, engine and release name its tables.
             ToWorker::Validate { csv, source, indices, .. } => {
-                let Ok(rows) = validate::parse_silicon(csv.as_bytes(), source) else {
-                    return Vec::new();
-                };
-                let mut configs: Vec<String> = indices
-                    .iter()
-                    .filter_map(|i| rows.get(*i))
-                    .map(|r| {
-                        // A row that names no release is timed with the default one's tables.
-                        let release = validate::engine_release(r);
-                        let version = if release.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", backend_version: '{release}'")
-                        };
-                        format!(
-                            "engine: {{model: '{}', hardware: '{}', backend: '{}'{version}}}",
-                            r.model, r.system, r.backend
-                        )
-                    })
-                    .collect();
-                configs.sort();
-                configs.dedup();
-                configs
+                validation::table_configs(csv, source, indices)
             }
             ToWorker::Plan { .. }
             | ToWorker::SelectRows { .. }
@@ -612,7 +589,7 @@ fn dispatch(
         }
         ToWorker::RequestsFile { id, format } => requests_file(state, id, &format, post),
         ToWorker::Validate { id, csv, source, indices } => {
-            if let Err(reply) = validate_rows(state, id, &csv, &source, &indices, files, post) {
+            if let Err(reply) = validation::validate_rows(state, id, &csv, &source, &indices, files, post) {
                 post(reply);
             }
         }
@@ -629,7 +606,7 @@ fn dispatch(
             });
         }
         ToWorker::ValidationReport { id, csv, source, indices, outcomes } => {
-            post(validation_report(state, id, &csv, &source, &indices, &outcomes));
+            post(validation::validation_report(state, id, &csv, &source, &indices, &outcomes));
         }
         ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
             Ok(reply) => post(reply),
@@ -921,191 +898,6 @@ pub const PAGE_RECORDS: usize = 100_000;
 /// Bytes of one [`FromWorker::FilePart`] (whole lines, so a little more).
 const FILE_PART_BYTES: usize = 4 << 20;
 
-/// Replays `indices` of a calibration file's rows, one reply each, as `servesim validate`
-/// replays them (the engine's recipe and published deployments included).
-fn validate_rows(
-    state: &mut WorkerState,
-    id: u32,
-    csv: &str,
-    source: &str,
-    indices: &[usize],
-    files: &dyn Files,
-    post: &mut dyn FnMut(FromWorker),
-) -> Result<(), FromWorker> {
-    // A file the page could not read is the user's to fix (the CLI's exit 2).
-    let rows = validate::parse_silicon(csv.as_bytes(), source).map_err(|e| FromWorker::Failed {
-        id,
-        message: e.to_string(),
-        exit_code: 2,
-    })?;
-    let catalog = state.catalog().map_err(|e| FromWorker::Failed {
-        id,
-        message: e.to_string(),
-        exit_code: e.exit_code(),
-    })?;
-    let knobs = validate::Knobs::replay_policy();
-    for &index in indices {
-        let row = rows.get(index).ok_or_else(|| FromWorker::Failed {
-            id,
-            message: format!("{source}: no data row {index} (the file has {})", rows.len()),
-            exit_code: 2,
-        })?;
-        let outcome = validate::run_row(row, catalog, files, &knobs);
-        post(FromWorker::Validated { id, index, outcome });
-    }
-    Ok(())
-}
-
-/// The rows the Validate page asks for: the CLI's `--filter`, `--class`, `--source` and
-/// `--single-node` as the page's fields hold them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RowsWanted {
-    /// Comma-separated texts, any of which a kept row's id, model, system or engine contains;
-    /// empty keeps every row.
-    pub filter: String,
-    /// A class by its short name (`dense-agg`, …, `validate::CLASS_NAMES`); empty: any.
-    pub class: String,
-    /// Who measured the rows (`inferencex`, `aiconfigurator`, `other`); empty: anyone.
-    pub measured_by: String,
-    /// Only rows whose every worker fits in one node of its GPU.
-    pub single_node: bool,
-}
-
-/// The rows of a file `wanted` keeps: `(position among the file's data rows, row)`.
-///
-/// # Errors
-/// When the file cannot be read as a calibration file, a class or source is unknown, or no
-/// row matches.
-pub fn select_rows(
-    csv: &str,
-    name: &str,
-    wanted: &RowsWanted,
-    catalog: &Catalog,
-) -> Result<Vec<(usize, SiliconRow)>, String> {
-    let rows = validate::parse_silicon(csv.as_bytes(), name).map_err(|e| e.to_string())?;
-    let mut keep = validate::Selection {
-        filters: wanted
-            .filter
-            .split(',')
-            .map(str::trim)
-            .filter(|f| !f.is_empty())
-            .map(str::to_string)
-            .collect(),
-        single_node: wanted.single_node,
-        ..validate::Selection::default()
-    };
-    if !wanted.class.is_empty() {
-        keep.add_class(&wanted.class)?;
-    }
-    if !wanted.measured_by.is_empty() {
-        keep.set_source(&wanted.measured_by)?;
-    }
-    let kept: Vec<(usize, SiliconRow)> =
-        rows.into_iter().enumerate().filter(|(_, r)| keep.keeps(r, catalog)).collect();
-    if kept.is_empty() {
-        return Err(format!("no row of {name} matches the selection ({})", describe(wanted)));
-    }
-    Ok(kept)
-}
-
-/// The selection as the CLI's options would spell it.
-fn describe(w: &RowsWanted) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    parts.extend((!w.filter.trim().is_empty()).then(|| format!("filter '{}'", w.filter.trim())));
-    parts.extend((!w.class.is_empty()).then(|| format!("class {}", w.class)));
-    parts.extend((!w.measured_by.is_empty()).then(|| format!("source {}", w.measured_by)));
-    parts.extend(w.single_node.then(|| "single node".to_string()));
-    if parts.is_empty() {
-        "every row".to_string()
-    } else {
-        parts.join(", ")
-    }
-}
-
-/// A finished validation: what the CLI prints and writes for the same rows.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ValidationAnswer {
-    /// The error table.
-    pub table: String,
-    /// The notes under it.
-    pub notes: String,
-    /// `--report FILE.json`.
-    pub json: String,
-    /// `--report FILE.md`.
-    pub markdown: String,
-    /// `--rows-csv`.
-    pub rows_csv: String,
-    /// (row id, measured, predicted) TTFT in ms of the predicted rows.
-    pub ttft: Vec<(String, f64, f64)>,
-    /// The same for TPOT.
-    pub tpot: Vec<(String, f64, f64)>,
-}
-
-/// The CLI's outputs for `rows` and their outcomes (`name`: the file, as the report names it).
-#[must_use]
-pub fn validation_answer(
-    name: &str,
-    rows: &[SiliconRow],
-    outcomes: &[Outcome],
-    catalog: &Catalog,
-) -> ValidationAnswer {
-    let s = validate::summarize(rows, outcomes, catalog);
-    let command = format!("servesim validate --silicon {name}");
-    let head = validate::ReportHead { command: &command, silicon: name, version: env!("CARGO_PKG_VERSION") };
-    let json = serde_json::to_string_pretty(&validate::to_json(&head, rows, outcomes, &s))
-        .map(|t| t + "\n")
-        .unwrap_or_default();
-    let points = |pick: fn(&SiliconRow, (f64, f64)) -> (f64, f64)| {
-        rows.iter()
-            .zip(outcomes)
-            .filter_map(|(r, o)| o.predicted.map(|p| (r.id.clone(), pick(r, p))))
-            .map(|(id, (m, p))| (id, m, p))
-            .collect()
-    };
-    ValidationAnswer {
-        table: validate::table(&s),
-        notes: validate::notes(&s),
-        json,
-        markdown: validate::to_markdown(&head, rows, outcomes, &s),
-        rows_csv: validate::rows_csv(rows, outcomes),
-        ttft: points(|r, p| (r.ttft_ms, p.0)),
-        tpot: points(|r, p| (r.tpot_ms, p.1)),
-    }
-}
-
-/// The report of replayed rows ([`validation_answer`]), or why there is none.
-fn validation_report(
-    state: &mut WorkerState,
-    id: u32,
-    csv: &str,
-    source: &str,
-    indices: &[usize],
-    outcomes: &[Outcome],
-) -> FromWorker {
-    let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
-    let rows = match validate::parse_silicon(csv.as_bytes(), source) {
-        Ok(r) => r,
-        Err(e) => return failed(e.to_string()),
-    };
-    let picked: Option<Vec<SiliconRow>> = indices.iter().map(|i| rows.get(*i).cloned()).collect();
-    let Some(picked) = picked.filter(|p| p.len() == outcomes.len()) else {
-        return failed(format!(
-            "{source}: {} outcomes for {} rows of {}",
-            outcomes.len(),
-            indices.len(),
-            rows.len()
-        ));
-    };
-    match state.catalog() {
-        Ok(catalog) => FromWorker::ValidationReport {
-            id,
-            report: Box::new(validation_answer(source, &picked, outcomes, catalog)),
-        },
-        Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
-    }
-}
-
 /// Sends the last run's records as a file in parts of whole lines.
 fn requests_file(state: &WorkerState, id: u32, format: &str, post: &mut dyn FnMut(FromWorker)) {
     let Some((_, requests)) = state.last_run.as_ref().filter(|(run, _)| *run == id) else {
@@ -1172,6 +964,9 @@ pub fn encode<T: Serialize>(msg: &T) -> String {
         format!("{{\"type\":\"failed\",\"id\":0,\"message\":\"encode: {e}\",\"exit_code\":1}}")
     })
 }
+
+mod validation;
+pub use validation::{select_rows, validation_answer, RowsWanted, ValidationAnswer};
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
 use super::*;
+use servesim_scenario::validate::{Outcome, SiliconRow};
 
 /// What the worker fetches for the default scenario (H200, vLLM tables).
 fn data_for(_config: &str) -> MemFiles {
