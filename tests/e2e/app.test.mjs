@@ -544,6 +544,34 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   await page.waitForFunction(() => (document.querySelector('#val-json')?.textContent ?? '').includes('"id": "pd"'), null, { timeout: 120000 });
   assert.match(await page.textContent('#val-status'), /^Done: 1 row in/);
   assert.deepEqual(JSON.parse(await page.textContent('#val-json')).rows.map((r) => r.id), ['pd']);
+  // What-if options, named and checked as the CLI's flags: out of range is refused by name…
+  await page.selectOption('#val-class', '');
+  await page.fill('#val-filter', 'l8');
+  await page.click('#val-what-if summary');
+  await page.fill('#val-opt-length-floor', '1.5');
+  assert.match(await page.textContent('#val-command'), /^--length-floor: '1\.5' is not a number from 0 to 1/);
+  await page.click('#val-run');
+  await page.waitForSelector('#val-error');
+  assert.match(await page.textContent('#val-error'), /--length-floor: '1\.5'/);
+  // …and in range, the page replays as the command it shows does.
+  await page.fill('#val-opt-length-floor', '1');
+  await page.fill('#val-opt-frontend-ms', '150');
+  await page.check('#val-opt-no-recipes');
+  const command = 'servesim validate --silicon cal.csv --filter l8 --frontend-ms 150 --length-floor 1 --no-recipes';
+  assert.equal(await page.textContent('#val-command'), command);
+  execFileSync(join(process.cwd(), BIN), [...command.split(' ').slice(1), '--report', 'what-if.json'], { cwd: dir, stdio: 'ignore' });
+  const whatIf = JSON.parse(readFileSync(join(dir, 'what-if.json'), 'utf8'));
+  await page.click('#val-run');
+  await page.waitForFunction(() => /^(Done: 2 rows|Validation failed)/.test(document.querySelector('#val-status')?.textContent ?? ''), null, { timeout: 120000 });
+  const replayed = JSON.parse(await page.textContent('#val-json'));
+  assert.equal(replayed.command, command);
+  assert.equal(whatIf.command, `${command} --report what-if.json`);
+  delete replayed.command;
+  delete whatIf.command;
+  assert.deepEqual(replayed, whatIf);
+  // 150 ms of frontend on every first token.
+  assert.ok(replayed.rows[0].predicted_ttft_ms > got.rows[0].predicted_ttft_ms + 100, JSON.stringify(replayed.rows[0]));
+  await page.screenshot({ path: join(ARTIFACTS, 'validate-what-if.png'), fullPage: true });
   await page.close();
 });
 

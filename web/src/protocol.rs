@@ -151,6 +151,10 @@ pub enum ToWorker {
         indices: Vec<usize>,
         /// Their outcomes (`Validated` replies), in the same order.
         outcomes: Vec<validate::Outcome>,
+        /// The selection they were chosen by, for the report's command line.
+        wanted: RowsWanted,
+        /// The replay options they were replayed with (`Validate`'s).
+        options: Vec<(String, String)>,
     },
     /// Replay rows of a calibration file (`servesim validate --silicon`): one `Validated`
     /// reply per row, in order.
@@ -163,6 +167,9 @@ pub enum ToWorker {
         source: String,
         /// Which rows, by position in the file's data rows (from 0).
         indices: Vec<usize>,
+        /// Replay options as `(flag, value)`, the CLI's (`validate::OPTIONS`); none: the
+        /// replay policy.
+        options: Vec<(String, String)>,
     },
     /// Every record of the last run, as a file: reply with `FilePart`s.
     RequestsFile {
@@ -588,8 +595,10 @@ fn dispatch(
             }
         }
         ToWorker::RequestsFile { id, format } => requests_file(state, id, &format, post),
-        ToWorker::Validate { id, csv, source, indices } => {
-            if let Err(reply) = validation::validate_rows(state, id, &csv, &source, &indices, files, post) {
+        ToWorker::Validate { id, csv, source, indices, options } => {
+            let rows =
+                validation::RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
+            if let Err(reply) = validation::validate_rows(state, id, &rows, files, post) {
                 post(reply);
             }
         }
@@ -605,8 +614,10 @@ fn dispatch(
                 Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
             });
         }
-        ToWorker::ValidationReport { id, csv, source, indices, outcomes } => {
-            post(validation::validation_report(state, id, &csv, &source, &indices, &outcomes));
+        ToWorker::ValidationReport { id, csv, source, indices, outcomes, wanted, options } => {
+            let rows =
+                validation::RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
+            post(validation::validation_report(state, id, &rows, &outcomes, &wanted));
         }
         ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
             Ok(reply) => post(reply),
@@ -966,7 +977,7 @@ pub fn encode<T: Serialize>(msg: &T) -> String {
 }
 
 mod validation;
-pub use validation::{select_rows, validation_answer, RowsWanted, ValidationAnswer};
+pub use validation::{command_line, knobs, select_rows, validation_answer, RowsWanted, ValidationAnswer};
 
 #[cfg(test)]
 mod tests;

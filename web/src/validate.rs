@@ -10,9 +10,9 @@ use wasm_bindgen::JsCast;
 
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
-use crate::protocol::{FromWorker, RowsWanted, ToWorker, ValidationAnswer};
+use crate::protocol::{command_line, knobs, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
 use crate::sweep::ChoiceField;
-use servesim_scenario::validate::Outcome;
+use servesim_scenario::validate::{KnobOption, OptionKind, Outcome, OPTIONS};
 
 /// Where a validation stands.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +31,9 @@ enum Phase {
 struct Job {
     csv: String,
     name: String,
+    wanted: RowsWanted,
+    /// The what-if options, `(flag, value)`.
+    options: Vec<(String, String)>,
     /// Each row's position among the file's data rows, in the order sent.
     positions: Vec<usize>,
     outcomes: Vec<Option<Outcome>>,
@@ -58,7 +61,8 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
         let current = run_id.get_value();
         match msg {
             FromWorker::RowsSelected { id, indices } if id == current => {
-                let (csv, name) = job.with_value(|j| (j.csv.clone(), j.name.clone()));
+                let (csv, name, options) =
+                    job.with_value(|j| (j.csv.clone(), j.name.clone(), j.options.clone()));
                 job.update_value(|j| {
                     j.outcomes = vec![None; indices.len()];
                     j.positions.clone_from(&indices);
@@ -77,6 +81,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                                     csv: csv.clone(),
                                     source: name.clone(),
                                     indices: mine,
+                                    options: options.clone(),
                                 },
                             );
                         }
@@ -103,6 +108,8 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     source: j.name.clone(),
                     indices: j.positions.clone(),
                     outcomes: j.outcomes.iter().map(|o| o.clone().unwrap_or_default()).collect(),
+                    wanted: j.wanted.clone(),
+                    options: j.options.clone(),
                 });
                 pool.with_value(|p| p.send(0, &msg));
             }
@@ -126,17 +133,49 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
         }
     };
 
+    // One field per replay option of the CLI, empty while unset.
+    let what_if: Vec<(KnobOption, RwSignal<String>)> =
+        OPTIONS.iter().map(|o| (*o, RwSignal::new(String::new()))).collect();
+    let what_if = StoredValue::new(what_if);
+    let options = move || -> Vec<(String, String)> {
+        what_if.with_value(|w| {
+            w.iter()
+                .map(|(o, v)| (o.flag.to_string(), v.get()))
+                .filter(|(_, t)| !t.trim().is_empty())
+                .collect()
+        })
+    };
+    let wanted = move || RowsWanted {
+        filter: filter.get(),
+        class: class.get(),
+        measured_by: measured_by.get(),
+        single_node: single_node.get(),
+    };
+    // What the CLI would run, or why the options cannot be read.
+    let command = move || knobs(&options()).map(|k| command_line(&name.get(), &wanted(), &k));
+
     let run = move || {
         stop_pool();
         let id = run_id.get_value() + 1;
         run_id.set_value(id);
         result.set(None);
+        let (wanted, options) = untrack(|| (wanted(), options()));
+        // Options out of range are refused before any worker starts, as the CLI refuses them.
+        if let Err(e) = knobs(&options) {
+            return phase.set(Phase::Failed(e));
+        }
         let (text, file) = (csv.get_untracked(), name.get_untracked());
         match Pool::spawn(pool_size(), on_event) {
             Ok(p) => pool.set_value(p),
             Err(e) => return phase.set(Phase::Failed(e)),
         }
-        job.set_value(Job { csv: text.clone(), name: file.clone(), ..Job::default() });
+        job.set_value(Job {
+            csv: text.clone(),
+            name: file.clone(),
+            wanted: wanted.clone(),
+            options,
+            ..Job::default()
+        });
         started.set_value(now_ms());
         phase.set(Phase::Selecting);
         let dropped = files.get_untracked();
@@ -146,12 +185,6 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
                 }
             }
-            let wanted = RowsWanted {
-                filter: filter.get_untracked(),
-                class: class.get_untracked(),
-                measured_by: measured_by.get_untracked(),
-                single_node: single_node.get_untracked(),
-            };
             p.send(0, &ToWorker::SelectRows { id, csv: text, source: file, wanted });
         });
     };
@@ -230,6 +263,13 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                             on:change=move |ev| single_node.set(event_target_checked(&ev)) />
                     </label>
                 </div>
+                <details id="val-what-if">
+                    <summary>"What-if: replay options (the CLI's, empty for the replay policy)"</summary>
+                    <div class="form-grid">
+                        {what_if.get_value().into_iter().map(|(o, v)| view! { <OptionField option=o value=v /> }).collect_view()}
+                    </div>
+                </details>
+                <p class="hint">"Same as "<code id="val-command">{move || command().unwrap_or_else(|e| e)}</code></p>
                 <div class="actions">
                     <button id="val-run" on:click=move |_| run() disabled=move || busy() || csv.with(String::is_empty)>"Validate"</button>
                     <button id="val-cancel" class="secondary" on:click=move |_| cancel() disabled=move || !busy()>"Cancel"</button>
@@ -263,4 +303,34 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
             </section>
         </main>
     }
+}
+
+/// One replay option's field, named after the CLI's flag: a menu of its names, a box for a
+/// switch, else a number (empty: unset; the placeholder says what applies then).
+#[component]
+fn OptionField(option: KnobOption, value: RwSignal<String>) -> impl IntoView {
+    let id = format!("val-opt-{}", option.flag);
+    let mut label = format!("{} (--{})", option.label, option.flag);
+    // The labels are written to follow a flag in help text; a field's starts a sentence.
+    label[..1].make_ascii_uppercase();
+    let input = match option.kind {
+        OptionKind::Choice(names) => view! {
+            <select id=id.clone() prop:value=move || value.get() on:change=move |ev| value.set(event_target_value(&ev))>
+                <option value="">{format!("unset: {}", option.unset)}</option>
+                {names.iter().map(|n| view! { <option value=*n>{*n}</option> }).collect_view()}
+            </select>
+        }
+        .into_any(),
+        OptionKind::Switch => view! {
+            <input id=id.clone() type="checkbox" prop:checked=move || value.get() == "true"
+                on:change=move |ev| value.set(if event_target_checked(&ev) { "true".into() } else { String::new() }) />
+        }
+        .into_any(),
+        _ => view! {
+            <input id=id.clone() type="text" inputmode="decimal" placeholder=option.unset prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev)) />
+        }
+        .into_any(),
+    };
+    view! { <label class="field" for=id><span>{label}</span>{input}</label> }
 }

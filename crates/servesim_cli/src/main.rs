@@ -543,7 +543,10 @@ fn main() -> ExitCode {
                 mtp_acceptance,
                 prompt_pool,
             };
-            if let (Some(log), Some(config)) = (&requests, &config) {
+            // The ranges the page's Validate tab enforces too, and nextn-accepted within nextn.
+            if let Err(message) = knobs.check() {
+                Err(Failure { code: 2, message })
+            } else if let (Some(log), Some(config)) = (&requests, &config) {
                 validate::requests(log, config, data_dir)
             } else if let Some(silicon) = silicon.as_deref().filter(|_| show_scenarios) {
                 validate::show_scenarios(silicon, &rows, data_dir, &knobs)
@@ -898,4 +901,51 @@ fn predict(config: &Path, set: &[String], output_dir: &Path, opts: &Options) -> 
     }
     eprintln!("wall time {:.0} ms", wall_ms);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use servesim_scenario::validate::{Knobs, OptionKind, OPTIONS};
+
+    use super::Cli;
+
+    /// The page's Validate tab sets the replay from `OPTIONS`; each must be `validate`'s flag
+    /// of the same name, taking the same values.
+    #[test]
+    fn the_replay_options_are_validates_flags_with_their_ranges() {
+        let samples =
+            ["-1", "0", "0.5", "1", "3", "5.5", "6", "1e9", "inf", "NaN", "x", "nccl", "min-latency", "true"];
+        for option in OPTIONS {
+            let flag = format!("--{}", option.flag);
+            for sample in samples {
+                let mut args = vec!["servesim", "validate", "--silicon", "f.csv"];
+                if option.kind == OptionKind::Switch {
+                    args.push(&flag);
+                } else {
+                    args.extend([flag.as_str(), sample]);
+                }
+                // nextn and its acceptance are given together, within the drafts.
+                let partner = match option.flag {
+                    "nextn" => ["--nextn-accepted", "0"],
+                    "nextn-accepted" => ["--nextn", "5"],
+                    _ => ["", ""],
+                };
+                args.extend(partner.iter().filter(|a| !a.is_empty()));
+                // Accepting more drafts than proposed passes clap; `validate` then refuses it
+                // with the page's own check.
+                let over = option.flag == "nextn-accepted" && sample.parse::<f64>().is_ok_and(|x| x > 5.0);
+                let clap_takes = Cli::command().try_get_matches_from(&args).is_ok() && !over;
+                let value = if option.kind == OptionKind::Switch { "true" } else { sample };
+                let pairs = [(option.flag, value), (partner[0].trim_start_matches('-'), partner[1])];
+                let page_takes =
+                    Knobs::from_options(pairs.into_iter().filter(|(f, _)| !f.is_empty())).is_ok();
+                assert_eq!(clap_takes, page_takes, "{flag} {sample}: the CLI and the page disagree");
+                if option.kind == OptionKind::Switch {
+                    assert!(clap_takes, "{flag}");
+                    break;
+                }
+            }
+        }
+    }
 }

@@ -181,16 +181,8 @@ pub(crate) fn silicon(
 /// The command as typed, for a report's head: `servesim` and its arguments, each quoted for a
 /// POSIX shell where it needs to be.
 fn command_line() -> String {
-    let quote = |a: String| {
-        let plain = !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-        if plain {
-            a
-        } else {
-            format!("'{}'", a.replace('\'', "'\\''"))
-        }
-    };
     std::iter::once("servesim".to_string())
-        .chain(std::env::args().skip(1).map(quote))
+        .chain(std::env::args().skip(1).map(|a| servesim_scenario::validate::shell_quoted(&a)))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -774,3 +774,12 @@ fn calibrate_refuses_what_it_cannot_fit() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no-such.csv"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn validate_refuses_more_drafts_accepted_than_proposed_before_replaying() {
+    let out =
+        servesim(&["validate", "--silicon", "no-such-file.csv", "--nextn", "2", "--nextn-accepted", "2.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--nextn-accepted: 2.5 drafts accepted a round is more than the 2"), "{err}");
+}

@@ -527,8 +527,13 @@ nope,,vllm,,acme/NoSuchModel,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,
 
 #[test]
 fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
-    let msg =
-        ToWorker::Validate { id: 4, csv: SILICON.into(), source: "cal.csv".into(), indices: vec![1, 0] };
+    let msg = ToWorker::Validate {
+        id: 4,
+        csv: SILICON.into(),
+        source: "cal.csv".into(),
+        indices: vec![1, 0],
+        options: Vec::new(),
+    };
     // The tables of each row's GPU, engine and release.
     let configs = msg.configs(&mut WorkerState::default());
     assert_eq!(configs.len(), 2, "{configs:?}");
@@ -559,16 +564,50 @@ fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
     // The outcome crosses to the page as JSON and back unchanged.
     let back: FromWorker = serde_json::from_str(&encode(&out[1])).unwrap();
     assert_eq!(back, out[1]);
+    // With what-if options, as `servesim validate --frontend-ms 300 --length-floor 1`.
+    let options = vec![("frontend-ms".to_string(), "300".to_string()), ("length-floor".into(), "1".into())];
+    let msg = ToWorker::Validate {
+        id: 6,
+        csv: SILICON.into(),
+        source: "cal.csv".into(),
+        indices: vec![0],
+        options,
+    };
+    let mut out = Vec::new();
+    handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| out.push(m));
+    let [FromWorker::Validated { id: 6, index: 0, outcome }] = out.as_slice() else { panic!("{out:?}") };
+    let what_if = servesim_scenario::validate::Knobs {
+        frontend_ms: Some(300.0),
+        length_floor: Some(1.0),
+        ..servesim_scenario::validate::Knobs::replay_policy()
+    };
+    assert_eq!(*outcome, servesim_scenario::validate::run_row(&rows[0], &catalog, &files, &what_if));
+    let (slow, policy) = (outcome.predicted.unwrap().0, agg.predicted.unwrap().0);
+    assert!(slow > policy + 200.0, "a 300 ms frontend: {slow} against {policy} ms");
 }
 
 #[test]
 fn a_bad_calibration_file_or_row_fails_by_name() {
     let run = |csv: &str, indices: Vec<usize>| {
         let mut out = Vec::new();
-        let msg = ToWorker::Validate { id: 5, csv: csv.into(), source: "cal.csv".into(), indices };
+        let options = Vec::new();
+        let msg = ToWorker::Validate { id: 5, csv: csv.into(), source: "cal.csv".into(), indices, options };
         handle(&mut WorkerState::default(), msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
         out
     };
+    // An option out of its range is refused by its flag, as the CLI refuses it.
+    let mut out = Vec::new();
+    let options = vec![("frontend-ms".to_string(), "-5".to_string())];
+    let msg = ToWorker::Validate {
+        id: 5,
+        csv: SILICON.into(),
+        source: "cal.csv".into(),
+        indices: vec![0],
+        options,
+    };
+    handle(&mut WorkerState::default(), msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    let [FromWorker::Failed { id: 5, message, exit_code: 2 }] = out.as_slice() else { panic!("{out:?}") };
+    assert!(message.starts_with("--frontend-ms: '-5'"), "{message}");
     let out = run("id,backend\nx,vllm\n", vec![0]);
     let [FromWorker::Failed { id: 5, message, exit_code: 2 }] = out.as_slice() else { panic!("{out:?}") };
     assert!(message.contains("cal.csv"), "{message}");
@@ -624,7 +663,7 @@ fn the_answer_is_the_clis_table_report_and_rows() {
         Outcome { error: Some("refused".into()), ..Outcome::default() },
     ];
     let catalog = Catalog::builtin().unwrap();
-    let a = validation_answer("f.csv", &rows, &outcomes, &catalog);
+    let a = validation_answer("servesim validate --silicon f.csv", "f.csv", &rows, &outcomes, &catalog);
     let s = servesim_scenario::validate::summarize(&rows, &outcomes, &catalog);
     assert_eq!(a.table, servesim_scenario::validate::table(&s));
     assert_eq!(a.rows_csv, servesim_scenario::validate::rows_csv(&rows, &outcomes));
@@ -657,13 +696,42 @@ fn the_coordinator_selects_rows_and_reports_them_by_message() {
         source: "f.csv".into(),
         indices,
         outcomes,
+        wanted: wanted("Qwen3"),
+        options: vec![("no-recipes".into(), "true".into())],
     };
     handle(&mut st, report(vec![1], vec![outcome.clone()]), &data_for(""), &|| 0.0, &mut |m| out.push(m));
     let Some(FromWorker::ValidationReport { id: 3, report: a }) = out.pop() else { panic!("{out:?}") };
     assert_eq!(a.ttft, [("q32".to_string(), 90.0, 100.0)]);
+    // The report's command replays the rows as the page did.
+    let json: serde_json::Value = serde_json::from_str(&a.json).unwrap();
+    assert_eq!(json["command"], "servesim validate --silicon f.csv --filter Qwen3 --no-recipes");
     // Outcomes that do not match the rows are refused, not summarised.
     handle(&mut st, report(vec![0, 1], vec![outcome]), &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert!(
         matches!(out.pop(), Some(FromWorker::Failed { id: 3, message, .. }) if message.contains("1 outcomes for 2 rows"))
+    );
+}
+
+#[test]
+fn the_command_line_spells_the_selection_and_the_options_as_the_cli_takes_them() {
+    let wanted = RowsWanted {
+        filter: "h100 , Qwen's 32B,".into(),
+        class: "dense-agg".into(),
+        measured_by: "aiconfigurator".into(),
+        single_node: true,
+    };
+    let pairs =
+        [("frontend-ms", "80"), ("length-floor", "1.0"), ("allreduce", "nccl"), ("mla-attention-dp", "true")];
+    let options: Vec<(String, String)> = pairs.iter().map(|(f, v)| ((*f).into(), (*v).into())).collect();
+    let knobs = crate::protocol::knobs(&options).unwrap();
+    assert_eq!(
+        crate::protocol::command_line("my runs.csv", &wanted, &knobs),
+        "servesim validate --silicon 'my runs.csv' --filter h100 --filter 'Qwen'\\''s 32B' --class dense-agg \
+         --source aiconfigurator --single-node --frontend-ms 80 --allreduce nccl --length-floor 1 --mla-attention-dp"
+    );
+    let policy = crate::protocol::knobs(&[]).unwrap();
+    assert_eq!(
+        crate::protocol::command_line("f.csv", &RowsWanted::default(), &policy),
+        "servesim validate --silicon f.csv"
     );
 }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use servesim_scenario::catalog::Catalog;
-use servesim_scenario::validate::{self, Outcome, SiliconRow};
+use servesim_scenario::validate::{self, Knobs, Outcome, SiliconRow};
 use servesim_scenario::Files;
 
 use super::{FromWorker, WorkerState};
@@ -33,34 +33,48 @@ pub(super) fn table_configs(csv: &str, source: &str, indices: &[usize]) -> Vec<S
     configs
 }
 
-/// Replays `indices` of a calibration file's rows, one reply each, as `servesim validate`
-/// replays them (the engine's recipe and published deployments included).
+/// Rows of a calibration file to replay, and the options to replay them with.
+pub(super) struct RowsToReplay<'a> {
+    /// The file's text.
+    pub csv: &'a str,
+    /// Its name.
+    pub source: &'a str,
+    /// The rows, by position in the file's data rows.
+    pub indices: &'a [usize],
+    /// `(flag, value)` as the CLI's options ([`knobs`]).
+    pub options: &'a [(String, String)],
+}
+
+/// The replay options the page's what-if fields hold, read as the CLI reads its flags.
+///
+/// # Errors
+/// Naming the option, when one is unknown or out of range.
+pub fn knobs(options: &[(String, String)]) -> Result<Knobs, String> {
+    Knobs::from_options(options.iter().map(|(flag, value)| (flag.as_str(), value.as_str())))
+}
+
+/// Replays a calibration file's rows, one reply each, as `servesim validate` replays them
+/// with the same options (the engine's recipe and published deployments included).
 pub(super) fn validate_rows(
     state: &mut WorkerState,
     id: u32,
-    csv: &str,
-    source: &str,
-    indices: &[usize],
+    rows: &RowsToReplay<'_>,
     files: &dyn Files,
     post: &mut dyn FnMut(FromWorker),
 ) -> Result<(), FromWorker> {
-    // A file the page could not read is the user's to fix (the CLI's exit 2).
-    let rows = validate::parse_silicon(csv.as_bytes(), source).map_err(|e| FromWorker::Failed {
-        id,
-        message: e.to_string(),
-        exit_code: 2,
-    })?;
+    // A file or an option the page could not read is the user's to fix (the CLI's exit 2).
+    let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
+    let knobs = knobs(rows.options).map_err(failed)?;
+    let source = rows.source;
+    let parsed = validate::parse_silicon(rows.csv.as_bytes(), source).map_err(|e| failed(e.to_string()))?;
     let catalog = state.catalog().map_err(|e| FromWorker::Failed {
         id,
         message: e.to_string(),
         exit_code: e.exit_code(),
     })?;
-    let knobs = validate::Knobs::replay_policy();
-    for &index in indices {
-        let row = rows.get(index).ok_or_else(|| FromWorker::Failed {
-            id,
-            message: format!("{source}: no data row {index} (the file has {})", rows.len()),
-            exit_code: 2,
+    for &index in rows.indices {
+        let row = parsed.get(index).ok_or_else(|| {
+            failed(format!("{source}: no data row {index} (the file has {})", parsed.len()))
         })?;
         let outcome = validate::run_row(row, catalog, files, &knobs);
         post(FromWorker::Validated { id, index, outcome });
@@ -135,6 +149,27 @@ fn describe(w: &RowsWanted) -> String {
     }
 }
 
+/// The `servesim validate` command that selects and replays rows as the page did (`name`: the
+/// file), each argument quoted for a POSIX shell where it needs it.
+#[must_use]
+pub fn command_line(name: &str, wanted: &RowsWanted, knobs: &Knobs) -> String {
+    let mut args = vec!["servesim".to_string(), "validate".into(), "--silicon".into(), name.into()];
+    for filter in wanted.filter.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        args.extend(["--filter".into(), filter.into()]);
+    }
+    if !wanted.class.is_empty() {
+        args.extend(["--class".into(), wanted.class.clone()]);
+    }
+    if !wanted.measured_by.is_empty() {
+        args.extend(["--source".into(), wanted.measured_by.clone()]);
+    }
+    if wanted.single_node {
+        args.push("--single-node".into());
+    }
+    args.extend(knobs.flags().split_whitespace().map(str::to_string));
+    args.iter().map(|a| validate::shell_quoted(a)).collect::<Vec<_>>().join(" ")
+}
+
 /// A finished validation: what the CLI prints and writes for the same rows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ValidationAnswer {
@@ -154,17 +189,18 @@ pub struct ValidationAnswer {
     pub tpot: Vec<(String, f64, f64)>,
 }
 
-/// The CLI's outputs for `rows` and their outcomes (`name`: the file, as the report names it).
+/// The CLI's outputs for `rows` and their outcomes (`command`: the command line that
+/// replays them so, [`command_line`]; `name`: the file, as the report names it).
 #[must_use]
 pub fn validation_answer(
+    command: &str,
     name: &str,
     rows: &[SiliconRow],
     outcomes: &[Outcome],
     catalog: &Catalog,
 ) -> ValidationAnswer {
     let s = validate::summarize(rows, outcomes, catalog);
-    let command = format!("servesim validate --silicon {name}");
-    let head = validate::ReportHead { command: &command, silicon: name, version: env!("CARGO_PKG_VERSION") };
+    let head = validate::ReportHead { command, silicon: name, version: env!("CARGO_PKG_VERSION") };
     let json = serde_json::to_string_pretty(&validate::to_json(&head, rows, outcomes, &s))
         .map(|t| t + "\n")
         .unwrap_or_default();
@@ -190,13 +226,17 @@ pub fn validation_answer(
 pub(super) fn validation_report(
     state: &mut WorkerState,
     id: u32,
-    csv: &str,
-    source: &str,
-    indices: &[usize],
+    replayed: &RowsToReplay<'_>,
     outcomes: &[Outcome],
+    wanted: &RowsWanted,
 ) -> FromWorker {
     let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
-    let rows = match validate::parse_silicon(csv.as_bytes(), source) {
+    let (source, indices) = (replayed.source, replayed.indices);
+    let knobs = match knobs(replayed.options) {
+        Ok(k) => k,
+        Err(e) => return failed(e),
+    };
+    let rows = match validate::parse_silicon(replayed.csv.as_bytes(), source) {
         Ok(r) => r,
         Err(e) => return failed(e.to_string()),
     };
@@ -209,10 +249,11 @@ pub(super) fn validation_report(
             rows.len()
         ));
     };
+    let command = command_line(source, wanted, &knobs);
     match state.catalog() {
         Ok(catalog) => FromWorker::ValidationReport {
             id,
-            report: Box::new(validation_answer(source, &picked, outcomes, catalog)),
+            report: Box::new(validation_answer(&command, source, &picked, outcomes, catalog)),
         },
         Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
     }

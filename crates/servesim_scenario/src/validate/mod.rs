@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use servesim_core::engine::Backend;
 use servesim_data::silicon::{Layout, Mode};
 
-use servesim_perf::oplevel::{release_before, AllReduceImpl, EngineCalibration, MoeKernel};
+use servesim_perf::oplevel::{release_before, EngineCalibration, MoeKernel};
 use servesim_perf::spec::MoeQuant;
 
 use crate::catalog::Catalog;
@@ -28,15 +28,17 @@ use crate::scenario::{parse_with_overrides, prepare, Files, Prepared};
 
 pub mod calibrate;
 mod deployments;
+mod knobs;
 mod recipe;
 mod report;
 mod summary;
 
+pub use knobs::{accepted_drafts, KnobOption, Knobs, OptionKind, MTP_DRAFT_ACCEPTANCE, OPTIONS};
 pub use recipe::{
     from_aiconfigurator_harness, from_inferencex, measured_by, ran_mtp_configuration, recipe, Recipe,
     AIC_AGG_MIN_BATCH, AIC_BUDGET_HEADROOM_TOKENS, AIC_TOKENS_PER_BLOCK,
 };
-pub use report::{not_predicted, notes, rows_csv, to_json, to_markdown, ReportHead};
+pub use report::{not_predicted, notes, rows_csv, shell_quoted, to_json, to_markdown, ReportHead};
 /// The calibration file's reader, for callers without their own dependency on the data crate
 /// (the page).
 pub use servesim_data::silicon::{parse as parse_silicon, SiliconError, SiliconRow};
@@ -130,121 +132,6 @@ pub const REQUESTS_PER_SLOT: u32 = 10;
 /// Shortest sampled length as a fraction of nominal (REF §7: "ISL/OSL sampled 80–100% of
 /// nominal"), the replay's default.
 pub const LENGTH_FLOOR: f64 = 0.8;
-
-/// Timing constants to replay with instead of the engines' calibrated ones.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Knobs {
-    /// `timing.prefill_scale`.
-    pub prefill_scale: Option<f64>,
-    /// `timing.step_overhead_ms`.
-    pub step_overhead_ms: Option<f64>,
-    /// `timing.frontend_ms`.
-    pub frontend_ms: Option<f64>,
-    /// `timing.host_us_per_sequence`.
-    pub host_us_per_sequence: Option<f64>,
-    /// `timing.allreduce`.
-    pub allreduce: Option<AllReduceImpl>,
-    /// `timing.moe_kernel`, for every worker (in place of the recipe's choice).
-    pub moe_kernel: Option<MoeKernel>,
-    /// `frontend.request_ms` (aggregated rows).
-    pub frontend_request_ms: Option<f64>,
-    /// `frontend.chunk_us` (aggregated rows).
-    pub frontend_chunk_us: Option<f64>,
-    /// `frontend.prompt_token_us` (aggregated rows).
-    pub frontend_prompt_token_us: Option<f64>,
-    /// `scheduler.plan_ahead`, for every worker.
-    pub plan_ahead: Option<bool>,
-    /// Sample lengths uniformly from this fraction of nominal up to nominal (REF §7 uses 0.8);
-    /// `None`: fixed lengths.
-    pub length_floor: Option<f64>,
-    /// Requests each concurrency slot sends; `None`: [`REQUESTS_PER_SLOT`].
-    pub requests_per_slot: Option<u32>,
-    /// Read an MLA model's `tp N, attention_dp 1` layout as attention data parallelism over
-    /// the N GPUs (`tp 1, attention_dp N`), the way SGLang and TensorRT-LLM serve DeepSeek-style
-    /// models at high concurrency. One rule for every row; off by default (rows replay as
-    /// written).
-    pub mla_attention_dp: bool,
-    /// Replay every row with the replay policy's engine options only, ignoring what its
-    /// benchmark's published recipe sets ([`recipe`]).
-    pub no_recipes: bool,
-    /// Replay every row with MTP/EAGLE speculative decoding: `nextn` drafts a round,
-    /// `nextn_accepted` accepted on average. The file does not record which runs speculated,
-    /// so this is a what-if for a filtered set of rows, never a default.
-    pub speculation: Option<(u32, f64)>,
-    /// Probability that each MTP draft is accepted, for rows whose published deployment
-    /// speculated (`deployments::Deployment::drafts`); `None`: [`MTP_DRAFT_ACCEPTANCE`].
-    pub mtp_acceptance: Option<f64>,
-    /// Replay every row's prompts drawn from this many distinct entries with prefix caching
-    /// on, as a benchmark client with a finite dataset and an engine that caches would run
-    /// (aiperf's and genai-perf's `--num-dataset-entries`, 100 unless set). The file does
-    /// not record the dataset or the cache, so this is a what-if for a filtered set of rows.
-    pub prompt_pool: Option<u32>,
-}
-
-/// Probability that an MTP draft token is accepted, given the ones before it were: one
-/// global constant, fitted on the calibration file's InferenceX rows whose published
-/// deployment speculated (`docs/validation.md`, "Speculation in the published deployments").
-pub const MTP_DRAFT_ACCEPTANCE: f64 = 0.75;
-
-/// Drafts accepted per round on average when each of `drafts` is accepted with probability
-/// `p` after the ones before it: p + p² + … + pⁿ.
-#[must_use]
-pub fn accepted_drafts(drafts: u32, p: f64) -> f64 {
-    let p = p.clamp(0.0, 1.0);
-    (1..=drafts).map(|i| libm::pow(p, f64::from(i))).sum()
-}
-
-impl Knobs {
-    /// The replay policy of `servesim validate` at its defaults (lengths sampled from
-    /// [`LENGTH_FLOOR`] of nominal, [`REQUESTS_PER_SLOT`] requests a client, the engines'
-    /// constants and the benchmarks' recipes): what `calibrate` starts from and the page
-    /// replays. `Knobs::default()` differs in sending fixed lengths.
-    #[must_use]
-    pub fn replay_policy() -> Knobs {
-        Knobs {
-            length_floor: Some(LENGTH_FLOOR),
-            requests_per_slot: Some(REQUESTS_PER_SLOT),
-            ..Knobs::default()
-        }
-    }
-
-    fn yaml(&self) -> String {
-        let mut v = Vec::new();
-        if let Some(x) = self.prefill_scale {
-            v.push(format!("prefill_scale: {x}"));
-        }
-        if let Some(x) = self.step_overhead_ms {
-            v.push(format!("step_overhead_ms: {x}"));
-        }
-        if let Some(x) = self.frontend_ms {
-            v.push(format!("frontend_ms: {x}"));
-        }
-        if let Some(x) = self.host_us_per_sequence {
-            v.push(format!("host_us_per_sequence: {x}"));
-        }
-        if let Some(a) = self.allreduce {
-            v.push(format!("allreduce: {}", a.name()));
-        }
-        if let Some(k) = self.moe_kernel {
-            v.push(format!("moe_kernel: {}", k.name()));
-        }
-        v.join(", ")
-    }
-
-    fn frontend_yaml(&self) -> String {
-        let mut v = Vec::new();
-        if let Some(x) = self.frontend_request_ms {
-            v.push(format!("request_ms: {x}"));
-        }
-        if let Some(x) = self.frontend_chunk_us {
-            v.push(format!("chunk_us: {x}"));
-        }
-        if let Some(x) = self.frontend_prompt_token_us {
-            v.push(format!("prompt_token_us: {x}"));
-        }
-        v.join(", ")
-    }
-}
 
 /// What happened to one row.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -268,3 +268,15 @@ pub fn to_markdown(head: &ReportHead, rows: &[SiliconRow], outcomes: &[Outcome],
     }
     out
 }
+
+/// `arg` as a POSIX shell reads it back, for a report's command line: as is when it holds only
+/// safe characters, else in single quotes.
+#[must_use]
+pub fn shell_quoted(arg: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !arg.is_empty() && arg.chars().all(safe) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}

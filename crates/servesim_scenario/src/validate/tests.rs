@@ -1,5 +1,5 @@
 use super::*;
-use servesim_perf::oplevel::MoeKernel;
+use servesim_perf::oplevel::{AllReduceImpl, MoeKernel};
 
 mod recipes;
 
@@ -707,4 +707,61 @@ fn accepted_drafts_sum_the_chain() {
     assert!(accepted_drafts(4, 0.0).abs() < 1e-12);
     assert!((accepted_drafts(3, 1.0) - 3.0).abs() < 1e-12);
     assert!((accepted_drafts(2, 2.0) - 2.0).abs() < 1e-12, "clamped to a probability");
+}
+
+#[test]
+fn every_option_reads_back_what_it_sets() {
+    let value = |o: &KnobOption| match o.kind {
+        OptionKind::Positive => "1.25",
+        OptionKind::NonNegative | OptionKind::Fraction => "0.5",
+        OptionKind::Count { min, .. } => {
+            if min == 1 {
+                "3"
+            } else {
+                "0"
+            }
+        }
+        OptionKind::Choice(names) => names[names.len() - 1],
+        OptionKind::Switch => "true",
+    };
+    let all: Vec<(&str, &str)> = OPTIONS.iter().map(|o| (o.flag, value(o))).collect();
+    let knobs = Knobs::from_options(all.iter().copied()).unwrap();
+    let back: Vec<(&str, String)> = all.iter().map(|(f, v)| (*f, (*v).to_string())).collect();
+    assert_eq!(knobs.options(), back);
+    assert_eq!(knobs.speculation, Some((3, 0.5)));
+    assert_eq!(knobs.moe_kernel, Some(MoeKernel::MinLatency));
+    assert_eq!(knobs.plan_ahead, Some(false));
+    assert!(knobs.flags().contains(" --no-recipes --prompt-pool 3 --nextn 3 --nextn-accepted 0.5 "));
+    // Each alone, and the policy itself, which no option spells.
+    for (flag, v) in &all {
+        let pair = match *flag {
+            "nextn" => vec![(*flag, *v), ("nextn-accepted", "1")],
+            "nextn-accepted" => vec![("nextn", "1"), (*flag, *v)],
+            _ => vec![(*flag, *v)],
+        };
+        let one = Knobs::from_options(pair.iter().copied()).unwrap();
+        assert_eq!(Knobs::from_options(one.options().iter().map(|(f, v)| (*f, v.as_str()))), Ok(one));
+    }
+    assert_eq!(Knobs::from_options([("frontend-ms", " ")]), Ok(Knobs::replay_policy()));
+    assert!(Knobs::replay_policy().options().is_empty());
+    // Fixed lengths are a floor of 1.
+    assert_eq!(Knobs::default().options(), vec![("length-floor", "1".to_string())]);
+}
+
+#[test]
+fn a_bad_option_is_refused_by_name() {
+    let refused = |pairs: &[(&str, &str)]| Knobs::from_options(pairs.iter().copied()).unwrap_err();
+    assert!(refused(&[("frontend-ms", "-1")]).starts_with("--frontend-ms: '-1' is not a finite number"));
+    assert!(refused(&[("prefill-scale", "0")]).contains("greater than 0"));
+    assert!(
+        refused(&[("length-floor", "1.5")]).starts_with("--length-floor: '1.5' is not a number from 0 to 1")
+    );
+    assert!(refused(&[("requests-per-slot", "0")]).contains("from 1 to 10000"));
+    assert!(refused(&[("allreduce", "ring")]).contains("custom, nccl"));
+    assert!(refused(&[("no-recipes", "yes")]).contains("true or false"));
+    assert!(refused(&[("warp-speed", "9")]).contains("--warp-speed: no such option"));
+    assert!(refused(&[("nextn", "2")]).contains("go together"));
+    assert!(refused(&[("nextn", "2"), ("nextn-accepted", "2.5")]).contains("more than the 2"));
+    let nan = Knobs { frontend_ms: Some(f64::NAN), ..Knobs::replay_policy() };
+    assert!(nan.check().unwrap_err().starts_with("--frontend-ms"));
 }
