@@ -21,6 +21,9 @@ use servesim_perf::oplevel::EngineCalibration;
 
 use super::{engine_release, schedules_synchronously, Knobs};
 
+mod run;
+pub use run::{calibrate, Calibration, Replay, Setup, Step};
+
 /// A timing constant `calibrate` can fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Param {
@@ -452,6 +455,68 @@ mod tests {
 
     fn measured(n: usize) -> Vec<(f64, f64)> {
         (0..n).map(|i| (100.0 * (1.0 + i as f64), 10.0)).collect()
+    }
+
+    fn setup(rows: usize, folds: usize) -> Setup {
+        Setup {
+            silicon: "cal.csv".into(),
+            backend: "vllm".into(),
+            deployments: ["m on h100_sxm".to_string()].into(),
+            measured: measured(rows),
+            params: vec![Param::PrefillScale, Param::FrontendMs],
+            folds,
+            engine: vec![(Param::PrefillScale, Some(1.0), 1.0), (Param::FrontendMs, Some(50.0), 50.0)],
+        }
+    }
+
+    #[test]
+    fn a_calibration_replayed_a_point_at_a_time_is_the_synchronous_one() {
+        let setup = setup(6, 3);
+        let mut calls = 0;
+        let direct = calibrate(&setup, &mut synthetic(&mut calls)).unwrap();
+        assert_eq!(direct.replays, calls);
+        assert!(direct.after.objective() < 0.5 && direct.held_out.is_some(), "{direct:?}");
+        // The page's way: ask for the first missing point, replay it, ask again.
+        let (mut replay, mut asked, mut unused) = (Replay::default(), 0, 0);
+        let mut oracle = synthetic(&mut unused);
+        let done = loop {
+            match replay.step(&setup).unwrap() {
+                Step::Need { knobs, rows, done } => {
+                    // Each step retraces the points before it (a fold's point may be an earlier
+                    // one's on its rows, known without asking).
+                    assert!(done >= asked, "{done} done, {asked} asked");
+                    assert!(!rows.is_empty());
+                    for (row, p) in rows.iter().zip(oracle(&knobs, &rows)) {
+                        replay.add(&knobs, *row, p);
+                    }
+                    asked += 1;
+                }
+                Step::Done(c) => break c,
+            }
+        };
+        assert_eq!(*done, direct);
+        // Distinct points only: the rows of a point already seen are never asked again.
+        assert!(asked <= direct.replays, "{asked} asked, {} replays", direct.replays);
+        let table = done.table();
+        assert!(
+            table.starts_with("servesim calibrate --silicon cal.csv: 6 vllm rows\n  m on h100_sxm\n"),
+            "{table}"
+        );
+        assert!(table.contains("held out (3 folds)"), "{table}");
+        assert_eq!(done.to_json()["replays"], direct.replays);
+    }
+
+    #[test]
+    fn a_calibration_of_rows_none_can_replay_says_so() {
+        let mut none = |_: &Knobs, idx: &[usize]| vec![None; idx.len()];
+        let e = calibrate(&setup(2, 0), &mut none).unwrap_err();
+        assert!(e.contains("none of the 2 rows could be replayed"), "{e}");
+        let mut replay = Replay::default();
+        let Step::Need { knobs, rows, .. } = replay.step(&setup(2, 0)).unwrap() else { panic!() };
+        assert_eq!((*knobs, rows), (Knobs::replay_policy(), vec![0, 1]));
+        replay.add(&knobs, 0, None);
+        replay.add(&knobs, 1, None);
+        assert!(replay.step(&setup(2, 0)).unwrap_err().contains("none of the 2 rows"));
     }
 
     #[test]
