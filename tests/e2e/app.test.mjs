@@ -572,6 +572,23 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   // 150 ms of frontend on every first token.
   assert.ok(replayed.rows[0].predicted_ttft_ms > got.rows[0].predicted_ttft_ms + 100, JSON.stringify(replayed.rows[0]));
   await page.screenshot({ path: join(ARTIFACTS, 'validate-what-if.png'), fullPage: true });
+  // Calibration, as servesim calibrate: rows of several engines are refused by name…
+  await page.fill('#val-filter', '');
+  await page.click('#cal-run');
+  await page.waitForSelector('#cal-error');
+  assert.match(await page.textContent('#cal-error'), /ran on 3 engines \(sglang, trtllm, vllm\)/);
+  // …and one engine's rows are fitted on the pool to the CLI's report, line for line.
+  await page.fill('#val-filter', 'l8');
+  await page.uncheck('#cal-fit-prefill_scale');
+  await page.uncheck('#cal-fit-step_overhead_ms');
+  await page.click('#cal-run');
+  await page.waitForFunction(() => /^(Done|Calibration failed)/.test(document.querySelector('#cal-status')?.textContent ?? ''), null, { timeout: 300000 });
+  assert.match(await page.textContent('#cal-status'), /^Done in/);
+  const calibrated = execFileSync(join(process.cwd(), BIN), ['calibrate', '--silicon', 'cal.csv', '--filter', 'l8', '--fit', 'frontend_ms'],
+    { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+  assert.equal(await page.textContent('#cal-table'), calibrated);
+  assert.match(calibrated, /frontend_ms/);
+  await page.screenshot({ path: join(ARTIFACTS, 'validate-calibrate.png'), fullPage: true });
   await page.close();
 });
 

@@ -18,6 +18,7 @@
 //! - [`validate`]: measured runs replayed against a calibration file (`servesim validate`).
 
 pub mod app;
+pub mod calibrate;
 pub mod charts;
 pub mod client;
 pub mod compare;

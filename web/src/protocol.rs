@@ -171,6 +171,32 @@ pub enum ToWorker {
         /// replay policy.
         options: Vec<(String, String)>,
     },
+    /// Calibrate the engine's constants on the rows `wanted` keeps (`servesim calibrate`):
+    /// the coordinator replies with the replays it needs (`CalibrationNeeds`) until it has the
+    /// report (`CalibrationReport`).
+    Calibrate {
+        /// Calibration id, echoed in every reply.
+        id: u32,
+        /// The file's text.
+        csv: String,
+        /// Its name, as the report names it.
+        source: String,
+        /// The rows, as `SelectRows` chooses them.
+        wanted: RowsWanted,
+        /// The constants to fit by name (`--fit`).
+        fit: Vec<String>,
+        /// Cross-validation folds (`--folds`; 0: none).
+        folds: usize,
+    },
+    /// The replays a `CalibrationNeeds` asked for: reply with the next need or the report.
+    Calibrated {
+        /// Calibration id.
+        id: u32,
+        /// The options they replayed with, as asked.
+        options: Vec<(String, String)>,
+        /// Each row's position in the file and its predicted mean TTFT and TPOT (ms), if any.
+        predicted: Vec<(usize, Option<(f64, f64)>)>,
+    },
     /// Every record of the last run, as a file: reply with `FilePart`s.
     RequestsFile {
         /// The run's id.
@@ -196,6 +222,8 @@ impl ToWorker {
             | ToWorker::RequestsFile { id, .. }
             | ToWorker::Validate { id, .. }
             | ToWorker::SelectRows { id, .. }
+            | ToWorker::Calibrate { id, .. }
+            | ToWorker::Calibrated { id, .. }
             | ToWorker::ValidationReport { id, .. }
             | ToWorker::Check { id, .. } => *id,
             ToWorker::PutFile { .. } => 0,
@@ -227,6 +255,8 @@ impl ToWorker {
             }
             ToWorker::Plan { .. }
             | ToWorker::SelectRows { .. }
+            | ToWorker::Calibrate { .. }
+            | ToWorker::Calibrated { .. }
             | ToWorker::ValidationReport { .. }
             | ToWorker::Submit { .. }
             | ToWorker::SubmitReplays { .. }
@@ -383,6 +413,27 @@ pub enum FromWorker {
         /// The CLI exit code for the same failure.
         exit_code: i32,
     },
+    /// A calibration's next replays: `indices` (positions in the file) with `options`
+    /// (`ToWorker::Validate`'s), answered by `ToWorker::Calibrated`.
+    CalibrationNeeds {
+        /// Calibration id.
+        id: u32,
+        /// The replay options, as `(flag, value)`.
+        options: Vec<(String, String)>,
+        /// The rows to replay.
+        indices: Vec<usize>,
+        /// Replays of the rows answered so far.
+        done: usize,
+    },
+    /// What `servesim calibrate` prints, as a table and as `--format json`.
+    CalibrationReport {
+        /// Calibration id.
+        id: u32,
+        /// The table.
+        table: String,
+        /// The JSON.
+        json: String,
+    },
     /// The rows a `SelectRows` filter keeps, by position in the file's data rows.
     RowsSelected {
         /// Validation id.
@@ -449,6 +500,7 @@ pub struct WorkerState {
     spec: Option<(String, String, Spec)>,
     search: Option<Coordinated>,
     sweep: Option<Sweeping>,
+    calibration: Option<validation::Calibrating>,
 }
 
 /// A `default` sweep the coordinator is confirming.
@@ -613,6 +665,12 @@ fn dispatch(
                 }
                 Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
             });
+        }
+        ToWorker::Calibrate { id, csv, source, wanted, fit, folds } => {
+            post(validation::start_calibration(state, id, &csv, &source, &wanted, &fit, folds));
+        }
+        ToWorker::Calibrated { id, options, predicted } => {
+            post(validation::continue_calibration(state, id, &options, &predicted));
         }
         ToWorker::ValidationReport { id, csv, source, indices, outcomes, wanted, options } => {
             let rows =

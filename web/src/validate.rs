@@ -8,6 +8,7 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::calibrate::CalibratePanel;
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
 use crate::protocol::{command_line, knobs, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
@@ -68,25 +69,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     j.positions.clone_from(&indices);
                 });
                 phase.set(Phase::Running { done: 0, of: indices.len() });
-                pool.with_value(|p| {
-                    // Worker k replays rows k, k + n, …: neighbouring rows (often one sweep,
-                    // of similar cost) spread over the pool.
-                    for k in 0..p.len() {
-                        let mine: Vec<usize> = indices.iter().skip(k).step_by(p.len()).copied().collect();
-                        if !mine.is_empty() {
-                            p.send(
-                                k,
-                                &ToWorker::Validate {
-                                    id,
-                                    csv: csv.clone(),
-                                    source: name.clone(),
-                                    indices: mine,
-                                    options: options.clone(),
-                                },
-                            );
-                        }
-                    }
-                });
+                pool.with_value(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
             }
             FromWorker::Validated { id, index, outcome } if id == current => {
                 let (done, of) = job
@@ -278,6 +261,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                 <Show when=move || error().is_some()>
                     <pre id="val-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
                 </Show>
+                <CalibratePanel files=files csv=csv name=name wanted=Signal::derive(wanted) />
             </section>
             <section class="panel results">
                 <h2>"Error"</h2>
@@ -333,4 +317,29 @@ fn OptionField(option: KnobOption, value: RwSignal<String>) -> impl IntoView {
         .into_any(),
     };
     view! { <label class="field" for=id><span>{label}</span>{input}</label> }
+}
+
+/// Sends `indices` of a calibration file's rows to be replayed with `options`, worker k taking
+/// rows k, k + n, …: neighbouring rows (often one sweep, of similar cost) spread over the pool.
+pub(crate) fn replay_on_pool(
+    pool: &Pool,
+    id: u32,
+    csv: &str,
+    source: &str,
+    indices: &[usize],
+    options: &[(String, String)],
+) {
+    for k in 0..pool.len() {
+        let mine: Vec<usize> = indices.iter().skip(k).step_by(pool.len()).copied().collect();
+        if !mine.is_empty() {
+            let msg = ToWorker::Validate {
+                id,
+                csv: csv.to_string(),
+                source: source.to_string(),
+                indices: mine,
+                options: options.to_vec(),
+            };
+            pool.send(k, &msg);
+        }
+    }
 }

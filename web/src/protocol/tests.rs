@@ -735,3 +735,89 @@ fn the_command_line_spells_the_selection_and_the_options_as_the_cli_takes_them()
         "servesim validate --silicon f.csv"
     );
 }
+
+#[test]
+fn a_calibration_asks_the_pool_for_replays_until_it_has_the_clis_report() {
+    use servesim_scenario::validate::calibrate::{calibrate, Setup};
+    let files = data_for("");
+    let (mut coordinator, mut replayer) = (WorkerState::default(), WorkerState::default());
+    let wanted = RowsWanted { filter: "agg8".into(), ..RowsWanted::default() };
+    let fit = vec!["frontend_ms".to_string()];
+    let mut ask =
+        ToWorker::Calibrate { id: 9, csv: SILICON.into(), source: "cal.csv".into(), wanted, fit, folds: 0 };
+    let mut needs = 0;
+    let report = loop {
+        let mut out = Vec::new();
+        handle(&mut coordinator, ask, &files, &|| 0.0, &mut |m| out.push(m));
+        match out.pop() {
+            Some(FromWorker::CalibrationNeeds { id: 9, options, indices, .. }) => {
+                needs += 1;
+                assert_eq!(indices, [0], "only the selected row");
+                // A pool worker replays them as `Validate` does.
+                let mut replies = Vec::new();
+                let replay = ToWorker::Validate {
+                    id: 9,
+                    csv: SILICON.into(),
+                    source: "cal.csv".into(),
+                    indices: indices.clone(),
+                    options: options.clone(),
+                };
+                handle(&mut replayer, replay, &files, &|| 0.0, &mut |m| replies.push(m));
+                let predicted = replies
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        FromWorker::Validated { index, outcome, .. } => Some((index, outcome.predicted)),
+                        _ => None,
+                    })
+                    .collect();
+                ask = ToWorker::Calibrated { id: 9, options, predicted };
+            }
+            Some(FromWorker::CalibrationReport { id: 9, table, json }) => break (table, json),
+            other => panic!("{other:?}"),
+        }
+    };
+    // The same calibration run directly, as the CLI runs it.
+    let rows = servesim_scenario::validate::parse_silicon(SILICON.as_bytes(), "cal.csv").unwrap();
+    let catalog = Catalog::builtin().unwrap();
+    let setup = Setup::new("cal.csv", &rows[..1], &["frontend_ms".to_string()], 0).unwrap();
+    let mut eval = |k: &servesim_scenario::validate::Knobs, idx: &[usize]| {
+        idx.iter()
+            .map(|&i| servesim_scenario::validate::run_row(&rows[i], &catalog, &files, k).predicted)
+            .collect()
+    };
+    let direct = calibrate(&setup, &mut eval).unwrap();
+    assert_eq!(report.0, direct.table());
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&report.1).unwrap(), direct.to_json());
+    assert!(needs > 5 && needs <= direct.replays, "{needs} needs for {} replays", direct.replays);
+}
+
+#[test]
+fn a_calibration_that_cannot_run_says_why() {
+    let mut st = WorkerState::default();
+    let run = |st: &mut WorkerState, filter: &str, fit: &str, folds: usize| {
+        let wanted = RowsWanted { filter: filter.into(), ..RowsWanted::default() };
+        let msg = ToWorker::Calibrate {
+            id: 2,
+            csv: file(),
+            source: "f.csv".into(),
+            wanted,
+            fit: vec![fit.to_string()],
+            folds,
+        };
+        let mut out = Vec::new();
+        handle(st, msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+        match out.pop() {
+            Some(FromWorker::Failed { id: 2, message, exit_code: 2 }) => message,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(run(&mut st, "", "frontend_ms", 0).contains("ran on 2 engines (sglang, vllm)"));
+    assert!(run(&mut st, "a8", "warp", 0).contains("--fit warp: not a constant"));
+    assert!(run(&mut st, "a8", "frontend_ms", 1).contains("--folds 1: use 0"));
+    assert!(run(&mut st, "b300", "frontend_ms", 0).contains("no row of f.csv matches"));
+    // Replays for a calibration that is not running are refused.
+    let mut out = Vec::new();
+    let late = ToWorker::Calibrated { id: 7, options: Vec::new(), predicted: vec![(0, None)] };
+    handle(&mut st, late, &data_for(""), &|| 0.0, &mut |m| out.push(m));
+    assert!(matches!(out.pop(), Some(FromWorker::Failed { id: 7, .. })));
+}

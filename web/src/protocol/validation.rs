@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use servesim_scenario::catalog::Catalog;
-use servesim_scenario::validate::{self, Knobs, Outcome, SiliconRow};
+use servesim_scenario::validate::{self, calibrate, Knobs, Outcome, SiliconRow};
 use servesim_scenario::Files;
 
 use super::{FromWorker, WorkerState};
@@ -256,5 +256,92 @@ pub(super) fn validation_report(
             report: Box::new(validation_answer(&command, source, &picked, outcomes, catalog)),
         },
         Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
+    }
+}
+
+/// A calibration the coordinator is running: its rows' positions in the file, what was
+/// asked, and the replays answered so far.
+pub(super) struct Calibrating {
+    id: u32,
+    /// Each selected row's position in the file, in the order `setup` holds them.
+    positions: Vec<usize>,
+    setup: calibrate::Setup,
+    replay: calibrate::Replay,
+}
+
+/// `ToWorker::Calibrate`: selects the rows, checks what was asked as `servesim calibrate`
+/// does, and answers with the first replays the calibration needs.
+pub(super) fn start_calibration(
+    state: &mut WorkerState,
+    id: u32,
+    csv: &str,
+    source: &str,
+    wanted: &RowsWanted,
+    fit: &[String],
+    folds: usize,
+) -> FromWorker {
+    let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
+    let kept = match state.catalog() {
+        Ok(catalog) => select_rows(csv, source, wanted, catalog),
+        Err(e) => return FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
+    };
+    let (positions, rows): (Vec<usize>, Vec<SiliconRow>) = match kept {
+        Ok(k) => k.into_iter().unzip(),
+        Err(e) => return failed(e),
+    };
+    let setup = match calibrate::Setup::new(source, &rows, fit, folds) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
+    state.calibration = Some(Calibrating { id, positions, setup, replay: calibrate::Replay::default() });
+    calibration_step(state, id)
+}
+
+/// `ToWorker::Calibrated`: records the replays and answers with the next need or the report.
+pub(super) fn continue_calibration(
+    state: &mut WorkerState,
+    id: u32,
+    options: &[(String, String)],
+    predicted: &[(usize, Option<(f64, f64)>)],
+) -> FromWorker {
+    let knobs = match knobs(options) {
+        Ok(k) => k,
+        Err(message) => return FromWorker::Failed { id, message, exit_code: 2 },
+    };
+    let Some(job) = state.calibration.as_mut().filter(|c| c.id == id) else {
+        return FromWorker::Failed { id, message: format!("no calibration {id} is running"), exit_code: 1 };
+    };
+    for &(position, p) in predicted {
+        if let Some(row) = job.positions.iter().position(|q| *q == position) {
+            job.replay.add(&knobs, row, p);
+        }
+    }
+    calibration_step(state, id)
+}
+
+/// The running calibration's next need, or its report.
+fn calibration_step(state: &mut WorkerState, id: u32) -> FromWorker {
+    let Some(job) = state.calibration.as_ref().filter(|c| c.id == id) else {
+        return FromWorker::Failed { id, message: format!("no calibration {id} is running"), exit_code: 1 };
+    };
+    match job.replay.step(&job.setup) {
+        Ok(calibrate::Step::Need { knobs, rows, done }) => FromWorker::CalibrationNeeds {
+            id,
+            options: knobs.options().into_iter().map(|(f, v)| (f.to_string(), v)).collect(),
+            indices: rows.iter().filter_map(|r| job.positions.get(*r).copied()).collect(),
+            done,
+        },
+        Ok(calibrate::Step::Done(c)) => {
+            state.calibration = None;
+            FromWorker::CalibrationReport {
+                id,
+                table: c.table(),
+                json: serde_json::to_string_pretty(&c.to_json()).map(|t| t + "\n").unwrap_or_default(),
+            }
+        }
+        Err(message) => {
+            state.calibration = None;
+            FromWorker::Failed { id, message, exit_code: 1 }
+        }
     }
 }
