@@ -16,6 +16,7 @@ pub(crate) struct CalibrateArgs<'a> {
     pub(crate) fit: &'a [String],
     pub(crate) folds: usize,
     pub(crate) format: Format,
+    pub(crate) report: Option<&'a Path>,
     pub(crate) jobs: usize,
     pub(crate) data_dir: Option<PathBuf>,
 }
@@ -55,6 +56,21 @@ pub(crate) fn run(a: &CalibrateArgs<'_>) -> Result<(), Failure> {
             say_raw!("{text}\n");
         }
         Format::Table => say_raw!("{}", calibration.table()),
+    }
+    if let Some(path) = a.report {
+        let command = crate::validate::command_line();
+        let text = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+            let mut json = calibration.to_json();
+            if let Some(o) = json.as_object_mut() {
+                o.insert("command".into(), serde_json::Value::String(command));
+            }
+            serde_json::to_string_pretty(&json)
+                .map(|t| t + "\n")
+                .map_err(|e| Failure { code: 1, message: format!("cannot write {}: {e}", path.display()) })?
+        } else {
+            calibration.to_markdown(&command)
+        };
+        crate::write_file(path, &text)?;
     }
     eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
     Ok(())

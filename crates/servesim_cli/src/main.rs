@@ -334,6 +334,10 @@ enum Command {
         /// What to print on stdout.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+        /// Also write the report to FILE: JSON if it ends in .json (`--format json`'s, with the
+        /// command), else Markdown (the command and the table).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
         /// Rows replayed in parallel (default: the machine's cores; the fit does not depend on it).
         #[arg(long)]
         jobs: Option<usize>,
@@ -566,13 +570,14 @@ fn main() -> ExitCode {
                 })
             }
         }
-        Command::Calibrate { silicon, rows, fit, folds, format, jobs, data_dir } => {
+        Command::Calibrate { silicon, rows, fit, folds, format, report, jobs, data_dir } => {
             calibrate::run(&calibrate::CalibrateArgs {
                 silicon: &silicon,
                 rows: &rows,
                 fit: &fit,
                 folds,
                 format,
+                report: report.as_deref(),
                 jobs: jobs_or_cores(jobs),
                 data_dir,
             })

@@ -180,7 +180,7 @@ pub(crate) fn silicon(
 
 /// The command as typed, for a report's head: `servesim` and its arguments, each quoted for a
 /// POSIX shell where it needs to be.
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     std::iter::once("servesim".to_string())
         .chain(std::env::args().skip(1).map(|a| servesim_scenario::validate::shell_quoted(&a)))
         .collect::<Vec<_>>()

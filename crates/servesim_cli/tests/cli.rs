@@ -715,8 +715,19 @@ fn calibrate_recovers_the_constants_that_produced_the_rows() {
     assert!(j["held_out"].is_null());
     assert_eq!(j["engine_releases_better"], false, "one release: the fit starts from its constants: {j}");
     // The table says where the constants go.
-    let out =
-        servesim(&["calibrate", "--silicon", file.to_str().unwrap(), "--fit", "frontend_ms", "--folds", "2"]);
+    // The table says where the constants go, and --report keeps it with its command.
+    let (md, json) = (dir.join("cal.md"), dir.join("cal.json"));
+    let fit = [
+        "calibrate",
+        "--silicon",
+        file.to_str().unwrap(),
+        "--fit",
+        "frontend_ms",
+        "--folds",
+        "2",
+        "--report",
+    ];
+    let out = servesim(&[&fit[..], &[md.to_str().unwrap()]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     assert!(
@@ -724,6 +735,15 @@ fn calibrate_recovers_the_constants_that_produced_the_rows() {
             && table.contains("held out (2 folds)"),
         "{table}"
     );
+    let report = std::fs::read_to_string(&md).unwrap();
+    assert!(report.starts_with("# servesim calibrate\n\n`servesim calibrate --silicon "), "{report}");
+    assert!(report.contains(&format!("```text\n{table}```")), "{report}");
+    let out = servesim(&[&fit[..4], &["frontend_ms", "--report", json.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let command = j["command"].as_str().unwrap();
+    assert!(command.ends_with(&format!("--fit frontend_ms --report {}", json.display())), "{j}");
+    assert!(j["held_out"].is_null() && j["timing"]["frontend_ms"].is_number(), "{j}");
 }
 
 #[test]

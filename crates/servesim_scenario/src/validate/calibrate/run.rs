@@ -219,6 +219,12 @@ impl Calibration {
         out
     }
 
+    /// The report as Markdown: the command that ran it, then the table.
+    #[must_use]
+    pub fn to_markdown(&self, command: &str) -> String {
+        format!("# servesim calibrate\n\n`{command}`\n\n```text\n{}```\n", self.table())
+    }
+
     /// The report as `--format json` prints it.
     #[must_use]
     pub fn to_json(&self) -> serde_json::Value {
