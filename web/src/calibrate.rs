@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 
-use crate::client::{data_uri, now_ms, pool_size, Pool};
+use crate::client::{now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, RowsWanted, ToWorker};
 use crate::validate::replay_on_pool;
 use servesim_scenario::validate::calibrate::Param;
@@ -30,20 +30,21 @@ struct Point {
     predicted: Vec<(usize, Option<(f64, f64)>)>,
 }
 
-/// The panel. `csv` and `name` are the page's calibration file, `wanted` its row selection;
-/// `files` the files dropped on the Data page, which every worker receives.
+/// The panel's controls. `csv` and `name` are the page's calibration file, `wanted` its row
+/// selection; `files` the files dropped on the Data page, which every worker receives. The
+/// finished report (table, JSON) goes to `report`, which the page shows beside its results.
 #[component]
 pub fn CalibratePanel(
     files: RwSignal<Vec<crate::data::Dropped>>,
     csv: RwSignal<String>,
     name: RwSignal<String>,
     wanted: Signal<RowsWanted>,
+    report: RwSignal<Option<(String, String)>>,
 ) -> impl IntoView {
     let fit: Vec<(Param, RwSignal<bool>)> = Param::ALL.iter().map(|p| (*p, RwSignal::new(true))).collect();
     let fit = StoredValue::new(fit);
     let folds = RwSignal::new("0".to_string());
     let phase = RwSignal::new(Phase::Idle);
-    let report: RwSignal<Option<(String, String)>> = RwSignal::new(None);
     let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
     let point = StoredValue::new(Point::default());
     let job = StoredValue::new((String::new(), String::new()));
@@ -138,9 +139,6 @@ pub fn CalibratePanel(
         Phase::Cancelled => "Cancelled.".to_string(),
     };
     let error = move || phase.with(|p| if let Phase::Failed(m) = p { Some(m.clone()) } else { None });
-    let table = move || report.with(|r| r.as_ref().map(|(t, _)| t.clone()).unwrap_or_default());
-    let json_uri =
-        move || report.with(|r| r.as_ref().map(|(_, j)| data_uri("application/json", j)).unwrap_or_default());
 
     view! {
         <h3>"Calibrate the engine's constants"</h3>
@@ -168,12 +166,6 @@ pub fn CalibratePanel(
         <p id="cal-status" class="status" aria-live="polite">{status}</p>
         <Show when=move || error().is_some()>
             <pre id="cal-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
-        </Show>
-        <Show when=move || report.with(Option::is_some)>
-            <pre id="cal-table" class="table-text">{table}</pre>
-            <p class="downloads">
-                <a id="download-calibration-json" download="calibration.json" href=json_uri>"calibration.json"</a>
-            </p>
         </Show>
     }
 }

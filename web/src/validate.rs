@@ -52,6 +52,8 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
     let single_node = RwSignal::new(false);
     let phase = RwSignal::new(Phase::Idle);
     let result: RwSignal<Option<ValidationAnswer>> = RwSignal::new(None);
+    // The last calibration's table and JSON (`CalibratePanel`).
+    let calibration: RwSignal<Option<(String, String)>> = RwSignal::new(None);
     let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
     let job = StoredValue::new(Job::default());
     let run_id = StoredValue::new(0u32);
@@ -261,7 +263,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                 <Show when=move || error().is_some()>
                     <pre id="val-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
                 </Show>
-                <CalibratePanel files=files csv=csv name=name wanted=Signal::derive(wanted) />
+                <CalibratePanel files=files csv=csv name=name wanted=Signal::derive(wanted) report=calibration />
             </section>
             <section class="panel results">
                 <h2>"Error"</h2>
@@ -284,6 +286,14 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     <summary>"validation-report.json"</summary>
                     <pre id="val-json">{field(|a| &a.json)}</pre>
                 </details>
+                <Show when=move || calibration.with(Option::is_some)>
+                    <h2>"Calibration"</h2>
+                    <pre id="cal-table" class="table-text">{move || calibration.with(|c| c.as_ref().map(|(t, _)| t.clone()).unwrap_or_default())}</pre>
+                    <p class="downloads">
+                        <a id="download-calibration-json" download="calibration.json"
+                            href=move || calibration.with(|c| c.as_ref().map(|(_, j)| data_uri("application/json", j)).unwrap_or_default())>"calibration.json"</a>
+                    </p>
+                </Show>
             </section>
         </main>
     }

@@ -40,7 +40,7 @@ pub struct Knobs {
     /// written).
     pub mla_attention_dp: bool,
     /// Replay every row with the replay policy's engine options only, ignoring what its
-    /// benchmark's published recipe sets ([`recipe`]).
+    /// benchmark's published recipe sets ([`recipe`](super::recipe)).
     pub no_recipes: bool,
     /// Replay every row with MTP/EAGLE speculative decoding: `nextn` drafts a round,
     /// `nextn_accepted` accepted on average. The file does not record which runs speculated,
