@@ -8,7 +8,7 @@ use leptos::prelude::*;
 
 use crate::client::{now_ms, pool_size, Pool};
 use crate::protocol::{FromWorker, RowsWanted, ToWorker};
-use crate::validate::replay_on_pool;
+use crate::validate::{replay_on_pool, RunControls};
 use servesim_scenario::validate::calibrate::Param;
 
 /// Where a calibration stands.
@@ -159,13 +159,8 @@ pub fn CalibratePanel(
                     on:input=move |ev| folds.set(event_target_value(&ev)) />
             </label>
         </div>
-        <div class="actions">
-            <button id="cal-run" on:click=move |_| run() disabled=move || busy() || csv.with(String::is_empty)>"Calibrate"</button>
-            <button id="cal-cancel" class="secondary" on:click=move |_| cancel() disabled=move || !busy()>"Cancel"</button>
-        </div>
-        <p id="cal-status" class="status" aria-live="polite">{status}</p>
-        <Show when=move || error().is_some()>
-            <pre id="cal-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
-        </Show>
+        <RunControls prefix="cal" label="Calibrate" run=Callback::new(move |()| run()) cancel=Callback::new(move |()| cancel())
+            disabled=Signal::derive(move || busy() || csv.with(String::is_empty)) busy=Signal::derive(busy)
+            status=Signal::derive(status) error=Signal::derive(error) />
     }
 }

@@ -255,14 +255,9 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     </div>
                 </details>
                 <p class="hint">"Same as "<code id="val-command">{move || command().unwrap_or_else(|e| e)}</code></p>
-                <div class="actions">
-                    <button id="val-run" on:click=move |_| run() disabled=move || busy() || csv.with(String::is_empty)>"Validate"</button>
-                    <button id="val-cancel" class="secondary" on:click=move |_| cancel() disabled=move || !busy()>"Cancel"</button>
-                </div>
-                <p id="val-status" class="status" aria-live="polite">{status}</p>
-                <Show when=move || error().is_some()>
-                    <pre id="val-error" class="error" role="alert">{move || error().unwrap_or_default()}</pre>
-                </Show>
+                <RunControls prefix="val" label="Validate" run=Callback::new(move |()| run()) cancel=Callback::new(move |()| cancel())
+                    disabled=Signal::derive(move || busy() || csv.with(String::is_empty)) busy=Signal::derive(busy)
+                    status=Signal::derive(status) error=Signal::derive(error) />
                 <CalibratePanel files=files csv=csv name=name wanted=Signal::derive(wanted) report=calibration />
             </section>
             <section class="panel results">
@@ -351,5 +346,32 @@ pub(crate) fn replay_on_pool(
             };
             pool.send(k, &msg);
         }
+    }
+}
+
+/// A pool page's Run and Cancel buttons, its status line and its error, with the ids
+/// `{prefix}-run`, `{prefix}-cancel`, `{prefix}-status` and `{prefix}-error`.
+#[component]
+pub(crate) fn RunControls(
+    prefix: &'static str,
+    label: &'static str,
+    run: Callback<()>,
+    cancel: Callback<()>,
+    /// Whether Run is unavailable (a run in flight, or nothing to run).
+    disabled: Signal<bool>,
+    /// Whether a run is in flight (Cancel is available).
+    busy: Signal<bool>,
+    status: Signal<String>,
+    error: Signal<Option<String>>,
+) -> impl IntoView {
+    view! {
+        <div class="actions">
+            <button id=format!("{prefix}-run") on:click=move |_| run.run(()) disabled=move || disabled.get()>{label}</button>
+            <button id=format!("{prefix}-cancel") class="secondary" on:click=move |_| cancel.run(()) disabled=move || !busy.get()>"Cancel"</button>
+        </div>
+        <p id=format!("{prefix}-status") class="status" aria-live="polite">{move || status.get()}</p>
+        <Show when=move || error.with(Option::is_some)>
+            <pre id=format!("{prefix}-error") class="error" role="alert">{move || error.get().unwrap_or_default()}</pre>
+        </Show>
     }
 }

@@ -83,42 +83,35 @@ impl Knobs {
         }
     }
 
+    /// The `timing:` entries these knobs set, as flow-mapping text.
     pub(super) fn yaml(&self) -> String {
-        let mut v = Vec::new();
-        if let Some(x) = self.prefill_scale {
-            v.push(format!("prefill_scale: {x}"));
-        }
-        if let Some(x) = self.step_overhead_ms {
-            v.push(format!("step_overhead_ms: {x}"));
-        }
-        if let Some(x) = self.frontend_ms {
-            v.push(format!("frontend_ms: {x}"));
-        }
-        if let Some(x) = self.host_us_per_sequence {
-            v.push(format!("host_us_per_sequence: {x}"));
-        }
-        if let Some(a) = self.allreduce {
-            v.push(format!("allreduce: {}", a.name()));
-        }
-        if let Some(k) = self.moe_kernel {
-            v.push(format!("moe_kernel: {}", k.name()));
-        }
-        v.join(", ")
+        let number = |x: Option<f64>| x.map(|x| format!("{x}"));
+        entries(&[
+            ("prefill_scale", number(self.prefill_scale)),
+            ("step_overhead_ms", number(self.step_overhead_ms)),
+            ("frontend_ms", number(self.frontend_ms)),
+            ("host_us_per_sequence", number(self.host_us_per_sequence)),
+            ("allreduce", self.allreduce.map(|a| a.name().to_string())),
+            ("moe_kernel", self.moe_kernel.map(|k| k.name().to_string())),
+        ])
     }
 
+    /// The `frontend:` entries these knobs set.
     pub(super) fn frontend_yaml(&self) -> String {
-        let mut v = Vec::new();
-        if let Some(x) = self.frontend_request_ms {
-            v.push(format!("request_ms: {x}"));
-        }
-        if let Some(x) = self.frontend_chunk_us {
-            v.push(format!("chunk_us: {x}"));
-        }
-        if let Some(x) = self.frontend_prompt_token_us {
-            v.push(format!("prompt_token_us: {x}"));
-        }
-        v.join(", ")
+        let number = |x: Option<f64>| x.map(|x| format!("{x}"));
+        entries(&[
+            ("request_ms", number(self.frontend_request_ms)),
+            ("chunk_us", number(self.frontend_chunk_us)),
+            ("prompt_token_us", number(self.frontend_prompt_token_us)),
+        ])
     }
+}
+
+/// `key: value` for each set entry, comma-separated.
+fn entries(pairs: &[(&str, Option<String>)]) -> String {
+    let set: Vec<String> =
+        pairs.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}: {v}"))).collect();
+    set.join(", ")
 }
 
 /// How an option's value is written.
