@@ -592,6 +592,34 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   await page.close();
 });
 
+test('Validate: a per-request vLLM log against its replay equals servesim validate --requests', async () => {
+  const shared = join(process.cwd(), '..', 'shared', 'validation', 'vllm-requests');
+  const log = join(shared, 'RTXPRO6000_Qwen3-32B_vllm_requests.jsonl');
+  const config = 'tests/validation/vllm_rtxpro6000_qwen3_32b.yaml';
+  const cli = execFileSync(BIN, ['validate', '--requests', log, '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+  const page = await openPage();
+  await waitDone(page);
+  // The trace the scenario names, dropped on the Data page, is found by its name.
+  await page.click('#tab-data');
+  await page.setInputFiles('#data-files', join(shared, 'sharegpt-qwen3-300-sps10.mooncake-bs16.jsonl'));
+  await page.locator('li.data-file[data-name="sharegpt-qwen3-300-sps10.mooncake-bs16.jsonl"]').waitFor({ timeout: 30000 });
+  await page.click('#tab-validate');
+  await page.setInputFiles('#req-log-file', log);
+  await page.setInputFiles('#req-config-file', config);
+  await page.waitForFunction(() => (document.querySelector('#req-config')?.value ?? '').includes('rtx_pro_6000_server'));
+  assert.equal(await page.textContent('#req-log-name'), 'RTXPRO6000_Qwen3-32B_vllm_requests.jsonl');
+  await page.click('#req-run');
+  await page.waitForFunction(() => /^(Done|Comparison failed)/.test(document.querySelector('#req-status')?.textContent ?? ''), null, { timeout: 180000 });
+  assert.equal(await page.textContent('#req-table'), cli);
+  assert.match(cli, /^requests: 300 measured, 300 predicted/);
+  // A config that does not parse is refused by name.
+  await page.fill('#req-config', 'engine: [');
+  await page.click('#req-run');
+  await page.waitForSelector('#req-error');
+  assert.match(await page.textContent('#req-error'), /vllm_rtxpro6000_qwen3_32b\.yaml/);
+  await page.close();
+});
+
 test('the Features page shows the capability matrix of features.toml', async () => {
   const page = await openPage();
   await page.click('#tab-features');

@@ -29,6 +29,7 @@ pub mod playback;
 pub mod plotly;
 pub mod protocol;
 pub mod recommend;
+pub mod request_log;
 pub mod requests;
 pub mod share;
 pub mod summary;

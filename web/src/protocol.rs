@@ -197,6 +197,20 @@ pub enum ToWorker {
         /// Each row's position in the file and its predicted mean TTFT and TPOT (ms), if any.
         predicted: Vec<(usize, Option<(f64, f64)>)>,
     },
+    /// Replay a scenario and compare it with a measured per-request log (`servesim validate
+    /// --requests LOG --config CONFIG`): reply `RequestsCompared`.
+    CompareRequests {
+        /// Request id.
+        id: u32,
+        /// The log's text (vLLM per-request JSONL).
+        log: String,
+        /// Its name, for error messages.
+        log_name: String,
+        /// The scenario that replays the log's workload (YAML or JSON).
+        config: String,
+        /// Its name.
+        source: String,
+    },
     /// Every record of the last run, as a file: reply with `FilePart`s.
     RequestsFile {
         /// The run's id.
@@ -223,6 +237,7 @@ impl ToWorker {
             | ToWorker::Validate { id, .. }
             | ToWorker::SelectRows { id, .. }
             | ToWorker::Calibrate { id, .. }
+            | ToWorker::CompareRequests { id, .. }
             | ToWorker::Calibrated { id, .. }
             | ToWorker::ValidationReport { id, .. }
             | ToWorker::Check { id, .. } => *id,
@@ -234,7 +249,7 @@ impl ToWorker {
     #[must_use]
     pub fn configs(&self, state: &mut WorkerState) -> Vec<String> {
         match self {
-            ToWorker::Run { config, .. } => vec![config.clone()],
+            ToWorker::Run { config, .. } | ToWorker::CompareRequests { config, .. } => vec![config.clone()],
             ToWorker::Evaluate { spec, source, indices, .. } => {
                 let Ok((parsed, _)) = state.spec_and_catalog(spec, source) else { return Vec::new() };
                 // Candidates may differ in GPU or engine: fetch what any of them needs.
@@ -412,6 +427,13 @@ pub enum FromWorker {
         message: String,
         /// The CLI exit code for the same failure.
         exit_code: i32,
+    },
+    /// What `servesim validate --requests` prints for a `CompareRequests`.
+    RequestsCompared {
+        /// Request id.
+        id: u32,
+        /// The table: mean, p50 and p90 TTFT and TPOT, measured against predicted.
+        table: String,
     },
     /// A calibration's next replays: `indices` (positions in the file) with `options`
     /// (`ToWorker::Validate`'s), answered by `ToWorker::Calibrated`.
@@ -665,6 +687,10 @@ fn dispatch(
                 }
                 Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
             });
+        }
+        ToWorker::CompareRequests { id, log, log_name, config, source } => {
+            let log = validation::LogToCompare { text: &log, name: &log_name };
+            post(validation::compare_request_log(state, id, &log, &config, &source, files));
         }
         ToWorker::Calibrate { id, csv, source, wanted, fit, folds } => {
             post(validation::start_calibration(state, id, &csv, &source, &wanted, &fit, folds));

@@ -12,6 +12,7 @@ use crate::calibrate::CalibratePanel;
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
 use crate::protocol::{command_line, knobs, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
+use crate::request_log::RequestLogPanel;
 use crate::sweep::ChoiceField;
 use servesim_scenario::validate::{KnobOption, OptionKind, Outcome, OPTIONS};
 
@@ -179,22 +180,13 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
         phase.set(Phase::Cancelled);
     };
     let pick = move |ev: leptos::ev::Event| {
-        let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else {
-            return;
-        };
-        let Some(f) = input.files().and_then(|l| l.get(0)) else { return };
-        wasm_bindgen_futures::spawn_local(async move {
-            match crate::data::read_file(&f).await.and_then(|b| {
-                String::from_utf8(b)
-                    .map_err(|_| format!("{}: a calibration file must be UTF-8 text", f.name()))
-            }) {
-                Ok(t) => {
-                    name.set(f.name());
-                    csv.set(t);
-                    phase.set(Phase::Idle);
-                }
-                Err(e) => phase.set(Phase::Failed(e)),
+        pick_text(&ev, "a calibration file", move |picked| match picked {
+            Ok((file, text)) => {
+                name.set(file);
+                csv.set(text);
+                phase.set(Phase::Idle);
             }
+            Err(e) => phase.set(Phase::Failed(e)),
         });
     };
 
@@ -259,6 +251,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     disabled=Signal::derive(move || busy() || csv.with(String::is_empty)) busy=Signal::derive(busy)
                     status=Signal::derive(status) error=Signal::derive(error) />
                 <CalibratePanel files=files csv=csv name=name wanted=Signal::derive(wanted) report=calibration />
+                <RequestLogPanel files=files />
             </section>
             <section class="panel results">
                 <h2>"Error"</h2>
@@ -374,4 +367,23 @@ pub(crate) fn RunControls(
             <pre id=format!("{prefix}-error") class="error" role="alert">{move || error.get().unwrap_or_default()}</pre>
         </Show>
     }
+}
+
+/// Reads the text file an `<input type=file>` change picked and hands `done` its name and
+/// text, or why it cannot be read (`what` names the kind of file in the message).
+pub(crate) fn pick_text(
+    ev: &leptos::ev::Event,
+    what: &'static str,
+    done: impl FnOnce(Result<(String, String), String>) + 'static,
+) {
+    let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else {
+        return;
+    };
+    let Some(f) = input.files().and_then(|l| l.get(0)) else { return };
+    wasm_bindgen_futures::spawn_local(async move {
+        let text = crate::data::read_file(&f).await.and_then(|b| {
+            String::from_utf8(b).map_err(|_| format!("{}: {what} must be UTF-8 text", f.name()))
+        });
+        done(text.map(|t| (f.name(), t)));
+    });
 }

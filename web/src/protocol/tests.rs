@@ -821,3 +821,48 @@ fn a_calibration_that_cannot_run_says_why() {
     handle(&mut st, late, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert!(matches!(out.pop(), Some(FromWorker::Failed { id: 7, .. })));
 }
+
+#[test]
+fn a_request_log_is_compared_with_its_replay_as_the_cli_compares_it() {
+    let log = "{\"request_id\":\"a\",\"input_toks\":10,\"output_toks\":5,\"queued_ts\":1.0,\"first_token_ts\":1.25,\"last_token_ts\":1.65}\n\
+               {\"request_id\":\"b\",\"input_toks\":30,\"output_toks\":9,\"queued_ts\":2.0,\"first_token_ts\":2.5,\"last_token_ts\":3.3}\n";
+    let files = data_for("");
+    let ask = |log: &str, config: &str| {
+        let mut out = Vec::new();
+        let msg = ToWorker::CompareRequests {
+            id: 8,
+            log: log.into(),
+            log_name: "log.jsonl".into(),
+            config: config.into(),
+            source: "replay.yaml".into(),
+        };
+        assert_eq!(msg.configs(&mut WorkerState::default()), [config.to_string()], "its tables are fetched");
+        handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| out.push(m));
+        out.pop()
+    };
+    let Some(FromWorker::RequestsCompared { id: 8, table }) = ask(log, servesim_scenario::DEFAULT_SCENARIO)
+    else {
+        panic!()
+    };
+    let measured = servesim_scenario::validate::parse_request_log(log.as_bytes(), "log.jsonl").unwrap();
+    let prediction = servesim_scenario::scenario::predict_with_catalog(
+        servesim_scenario::DEFAULT_SCENARIO,
+        "replay.yaml",
+        &Catalog::builtin().unwrap(),
+        &files,
+    )
+    .unwrap();
+    let cli = servesim_scenario::validate::requests_table(&servesim_scenario::validate::compare_requests(
+        &measured,
+        &prediction,
+    ));
+    assert_eq!(table, cli);
+    assert!(table.starts_with("requests: 2 measured, "), "{table}");
+    // A bad log line or a bad config is refused by name.
+    let Some(FromWorker::Failed { message, exit_code: 2, .. }) = ask("{\"request_id\":\"a\"}\n", "x") else {
+        panic!()
+    };
+    assert_eq!(message, "log.jsonl:1: missing number 'queued_ts'");
+    let Some(FromWorker::Failed { message, exit_code: 2, .. }) = ask(log, "engine: [") else { panic!() };
+    assert!(message.contains("replay.yaml"), "{message}");
+}

@@ -345,3 +345,35 @@ fn calibration_step(state: &mut WorkerState, id: u32) -> FromWorker {
         }
     }
 }
+
+/// A measured per-request log: its text and name.
+pub(super) struct LogToCompare<'a> {
+    pub text: &'a str,
+    pub name: &'a str,
+}
+
+/// `ToWorker::CompareRequests`: replays `config` and compares it with the log, as `servesim
+/// validate --requests` does.
+pub(super) fn compare_request_log(
+    state: &mut WorkerState,
+    id: u32,
+    log: &LogToCompare<'_>,
+    config: &str,
+    source: &str,
+    files: &dyn Files,
+) -> FromWorker {
+    let measured = match validate::parse_request_log(log.text.as_bytes(), log.name) {
+        Ok(m) => m,
+        Err(e) => return FromWorker::Failed { id, message: e.to_string(), exit_code: 2 },
+    };
+    let prediction = state.catalog().and_then(|catalog| {
+        servesim_scenario::scenario::predict_with_catalog(config, source, catalog, files)
+    });
+    match prediction {
+        Ok(p) => FromWorker::RequestsCompared {
+            id,
+            table: validate::requests_table(&validate::compare_requests(&measured, &p)),
+        },
+        Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
+    }
+}

@@ -41,7 +41,9 @@ pub use recipe::{
 pub use report::{not_predicted, notes, rows_csv, shell_quoted, to_json, to_markdown, ReportHead};
 /// The calibration file's reader, for callers without their own dependency on the data crate
 /// (the page).
-pub use servesim_data::silicon::{parse as parse_silicon, SiliconError, SiliconRow};
+pub use servesim_data::silicon::{
+    parse as parse_silicon, parse_request_log, MeasuredRequest, SiliconError, SiliconRow,
+};
 pub use summary::{
     class, compare_requests, curve_key, requests_table, shape_errors, summarize, table, workers_source,
     Group, RequestComparison, Summary,
