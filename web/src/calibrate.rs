@@ -1,13 +1,13 @@
 //! The Validate page's calibration panel: `servesim calibrate` in the browser. Worker 0
-//! coordinates (`ToWorker::Calibrate`): it selects the rows, checks what was asked, and asks
-//! for each point of the search in turn (`FromWorker::CalibrationNeeds`), which the pool
-//! replays as `Validate` replays rows; the answers go back to it (`ToWorker::Calibrated`)
+//! coordinates (`Ask::Calibrate`): it selects the rows, checks what was asked, and asks for
+//! each point of the search in turn (`Answer::CalibrationNeeds`), which the pool replays as
+//! `Ask::Validate` replays rows; the answers go back to it (`Ask::Calibrated`)
 //! until it has the CLI's report.
 
 use leptos::prelude::*;
 
 use crate::client::{now_ms, pool_size, Pool};
-use crate::protocol::{FromWorker, RowsWanted, ToWorker};
+use crate::protocol::{Answer, Ask, FromWorker, RowsWanted, ToWorker};
 use crate::validate::{replay_on_pool, RunControls};
 use servesim_scenario::validate::calibrate::Param;
 
@@ -55,7 +55,9 @@ pub fn CalibratePanel(
     let on_event = move |_k: usize, msg: FromWorker| {
         let current = run_id.get_value();
         match msg {
-            FromWorker::CalibrationNeeds { id, options, indices, done } if id == current => {
+            FromWorker::Validation { id, answer: Answer::CalibrationNeeds { options, indices, done } }
+                if id == current =>
+            {
                 phase.set(Phase::Replaying { done });
                 point.set_value(Point {
                     options: options.clone(),
@@ -65,7 +67,7 @@ pub fn CalibratePanel(
                 let (csv, name) = job.get_value();
                 pool.with_value(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
             }
-            FromWorker::Validated { id, index, outcome } if id == current => {
+            FromWorker::Validation { id, answer: Answer::Validated { index, outcome } } if id == current => {
                 let complete = point
                     .try_update_value(|p| {
                         p.predicted.push((index, outcome.predicted));
@@ -74,10 +76,14 @@ pub fn CalibratePanel(
                     .unwrap_or(false);
                 if complete {
                     let Point { options, predicted, .. } = point.get_value();
-                    pool.with_value(|p| p.send(0, &ToWorker::Calibrated { id, options, predicted }));
+                    pool.with_value(|p| {
+                        p.send(0, &ToWorker::Validation { id, ask: Ask::Calibrated { options, predicted } })
+                    });
                 }
             }
-            FromWorker::CalibrationReport { id, table, json } if id == current => {
+            FromWorker::Validation { id, answer: Answer::CalibrationReport { table, json } }
+                if id == current =>
+            {
                 stop_pool();
                 report.set(Some((table, json)));
                 phase.set(Phase::Done { wall_ms: now_ms() - started.get_value() });
@@ -120,7 +126,13 @@ pub fn CalibratePanel(
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
                 }
             }
-            p.send(0, &ToWorker::Calibrate { id, csv: text, source: file, wanted, fit, folds });
+            p.send(
+                0,
+                &ToWorker::Validation {
+                    id,
+                    ask: Ask::Calibrate { csv: text, source: file, wanted, fit, folds },
+                },
+            );
         });
     };
     let cancel = move || {

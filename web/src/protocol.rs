@@ -12,7 +12,6 @@ use servesim_scenario::recommend::{
 };
 use servesim_scenario::report::{to_pretty_json, Requests};
 use servesim_scenario::scenario::{parse_with_overrides, prepare};
-use servesim_scenario::validate;
 use servesim_scenario::{Files, ScenarioError};
 
 /// servesim's data files (kernel tables) the worker fetched from the page's origin, by path
@@ -128,88 +127,13 @@ pub enum ToWorker {
         /// One `Evaluated` candidate per index of the stage.
         candidates: Vec<String>,
     },
-    /// Which rows of a calibration file a selection keeps: reply `RowsSelected`.
-    SelectRows {
-        /// Validation id, echoed in the reply.
-        id: u32,
-        /// The file's text (AIConfigurator `silicon_sample.csv` columns).
-        csv: String,
-        /// Its name, for error messages.
-        source: String,
-        /// The rows wanted.
-        wanted: RowsWanted,
-    },
-    /// The CLI's table, notes and reports of replayed rows: reply `ValidationReport`.
-    ValidationReport {
-        /// Validation id, echoed in the reply.
-        id: u32,
-        /// The file's text.
-        csv: String,
-        /// Its name, as the report names it.
-        source: String,
-        /// The rows replayed, by position in the file's data rows.
-        indices: Vec<usize>,
-        /// Their outcomes (`Validated` replies), in the same order.
-        outcomes: Vec<validate::Outcome>,
-        /// The selection they were chosen by, for the report's command line.
-        wanted: RowsWanted,
-        /// The replay options they were replayed with (`Validate`'s).
-        options: Vec<(String, String)>,
-    },
-    /// Replay rows of a calibration file (`servesim validate --silicon`): one `Validated`
-    /// reply per row, in order.
-    Validate {
+    /// A message of the Validate page (`servesim validate` and `calibrate`): replies are
+    /// `FromWorker::Validation` with the same id, or `Failed`.
+    Validation {
         /// Validation id, echoed in every reply.
         id: u32,
-        /// The file's text (AIConfigurator `silicon_sample.csv` columns).
-        csv: String,
-        /// Its name, for error messages.
-        source: String,
-        /// Which rows, by position in the file's data rows (from 0).
-        indices: Vec<usize>,
-        /// Replay options as `(flag, value)`, the CLI's (`validate::OPTIONS`); none: the
-        /// replay policy.
-        options: Vec<(String, String)>,
-    },
-    /// Calibrate the engine's constants on the rows `wanted` keeps (`servesim calibrate`):
-    /// the coordinator replies with the replays it needs (`CalibrationNeeds`) until it has the
-    /// report (`CalibrationReport`).
-    Calibrate {
-        /// Calibration id, echoed in every reply.
-        id: u32,
-        /// The file's text.
-        csv: String,
-        /// Its name, as the report names it.
-        source: String,
-        /// The rows, as `SelectRows` chooses them.
-        wanted: RowsWanted,
-        /// The constants to fit by name (`--fit`).
-        fit: Vec<String>,
-        /// Cross-validation folds (`--folds`; 0: none).
-        folds: usize,
-    },
-    /// The replays a `CalibrationNeeds` asked for: reply with the next need or the report.
-    Calibrated {
-        /// Calibration id.
-        id: u32,
-        /// The options they replayed with, as asked.
-        options: Vec<(String, String)>,
-        /// Each row's position in the file and its predicted mean TTFT and TPOT (ms), if any.
-        predicted: Vec<(usize, Option<(f64, f64)>)>,
-    },
-    /// Replay a scenario and compare it with a measured per-request log (`servesim validate
-    /// --requests LOG --config CONFIG`): reply `RequestsCompared`.
-    CompareRequests {
-        /// Request id.
-        id: u32,
-        /// The log's text (vLLM per-request JSONL).
-        log: String,
-        /// Its name, for error messages.
-        log_name: String,
-        /// The scenario that replays the log's workload (YAML or JSON).
-        config: String,
-        /// Its name.
-        source: String,
+        /// What is asked.
+        ask: validation::Ask,
     },
     /// Every record of the last run, as a file: reply with `FilePart`s.
     RequestsFile {
@@ -234,12 +158,7 @@ impl ToWorker {
             | ToWorker::SubmitReplays { id, .. }
             | ToWorker::Inspect { id, .. }
             | ToWorker::RequestsFile { id, .. }
-            | ToWorker::Validate { id, .. }
-            | ToWorker::SelectRows { id, .. }
-            | ToWorker::Calibrate { id, .. }
-            | ToWorker::CompareRequests { id, .. }
-            | ToWorker::Calibrated { id, .. }
-            | ToWorker::ValidationReport { id, .. }
+            | ToWorker::Validation { id, .. }
             | ToWorker::Check { id, .. } => *id,
             ToWorker::PutFile { .. } => 0,
         }
@@ -249,7 +168,7 @@ impl ToWorker {
     #[must_use]
     pub fn configs(&self, state: &mut WorkerState) -> Vec<String> {
         match self {
-            ToWorker::Run { config, .. } | ToWorker::CompareRequests { config, .. } => vec![config.clone()],
+            ToWorker::Run { config, .. } => vec![config.clone()],
             ToWorker::Evaluate { spec, source, indices, .. } => {
                 let Ok((parsed, _)) = state.spec_and_catalog(spec, source) else { return Vec::new() };
                 // Candidates may differ in GPU or engine: fetch what any of them needs.
@@ -265,14 +184,8 @@ impl ToWorker {
                 query.model, query.system, query.backend
             )],
             ToWorker::Check { config, .. } => vec![config.clone()],
-            ToWorker::Validate { csv, source, indices, .. } => {
-                validation::table_configs(csv, source, indices)
-            }
+            ToWorker::Validation { ask, .. } => ask.configs(),
             ToWorker::Plan { .. }
-            | ToWorker::SelectRows { .. }
-            | ToWorker::Calibrate { .. }
-            | ToWorker::Calibrated { .. }
-            | ToWorker::ValidationReport { .. }
             | ToWorker::Submit { .. }
             | ToWorker::SubmitReplays { .. }
             | ToWorker::PutFile { .. }
@@ -428,56 +341,12 @@ pub enum FromWorker {
         /// The CLI exit code for the same failure.
         exit_code: i32,
     },
-    /// What `servesim validate --requests` prints for a `CompareRequests`.
-    RequestsCompared {
-        /// Request id.
-        id: u32,
-        /// The table: mean, p50 and p90 TTFT and TPOT, measured against predicted.
-        table: String,
-    },
-    /// A calibration's next replays: `indices` (positions in the file) with `options`
-    /// (`ToWorker::Validate`'s), answered by `ToWorker::Calibrated`.
-    CalibrationNeeds {
-        /// Calibration id.
-        id: u32,
-        /// The replay options, as `(flag, value)`.
-        options: Vec<(String, String)>,
-        /// The rows to replay.
-        indices: Vec<usize>,
-        /// Replays of the rows answered so far.
-        done: usize,
-    },
-    /// What `servesim calibrate` prints, as a table and as `--format json`.
-    CalibrationReport {
-        /// Calibration id.
-        id: u32,
-        /// The table.
-        table: String,
-        /// The JSON.
-        json: String,
-    },
-    /// The rows a `SelectRows` filter keeps, by position in the file's data rows.
-    RowsSelected {
+    /// A reply to a `ToWorker::Validation`.
+    Validation {
         /// Validation id.
         id: u32,
-        /// Positions, in file order.
-        indices: Vec<usize>,
-    },
-    /// What `servesim validate` prints and writes for the rows of a `ValidationReport`.
-    ValidationReport {
-        /// Validation id.
-        id: u32,
-        /// The table, notes, reports and points to draw (boxed: the largest message).
-        report: Box<ValidationAnswer>,
-    },
-    /// One replayed row of a `Validate` message.
-    Validated {
-        /// Validation id.
-        id: u32,
-        /// The row's position in the file's data rows.
-        index: usize,
-        /// Its prediction, or why there is none (`validate::run_row`).
-        outcome: validate::Outcome,
+        /// The answer.
+        answer: validation::Answer,
     },
     /// Part of a file asked for with `RequestsFile`, whole lines; the file is the parts in
     /// order.
@@ -669,40 +538,7 @@ fn dispatch(
             }
         }
         ToWorker::RequestsFile { id, format } => requests_file(state, id, &format, post),
-        ToWorker::Validate { id, csv, source, indices, options } => {
-            let rows =
-                validation::RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
-            if let Err(reply) = validation::validate_rows(state, id, &rows, files, post) {
-                post(reply);
-            }
-        }
-        ToWorker::SelectRows { id, csv, source, wanted } => {
-            let kept = state
-                .catalog()
-                .map_err(|e| e.to_string())
-                .and_then(|c| select_rows(&csv, &source, &wanted, c));
-            post(match kept {
-                Ok(kept) => {
-                    FromWorker::RowsSelected { id, indices: kept.into_iter().map(|(i, _)| i).collect() }
-                }
-                Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
-            });
-        }
-        ToWorker::CompareRequests { id, log, log_name, config, source } => {
-            let log = validation::LogToCompare { text: &log, name: &log_name };
-            post(validation::compare_request_log(state, id, &log, &config, &source, files));
-        }
-        ToWorker::Calibrate { id, csv, source, wanted, fit, folds } => {
-            post(validation::start_calibration(state, id, &csv, &source, &wanted, &fit, folds));
-        }
-        ToWorker::Calibrated { id, options, predicted } => {
-            post(validation::continue_calibration(state, id, &options, &predicted));
-        }
-        ToWorker::ValidationReport { id, csv, source, indices, outcomes, wanted, options } => {
-            let rows =
-                validation::RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
-            post(validation::validation_report(state, id, &rows, &outcomes, &wanted));
-        }
+        ToWorker::Validation { id, ask } => validation::handle(state, id, ask, files, post),
         ToWorker::Plan { id, spec, source } => match plan(state, id, &spec, &source) {
             Ok(reply) => post(reply),
             Err(e) => post(failed(e)),
@@ -1061,7 +897,9 @@ pub fn encode<T: Serialize>(msg: &T) -> String {
 }
 
 mod validation;
-pub use validation::{command_line, knobs, select_rows, validation_answer, RowsWanted, ValidationAnswer};
+pub use validation::{
+    command_line, knobs, select_rows, validation_answer, Answer, Ask, RowsWanted, ValidationAnswer,
+};
 
 #[cfg(test)]
 mod tests;

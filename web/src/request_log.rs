@@ -1,12 +1,12 @@
 //! The Validate page's per-request panel: `servesim validate --requests LOG --config CONFIG`
 //! in the browser. A worker replays the scenario (with any trace it names dropped on the Data
 //! page) and compares mean, p50 and p90 TTFT and TPOT with the measured log
-//! (`ToWorker::CompareRequests`).
+//! (`Ask::CompareRequests`).
 
 use leptos::prelude::*;
 
 use crate::client::Pool;
-use crate::protocol::{FromWorker, ToWorker};
+use crate::protocol::{Answer, Ask, FromWorker, ToWorker};
 use crate::validate::{pick_text, RunControls};
 
 /// Where a comparison stands.
@@ -35,7 +35,7 @@ pub fn RequestLogPanel(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoV
     let on_event = move |_k: usize, msg: FromWorker| {
         let current = run_id.get_value();
         match msg {
-            FromWorker::RequestsCompared { id, table } if id == current => {
+            FromWorker::Validation { id, answer: Answer::RequestsCompared { table } } if id == current => {
                 stop_pool();
                 phase.set(Phase::Done(table));
             }
@@ -57,13 +57,13 @@ pub fn RequestLogPanel(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoV
         }
         phase.set(Phase::Running);
         let dropped = files.get_untracked();
-        let msg = ToWorker::CompareRequests {
-            id,
+        let ask = Ask::CompareRequests {
             log: log.get_untracked(),
             log_name: log_name.get_untracked(),
             config: config.get_untracked(),
             source: config_name.get_untracked(),
         };
+        let msg = ToWorker::Validation { id, ask };
         pool.with_value(|p| {
             for f in &dropped {
                 p.send(0, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });

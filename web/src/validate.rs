@@ -11,7 +11,7 @@ use wasm_bindgen::JsCast;
 use crate::calibrate::CalibratePanel;
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
-use crate::protocol::{command_line, knobs, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
+use crate::protocol::{command_line, knobs, Answer, Ask, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
 use crate::request_log::RequestLogPanel;
 use crate::sweep::ChoiceField;
 use servesim_scenario::validate::{KnobOption, OptionKind, Outcome, OPTIONS};
@@ -64,7 +64,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
     let on_event = move |_k: usize, msg: FromWorker| {
         let current = run_id.get_value();
         match msg {
-            FromWorker::RowsSelected { id, indices } if id == current => {
+            FromWorker::Validation { id, answer: Answer::RowsSelected { indices } } if id == current => {
                 let (csv, name, options) =
                     job.with_value(|j| (j.csv.clone(), j.name.clone(), j.options.clone()));
                 job.update_value(|j| {
@@ -74,7 +74,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                 phase.set(Phase::Running { done: 0, of: indices.len() });
                 pool.with_value(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
             }
-            FromWorker::Validated { id, index, outcome } if id == current => {
+            FromWorker::Validation { id, answer: Answer::Validated { index, outcome } } if id == current => {
                 let (done, of) = job
                     .try_update_value(|j| {
                         if let Some(slot) = j.positions.iter().position(|p| *p == index) {
@@ -88,8 +88,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     return;
                 }
                 phase.set(Phase::Reporting);
-                let msg = job.with_value(|j| ToWorker::ValidationReport {
-                    id,
+                let ask = job.with_value(|j| Ask::Report {
                     csv: j.csv.clone(),
                     source: j.name.clone(),
                     indices: j.positions.clone(),
@@ -97,9 +96,10 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     wanted: j.wanted.clone(),
                     options: j.options.clone(),
                 });
+                let msg = ToWorker::Validation { id, ask };
                 pool.with_value(|p| p.send(0, &msg));
             }
-            FromWorker::ValidationReport { id, report } if id == current => {
+            FromWorker::Validation { id, answer: Answer::Report { report } } if id == current => {
                 stop_pool();
                 let (ttft, tpot) =
                     (charts::parity(&report.ttft, "TTFT", "ms"), charts::parity(&report.tpot, "TPOT", "ms"));
@@ -171,7 +171,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
                 }
             }
-            p.send(0, &ToWorker::SelectRows { id, csv: text, source: file, wanted });
+            p.send(0, &ToWorker::Validation { id, ask: Ask::SelectRows { csv: text, source: file, wanted } });
         });
     };
     let cancel = move || {
@@ -330,13 +330,13 @@ pub(crate) fn replay_on_pool(
     for k in 0..pool.len() {
         let mine: Vec<usize> = indices.iter().skip(k).step_by(pool.len()).copied().collect();
         if !mine.is_empty() {
-            let msg = ToWorker::Validate {
-                id,
+            let ask = Ask::Validate {
                 csv: csv.to_string(),
                 source: source.to_string(),
                 indices: mine,
                 options: options.to_vec(),
             };
+            let msg = ToWorker::Validation { id, ask };
             pool.send(k, &msg);
         }
     }

@@ -527,12 +527,14 @@ nope,,vllm,,acme/NoSuchModel,h200_sxm,,agg,1024,128,,,8,1,1,1,1,1,,,,,,,,,,,,,,,
 
 #[test]
 fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
-    let msg = ToWorker::Validate {
+    let msg = ToWorker::Validation {
         id: 4,
-        csv: SILICON.into(),
-        source: "cal.csv".into(),
-        indices: vec![1, 0],
-        options: Vec::new(),
+        ask: Ask::Validate {
+            csv: SILICON.into(),
+            source: "cal.csv".into(),
+            indices: vec![1, 0],
+            options: Vec::new(),
+        },
     };
     // The tables of each row's GPU, engine and release.
     let configs = msg.configs(&mut WorkerState::default());
@@ -553,7 +555,7 @@ fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
     let rows = servesim_scenario::validate::parse_silicon(SILICON.as_bytes(), "cal.csv").unwrap();
     let catalog = Catalog::builtin().unwrap();
     let knobs = servesim_scenario::validate::Knobs::replay_policy();
-    let [FromWorker::Validated { id: 4, index: 1, outcome: nope }, FromWorker::Validated { id: 4, index: 0, outcome: agg }] =
+    let [FromWorker::Validation { id: 4, answer: Answer::Validated { index: 1, outcome: nope } }, FromWorker::Validation { id: 4, answer: Answer::Validated { index: 0, outcome: agg } }] =
         out.as_slice()
     else {
         panic!("{out:?}")
@@ -566,16 +568,16 @@ fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
     assert_eq!(back, out[1]);
     // With what-if options, as `servesim validate --frontend-ms 300 --length-floor 1`.
     let options = vec![("frontend-ms".to_string(), "300".to_string()), ("length-floor".into(), "1".into())];
-    let msg = ToWorker::Validate {
+    let msg = ToWorker::Validation {
         id: 6,
-        csv: SILICON.into(),
-        source: "cal.csv".into(),
-        indices: vec![0],
-        options,
+        ask: Ask::Validate { csv: SILICON.into(), source: "cal.csv".into(), indices: vec![0], options },
     };
     let mut out = Vec::new();
     handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| out.push(m));
-    let [FromWorker::Validated { id: 6, index: 0, outcome }] = out.as_slice() else { panic!("{out:?}") };
+    let [FromWorker::Validation { id: 6, answer: Answer::Validated { index: 0, outcome } }] = out.as_slice()
+    else {
+        panic!("{out:?}")
+    };
     let what_if = servesim_scenario::validate::Knobs {
         frontend_ms: Some(300.0),
         length_floor: Some(1.0),
@@ -591,19 +593,19 @@ fn a_bad_calibration_file_or_row_fails_by_name() {
     let run = |csv: &str, indices: Vec<usize>| {
         let mut out = Vec::new();
         let options = Vec::new();
-        let msg = ToWorker::Validate { id: 5, csv: csv.into(), source: "cal.csv".into(), indices, options };
+        let msg = ToWorker::Validation {
+            id: 5,
+            ask: Ask::Validate { csv: csv.into(), source: "cal.csv".into(), indices, options },
+        };
         handle(&mut WorkerState::default(), msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
         out
     };
     // An option out of its range is refused by its flag, as the CLI refuses it.
     let mut out = Vec::new();
     let options = vec![("frontend-ms".to_string(), "-5".to_string())];
-    let msg = ToWorker::Validate {
+    let msg = ToWorker::Validation {
         id: 5,
-        csv: SILICON.into(),
-        source: "cal.csv".into(),
-        indices: vec![0],
-        options,
+        ask: Ask::Validate { csv: SILICON.into(), source: "cal.csv".into(), indices: vec![0], options },
     };
     handle(&mut WorkerState::default(), msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     let [FromWorker::Failed { id: 5, message, exit_code: 2 }] = out.as_slice() else { panic!("{out:?}") };
@@ -681,26 +683,39 @@ fn the_coordinator_selects_rows_and_reports_them_by_message() {
     let mut st = WorkerState::default();
     let mut out = Vec::new();
     let wanted = |filter: &str| RowsWanted { filter: filter.into(), ..RowsWanted::default() };
-    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), wanted: wanted("Qwen3") };
+    let ask = ToWorker::Validation {
+        id: 3,
+        ask: Ask::SelectRows { csv: file(), source: "f.csv".into(), wanted: wanted("Qwen3") },
+    };
     handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
-    assert_eq!(out.pop(), Some(FromWorker::RowsSelected { id: 3, indices: vec![1] }));
-    let ask = ToWorker::SelectRows { id: 3, csv: file(), source: "f.csv".into(), wanted: wanted("b300") };
+    assert_eq!(
+        out.pop(),
+        Some(FromWorker::Validation { id: 3, answer: Answer::RowsSelected { indices: vec![1] } })
+    );
+    let ask = ToWorker::Validation {
+        id: 3,
+        ask: Ask::SelectRows { csv: file(), source: "f.csv".into(), wanted: wanted("b300") },
+    };
     handle(&mut st, ask, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert!(
         matches!(out.pop(), Some(FromWorker::Failed { id: 3, exit_code: 2, message }) if message.contains("b300"))
     );
     let outcome = Outcome { predicted: Some((100.0, 10.0)), ..Outcome::default() };
-    let report = |indices: Vec<usize>, outcomes: Vec<Outcome>| ToWorker::ValidationReport {
+    let report = |indices: Vec<usize>, outcomes: Vec<Outcome>| ToWorker::Validation {
         id: 3,
-        csv: file(),
-        source: "f.csv".into(),
-        indices,
-        outcomes,
-        wanted: wanted("Qwen3"),
-        options: vec![("no-recipes".into(), "true".into())],
+        ask: Ask::Report {
+            csv: file(),
+            source: "f.csv".into(),
+            indices,
+            outcomes,
+            wanted: wanted("Qwen3"),
+            options: vec![("no-recipes".into(), "true".into())],
+        },
     };
     handle(&mut st, report(vec![1], vec![outcome.clone()]), &data_for(""), &|| 0.0, &mut |m| out.push(m));
-    let Some(FromWorker::ValidationReport { id: 3, report: a }) = out.pop() else { panic!("{out:?}") };
+    let Some(FromWorker::Validation { id: 3, answer: Answer::Report { report: a } }) = out.pop() else {
+        panic!("{out:?}")
+    };
     assert_eq!(a.ttft, [("q32".to_string(), 90.0, 100.0)]);
     // The report's command replays the rows as the page did.
     let json: serde_json::Value = serde_json::from_str(&a.json).unwrap();
@@ -743,36 +758,47 @@ fn a_calibration_asks_the_pool_for_replays_until_it_has_the_clis_report() {
     let (mut coordinator, mut replayer) = (WorkerState::default(), WorkerState::default());
     let wanted = RowsWanted { filter: "agg8".into(), ..RowsWanted::default() };
     let fit = vec!["frontend_ms".to_string()];
-    let mut ask =
-        ToWorker::Calibrate { id: 9, csv: SILICON.into(), source: "cal.csv".into(), wanted, fit, folds: 0 };
+    let mut ask = ToWorker::Validation {
+        id: 9,
+        ask: Ask::Calibrate { csv: SILICON.into(), source: "cal.csv".into(), wanted, fit, folds: 0 },
+    };
     let mut needs = 0;
     let report = loop {
         let mut out = Vec::new();
         handle(&mut coordinator, ask, &files, &|| 0.0, &mut |m| out.push(m));
         match out.pop() {
-            Some(FromWorker::CalibrationNeeds { id: 9, options, indices, .. }) => {
+            Some(FromWorker::Validation {
+                id: 9,
+                answer: Answer::CalibrationNeeds { options, indices, .. },
+            }) => {
                 needs += 1;
                 assert_eq!(indices, [0], "only the selected row");
                 // A pool worker replays them as `Validate` does.
                 let mut replies = Vec::new();
-                let replay = ToWorker::Validate {
+                let replay = ToWorker::Validation {
                     id: 9,
-                    csv: SILICON.into(),
-                    source: "cal.csv".into(),
-                    indices: indices.clone(),
-                    options: options.clone(),
+                    ask: Ask::Validate {
+                        csv: SILICON.into(),
+                        source: "cal.csv".into(),
+                        indices: indices.clone(),
+                        options: options.clone(),
+                    },
                 };
                 handle(&mut replayer, replay, &files, &|| 0.0, &mut |m| replies.push(m));
                 let predicted = replies
                     .into_iter()
                     .filter_map(|m| match m {
-                        FromWorker::Validated { index, outcome, .. } => Some((index, outcome.predicted)),
+                        FromWorker::Validation {
+                            answer: Answer::Validated { index, outcome, .. }, ..
+                        } => Some((index, outcome.predicted)),
                         _ => None,
                     })
                     .collect();
-                ask = ToWorker::Calibrated { id: 9, options, predicted };
+                ask = ToWorker::Validation { id: 9, ask: Ask::Calibrated { options, predicted } };
             }
-            Some(FromWorker::CalibrationReport { id: 9, table, json }) => break (table, json),
+            Some(FromWorker::Validation { id: 9, answer: Answer::CalibrationReport { table, json } }) => {
+                break (table, json)
+            }
             other => panic!("{other:?}"),
         }
     };
@@ -796,13 +822,15 @@ fn a_calibration_that_cannot_run_says_why() {
     let mut st = WorkerState::default();
     let run = |st: &mut WorkerState, filter: &str, fit: &str, folds: usize| {
         let wanted = RowsWanted { filter: filter.into(), ..RowsWanted::default() };
-        let msg = ToWorker::Calibrate {
+        let msg = ToWorker::Validation {
             id: 2,
-            csv: file(),
-            source: "f.csv".into(),
-            wanted,
-            fit: vec![fit.to_string()],
-            folds,
+            ask: Ask::Calibrate {
+                csv: file(),
+                source: "f.csv".into(),
+                wanted,
+                fit: vec![fit.to_string()],
+                folds,
+            },
         };
         let mut out = Vec::new();
         handle(st, msg, &data_for(""), &|| 0.0, &mut |m| out.push(m));
@@ -817,7 +845,10 @@ fn a_calibration_that_cannot_run_says_why() {
     assert!(run(&mut st, "b300", "frontend_ms", 0).contains("no row of f.csv matches"));
     // Replays for a calibration that is not running are refused.
     let mut out = Vec::new();
-    let late = ToWorker::Calibrated { id: 7, options: Vec::new(), predicted: vec![(0, None)] };
+    let late = ToWorker::Validation {
+        id: 7,
+        ask: Ask::Calibrated { options: Vec::new(), predicted: vec![(0, None)] },
+    };
     handle(&mut st, late, &data_for(""), &|| 0.0, &mut |m| out.push(m));
     assert!(matches!(out.pop(), Some(FromWorker::Failed { id: 7, .. })));
 }
@@ -829,18 +860,21 @@ fn a_request_log_is_compared_with_its_replay_as_the_cli_compares_it() {
     let files = data_for("");
     let ask = |log: &str, config: &str| {
         let mut out = Vec::new();
-        let msg = ToWorker::CompareRequests {
+        let msg = ToWorker::Validation {
             id: 8,
-            log: log.into(),
-            log_name: "log.jsonl".into(),
-            config: config.into(),
-            source: "replay.yaml".into(),
+            ask: Ask::CompareRequests {
+                log: log.into(),
+                log_name: "log.jsonl".into(),
+                config: config.into(),
+                source: "replay.yaml".into(),
+            },
         };
         assert_eq!(msg.configs(&mut WorkerState::default()), [config.to_string()], "its tables are fetched");
         handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| out.push(m));
         out.pop()
     };
-    let Some(FromWorker::RequestsCompared { id: 8, table }) = ask(log, servesim_scenario::DEFAULT_SCENARIO)
+    let Some(FromWorker::Validation { id: 8, answer: Answer::RequestsCompared { table } }) =
+        ask(log, servesim_scenario::DEFAULT_SCENARIO)
     else {
         panic!()
     };

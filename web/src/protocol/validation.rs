@@ -8,9 +8,194 @@ use servesim_scenario::Files;
 
 use super::{FromWorker, WorkerState};
 
+/// What the Validate page asks a worker (`ToWorker::Validation`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ask {
+    /// Which rows of a calibration file a selection keeps: answer `RowsSelected`.
+    SelectRows {
+        /// The file's text (AIConfigurator `silicon_sample.csv` columns).
+        csv: String,
+        /// Its name, for error messages.
+        source: String,
+        /// The rows wanted.
+        wanted: RowsWanted,
+    },
+    /// Replay rows of a calibration file (`servesim validate --silicon`): one `Validated`
+    /// answer per row, in order.
+    Validate {
+        /// The file's text.
+        csv: String,
+        /// Its name, for error messages.
+        source: String,
+        /// Which rows, by position in the file's data rows (from 0).
+        indices: Vec<usize>,
+        /// Replay options as `(flag, value)`, the CLI's (`validate::OPTIONS`); none: the
+        /// replay policy.
+        options: Vec<(String, String)>,
+    },
+    /// The CLI's table, notes and reports of replayed rows: answer `Report`.
+    Report {
+        /// The file's text.
+        csv: String,
+        /// Its name, as the report names it.
+        source: String,
+        /// The rows replayed, by position in the file's data rows.
+        indices: Vec<usize>,
+        /// Their outcomes (`Validated` answers), in the same order.
+        outcomes: Vec<Outcome>,
+        /// The selection they were chosen by, for the report's command line.
+        wanted: RowsWanted,
+        /// The replay options they were replayed with (`Validate`'s).
+        options: Vec<(String, String)>,
+    },
+    /// Calibrate the engine's constants on the rows `wanted` keeps (`servesim calibrate`):
+    /// the coordinator answers with the replays it needs (`CalibrationNeeds`) until it has
+    /// the report (`CalibrationReport`).
+    Calibrate {
+        /// The file's text.
+        csv: String,
+        /// Its name, as the report names it.
+        source: String,
+        /// The rows, as `SelectRows` chooses them.
+        wanted: RowsWanted,
+        /// The constants to fit by name (`--fit`).
+        fit: Vec<String>,
+        /// Cross-validation folds (`--folds`; 0: none).
+        folds: usize,
+    },
+    /// The replays a `CalibrationNeeds` asked for: answer with the next need or the report.
+    Calibrated {
+        /// The options they replayed with, as asked.
+        options: Vec<(String, String)>,
+        /// Each row's position in the file and its predicted mean TTFT and TPOT (ms), if any.
+        predicted: Vec<(usize, Option<(f64, f64)>)>,
+    },
+    /// Replay a scenario and compare it with a measured per-request log (`servesim validate
+    /// --requests LOG --config CONFIG`): answer `RequestsCompared`.
+    CompareRequests {
+        /// The log's text (vLLM per-request JSONL).
+        log: String,
+        /// Its name, for error messages.
+        log_name: String,
+        /// The scenario that replays the log's workload (YAML or JSON).
+        config: String,
+        /// Its name.
+        source: String,
+    },
+}
+
+/// A worker's answer to an [`Ask`] (`FromWorker::Validation`); failures are
+/// `FromWorker::Failed`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Answer {
+    /// The rows a `SelectRows` keeps, by position in the file's data rows, in file order.
+    RowsSelected {
+        /// Positions.
+        indices: Vec<usize>,
+    },
+    /// One replayed row of a `Validate`.
+    Validated {
+        /// The row's position in the file's data rows.
+        index: usize,
+        /// Its prediction, or why there is none (`validate::run_row`).
+        outcome: Outcome,
+    },
+    /// What `servesim validate` prints and writes for the rows of a `Report`.
+    Report {
+        /// The table, notes, reports and points to draw (boxed: the largest message).
+        report: Box<ValidationAnswer>,
+    },
+    /// A calibration's next replays: `indices` (positions in the file) with `options`
+    /// (`Validate`'s), answered by `Calibrated`.
+    CalibrationNeeds {
+        /// The replay options, as `(flag, value)`.
+        options: Vec<(String, String)>,
+        /// The rows to replay.
+        indices: Vec<usize>,
+        /// Replays of the rows answered so far.
+        done: usize,
+    },
+    /// What `servesim calibrate` prints, as a table and as `--format json`.
+    CalibrationReport {
+        /// The table.
+        table: String,
+        /// The JSON.
+        json: String,
+    },
+    /// What `servesim validate --requests` prints for a `CompareRequests`: mean, p50 and p90
+    /// TTFT and TPOT, measured against predicted.
+    RequestsCompared {
+        /// The table.
+        table: String,
+    },
+}
+
+fn answer(id: u32, answer: Answer) -> FromWorker {
+    FromWorker::Validation { id, answer }
+}
+
+impl Ask {
+    /// The configs whose data files the worker must fetch first: the tables of the rows'
+    /// GPUs, engines and releases, or the scenario's.
+    #[must_use]
+    pub fn configs(&self) -> Vec<String> {
+        match self {
+            Ask::Validate { csv, source, indices, .. } => table_configs(csv, source, indices),
+            Ask::CompareRequests { config, .. } => vec![config.clone()],
+            Ask::SelectRows { .. } | Ask::Report { .. } | Ask::Calibrate { .. } | Ask::Calibrated { .. } => {
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Handles `ask`, posting its answers (or `Failed`) under `id`.
+pub(super) fn handle(
+    state: &mut WorkerState,
+    id: u32,
+    ask: Ask,
+    files: &dyn Files,
+    post: &mut dyn FnMut(FromWorker),
+) {
+    match ask {
+        Ask::SelectRows { csv, source, wanted } => {
+            let kept = state
+                .catalog()
+                .map_err(|e| e.to_string())
+                .and_then(|c| select_rows(&csv, &source, &wanted, c));
+            post(match kept {
+                Ok(kept) => {
+                    answer(id, Answer::RowsSelected { indices: kept.into_iter().map(|(i, _)| i).collect() })
+                }
+                Err(message) => FromWorker::Failed { id, message, exit_code: 2 },
+            });
+        }
+        Ask::Validate { csv, source, indices, options } => {
+            let rows = RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
+            if let Err(reply) = validate_rows(state, id, &rows, files, post) {
+                post(reply);
+            }
+        }
+        Ask::Report { csv, source, indices, outcomes, wanted, options } => {
+            let rows = RowsToReplay { csv: &csv, source: &source, indices: &indices, options: &options };
+            post(validation_report(state, id, &rows, &outcomes, &wanted));
+        }
+        Ask::Calibrate { csv, source, wanted, fit, folds } => {
+            post(start_calibration(state, id, &csv, &source, &wanted, &fit, folds));
+        }
+        Ask::Calibrated { options, predicted } => post(continue_calibration(state, id, &options, &predicted)),
+        Ask::CompareRequests { log, log_name, config, source } => {
+            let log = LogToCompare { text: &log, name: &log_name };
+            post(compare_request_log(state, id, &log, &config, &source, files));
+        }
+    }
+}
+
 /// A config naming each of `indices`' GPU, engine and release, so the worker fetches the
 /// tables those rows replay with (a row that names no release, the default one's).
-pub(super) fn table_configs(csv: &str, source: &str, indices: &[usize]) -> Vec<String> {
+fn table_configs(csv: &str, source: &str, indices: &[usize]) -> Vec<String> {
     let Ok(rows) = validate::parse_silicon(csv.as_bytes(), source) else {
         return Vec::new();
     };
@@ -34,7 +219,7 @@ pub(super) fn table_configs(csv: &str, source: &str, indices: &[usize]) -> Vec<S
 }
 
 /// Rows of a calibration file to replay, and the options to replay them with.
-pub(super) struct RowsToReplay<'a> {
+struct RowsToReplay<'a> {
     /// The file's text.
     pub csv: &'a str,
     /// Its name.
@@ -55,7 +240,7 @@ pub fn knobs(options: &[(String, String)]) -> Result<Knobs, String> {
 
 /// Replays a calibration file's rows, one reply each, as `servesim validate` replays them
 /// with the same options (the engine's recipe and published deployments included).
-pub(super) fn validate_rows(
+fn validate_rows(
     state: &mut WorkerState,
     id: u32,
     rows: &RowsToReplay<'_>,
@@ -77,7 +262,7 @@ pub(super) fn validate_rows(
             failed(format!("{source}: no data row {index} (the file has {})", parsed.len()))
         })?;
         let outcome = validate::run_row(row, catalog, files, &knobs);
-        post(FromWorker::Validated { id, index, outcome });
+        post(answer(id, Answer::Validated { index, outcome }));
     }
     Ok(())
 }
@@ -223,7 +408,7 @@ pub fn validation_answer(
 }
 
 /// The report of replayed rows ([`validation_answer`]), or why there is none.
-pub(super) fn validation_report(
+fn validation_report(
     state: &mut WorkerState,
     id: u32,
     replayed: &RowsToReplay<'_>,
@@ -251,10 +436,12 @@ pub(super) fn validation_report(
     };
     let command = command_line(source, wanted, &knobs);
     match state.catalog() {
-        Ok(catalog) => FromWorker::ValidationReport {
+        Ok(catalog) => answer(
             id,
-            report: Box::new(validation_answer(&command, source, &picked, outcomes, catalog)),
-        },
+            Answer::Report {
+                report: Box::new(validation_answer(&command, source, &picked, outcomes, catalog)),
+            },
+        ),
         Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
     }
 }
@@ -269,9 +456,9 @@ pub(super) struct Calibrating {
     replay: calibrate::Replay,
 }
 
-/// `ToWorker::Calibrate`: selects the rows, checks what was asked as `servesim calibrate`
+/// [`Ask::Calibrate`]: selects the rows, checks what was asked as `servesim calibrate`
 /// does, and answers with the first replays the calibration needs.
-pub(super) fn start_calibration(
+fn start_calibration(
     state: &mut WorkerState,
     id: u32,
     csv: &str,
@@ -297,8 +484,8 @@ pub(super) fn start_calibration(
     calibration_step(state, id)
 }
 
-/// `ToWorker::Calibrated`: records the replays and answers with the next need or the report.
-pub(super) fn continue_calibration(
+/// [`Ask::Calibrated`]: records the replays and answers with the next need or the report.
+fn continue_calibration(
     state: &mut WorkerState,
     id: u32,
     options: &[(String, String)],
@@ -325,19 +512,18 @@ fn calibration_step(state: &mut WorkerState, id: u32) -> FromWorker {
         return FromWorker::Failed { id, message: format!("no calibration {id} is running"), exit_code: 1 };
     };
     match job.replay.step(&job.setup) {
-        Ok(calibrate::Step::Need { knobs, rows, done }) => FromWorker::CalibrationNeeds {
+        Ok(calibrate::Step::Need { knobs, rows, done }) => answer(
             id,
-            options: knobs.options().into_iter().map(|(f, v)| (f.to_string(), v)).collect(),
-            indices: rows.iter().filter_map(|r| job.positions.get(*r).copied()).collect(),
-            done,
-        },
+            Answer::CalibrationNeeds {
+                options: knobs.options().into_iter().map(|(f, v)| (f.to_string(), v)).collect(),
+                indices: rows.iter().filter_map(|r| job.positions.get(*r).copied()).collect(),
+                done,
+            },
+        ),
         Ok(calibrate::Step::Done(c)) => {
             state.calibration = None;
-            FromWorker::CalibrationReport {
-                id,
-                table: c.table(),
-                json: serde_json::to_string_pretty(&c.to_json()).map(|t| t + "\n").unwrap_or_default(),
-            }
+            let json = serde_json::to_string_pretty(&c.to_json()).map(|t| t + "\n").unwrap_or_default();
+            answer(id, Answer::CalibrationReport { table: c.table(), json })
         }
         Err(message) => {
             state.calibration = None;
@@ -347,14 +533,14 @@ fn calibration_step(state: &mut WorkerState, id: u32) -> FromWorker {
 }
 
 /// A measured per-request log: its text and name.
-pub(super) struct LogToCompare<'a> {
+struct LogToCompare<'a> {
     pub text: &'a str,
     pub name: &'a str,
 }
 
-/// `ToWorker::CompareRequests`: replays `config` and compares it with the log, as `servesim
+/// [`Ask::CompareRequests`]: replays `config` and compares it with the log, as `servesim
 /// validate --requests` does.
-pub(super) fn compare_request_log(
+fn compare_request_log(
     state: &mut WorkerState,
     id: u32,
     log: &LogToCompare<'_>,
@@ -370,10 +556,12 @@ pub(super) fn compare_request_log(
         servesim_scenario::scenario::predict_with_catalog(config, source, catalog, files)
     });
     match prediction {
-        Ok(p) => FromWorker::RequestsCompared {
+        Ok(p) => answer(
             id,
-            table: validate::requests_table(&validate::compare_requests(&measured, &p)),
-        },
+            Answer::RequestsCompared {
+                table: validate::requests_table(&validate::compare_requests(&measured, &p)),
+            },
+        ),
         Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
     }
 }
