@@ -518,6 +518,13 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   assert.deepEqual(got, cli);
   assert.equal(got.overall.predicted, 4);
   assert.equal(got.rows[3].workers_source, 'sized');
+  // The row table puts the largest TTFT error first (rows not predicted last) and filters.
+  const size = (r) => (r.ttft_error_pct == null ? -Infinity : Math.abs(r.ttft_error_pct));
+  const worstFirst = got.rows.map((r, i) => [r, i]).sort((a, b) => size(b[0]) - size(a[0]) || a[1] - b[1]).map(([r]) => r.id);
+  assert.deepEqual(await page.$$eval('#val-rows tbody tr', (trs) => trs.map((tr) => tr.dataset.id)), worstFirst);
+  await page.fill('#val-rows-filter', 'sglang');
+  assert.deepEqual(await page.$$eval('#val-rows tbody tr', (trs) => trs.map((tr) => tr.dataset.id)), ['q32']);
+  assert.equal(await page.textContent('#val-rows-count'), '1 of 1 shown (5 rows)');
   // The table the CLI prints, and a curve of two points has a shape error.
   const table = await page.textContent('#val-table');
   for (const line of stdout.split('\n').filter((l) => l.startsWith('| **'))) assert.ok(table.includes(line), line);

@@ -898,7 +898,8 @@ pub fn encode<T: Serialize>(msg: &T) -> String {
 
 mod validation;
 pub use validation::{
-    command_line, knobs, select_rows, validation_answer, Answer, Ask, RowsWanted, ValidationAnswer,
+    command_line, knobs, select_rows, shown_rows, validation_answer, Answer, Ask, RowOrder, RowResult,
+    RowsWanted, ValidationAnswer,
 };
 
 #[cfg(test)]

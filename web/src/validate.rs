@@ -11,7 +11,10 @@ use wasm_bindgen::JsCast;
 use crate::calibrate::CalibratePanel;
 use crate::charts;
 use crate::client::{data_uri, now_ms, pool_size, Pool};
-use crate::protocol::{command_line, knobs, Answer, Ask, FromWorker, RowsWanted, ToWorker, ValidationAnswer};
+use crate::protocol::{
+    command_line, knobs, shown_rows, Answer, Ask, FromWorker, RowOrder, RowResult, RowsWanted, ToWorker,
+    ValidationAnswer,
+};
 use crate::request_log::RequestLogPanel;
 use crate::sweep::ChoiceField;
 use servesim_scenario::validate::{KnobOption, OptionKind, Outcome, OPTIONS};
@@ -270,6 +273,9 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                         <a id="download-validation-rows" download="validation-rows.csv" href=link("text/csv", |a| &a.rows_csv)>"validation-rows.csv"</a>
                     </p>
                 </Show>
+                <Show when=move || result.with(Option::is_some)>
+                    <RowTable rows=Signal::derive(move || result.with(|a| a.as_ref().map(|a| a.rows.clone()).unwrap_or_default())) />
+                </Show>
                 <details>
                     <summary>"validation-report.json"</summary>
                     <pre id="val-json">{field(|a| &a.json)}</pre>
@@ -386,4 +392,74 @@ pub(crate) fn pick_text(
         });
         done(text.map(|t| (f.name(), t)));
     });
+}
+
+/// Rows the table shows at once; the rest are a filter away (and in the downloads).
+const ROWS_SHOWN: usize = 200;
+
+/// Every row's measurement, prediction and error, filterable and ordered by either error, so
+/// the rows that carry a family's error are found.
+#[component]
+fn RowTable(rows: Signal<Vec<RowResult>>) -> impl IntoView {
+    let filter = RwSignal::new(String::new());
+    let order = RwSignal::new(RowOrder::Ttft);
+    let shown = move || {
+        rows.with(|all| {
+            let kept: Vec<RowResult> =
+                filter.with(|f| shown_rows(all, f, order.get()).into_iter().cloned().collect());
+            (kept.len(), all.len(), kept.into_iter().take(ROWS_SHOWN).collect::<Vec<_>>())
+        })
+    };
+    let cells = |r: &RowResult| {
+        let pct = |x: f64| format!("{x:+.1}%");
+        let (mt, mp) = r.measured;
+        match (r.predicted, r.errors_pct()) {
+            (Some((pt, pp)), Some((et, ep))) => view! {
+                <td>{format!("{mt:.1}")}</td><td>{format!("{pt:.1}")}</td><td class="num">{pct(et)}</td>
+                <td>{format!("{mp:.2}")}</td><td>{format!("{pp:.2}")}</td><td class="num">{pct(ep)}</td>
+            }
+            .into_any(),
+            _ => {
+                view! { <td colspan="6" class="error">{r.error.clone().unwrap_or_default()}</td> }.into_any()
+            }
+        }
+    };
+    let button = move |key: RowOrder, label: &'static str| {
+        view! {
+            <button class=move || if order.get() == key { "" } else { "secondary" } aria-pressed=move || (order.get() == key).to_string()
+                on:click=move |_| order.set(key)>{label}</button>
+        }
+    };
+    view! {
+        <h3>"Rows"</h3>
+        <div class="actions">
+            <input id="val-rows-filter" type="text" placeholder="filter by id, model, GPU, engine or class"
+                prop:value=move || filter.get() on:input=move |ev| filter.set(event_target_value(&ev)) />
+            <span class="hint">"order by"</span>
+            {button(RowOrder::Ttft, "TTFT error")}
+            {button(RowOrder::Tpot, "TPOT error")}
+            {button(RowOrder::File, "file")}
+            <span id="val-rows-count" class="hint">{move || {
+                let (kept, all, _) = shown();
+                format!("{} of {kept} shown ({all} rows)", kept.min(ROWS_SHOWN))
+            }}</span>
+        </div>
+        <div class="table-wrap">
+            <table id="val-rows">
+                <thead><tr>
+                    <th>"row"</th><th>"deployment"</th><th>"ISL/OSL × clients"</th>
+                    <th>"TTFT measured (ms)"</th><th>"predicted"</th><th>"error"</th>
+                    <th>"TPOT measured (ms)"</th><th>"predicted"</th><th>"error"</th>
+                </tr></thead>
+                <tbody>
+                    {move || shown().2.into_iter().map(|r| view! {
+                        <tr data-id=r.id.clone()>
+                            <td>{r.id.clone()}</td><td>{r.deployment.clone()}</td><td>{r.workload.clone()}</td>
+                            {cells(&r)}
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
 }

@@ -676,6 +676,37 @@ fn the_answer_is_the_clis_table_report_and_rows() {
     // Only predicted rows are drawn.
     assert_eq!(a.ttft, [("a8".to_string(), 40.0, 44.0)]);
     assert_eq!(a.tpot, [("a8".to_string(), 6.0, 5.4)]);
+    // Every row is in the table, the one not predicted with why.
+    assert_eq!(a.rows.len(), 2);
+    assert_eq!(a.rows[0].deployment, "meta-llama/Llama-3.1-8B-Instruct on h200_sxm, vllm, dense aggregated");
+    assert_eq!(a.rows[0].workload, "1024/128 × 8");
+    let (ttft, tpot) = a.rows[0].errors_pct().unwrap();
+    assert!((ttft - 10.0).abs() < 1e-9 && (tpot + 10.0).abs() < 1e-9, "{ttft} {tpot}");
+    assert_eq!(a.rows[1].error.as_deref(), Some("refused"));
+}
+
+#[test]
+fn the_row_table_filters_and_puts_the_largest_errors_first() {
+    let row = |id: &str, deployment: &str, predicted: Option<(f64, f64)>| RowResult {
+        id: id.into(),
+        deployment: deployment.into(),
+        workload: String::new(),
+        measured: (100.0, 10.0),
+        predicted,
+        error: predicted.is_none().then(|| "refused".to_string()),
+    };
+    let rows = [
+        row("a", "Qwen on h100_sxm", Some((120.0, 10.5))),
+        row("b", "Qwen on h200_sxm", None),
+        row("c", "Llama on h100_sxm", Some((50.0, 10.1))),
+        row("d", "Llama on h200_sxm", Some((90.0, 13.0))),
+    ];
+    let ids = |shown: Vec<&RowResult>| shown.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(shown_rows(&rows, "", RowOrder::Ttft)), ["c", "a", "d", "b"]);
+    assert_eq!(ids(shown_rows(&rows, "", RowOrder::Tpot)), ["d", "a", "c", "b"]);
+    assert_eq!(ids(shown_rows(&rows, "", RowOrder::File)), ["a", "b", "c", "d"]);
+    assert_eq!(ids(shown_rows(&rows, " H100 ", RowOrder::Ttft)), ["c", "a"]);
+    assert!(shown_rows(&rows, "b300", RowOrder::Ttft).is_empty());
 }
 
 #[test]

@@ -372,6 +372,66 @@ pub struct ValidationAnswer {
     pub ttft: Vec<(String, f64, f64)>,
     /// The same for TPOT.
     pub tpot: Vec<(String, f64, f64)>,
+    /// Every row, for the page's table.
+    pub rows: Vec<RowResult>,
+}
+
+/// One row of a validation as the page's table shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowResult {
+    /// The row's id.
+    pub id: String,
+    /// Model, GPU, engine and mode.
+    pub deployment: String,
+    /// Prompt and output tokens and clients (`1024/128 × 8`).
+    pub workload: String,
+    /// Measured mean TTFT and TPOT (ms).
+    pub measured: (f64, f64),
+    /// Predicted, when the row could be replayed.
+    pub predicted: Option<(f64, f64)>,
+    /// Why not, otherwise.
+    pub error: Option<String>,
+}
+
+impl RowResult {
+    /// The TTFT and TPOT errors (percent; positive: predicted slower).
+    #[must_use]
+    pub fn errors_pct(&self) -> Option<(f64, f64)> {
+        let (mt, mp) = self.measured;
+        self.predicted.map(|(pt, pp)| (100.0 * (pt / mt - 1.0), 100.0 * (pp / mp - 1.0)))
+    }
+}
+
+/// How the page's row table is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    /// As in the file.
+    File,
+    /// Largest TTFT error first (rows not predicted last).
+    Ttft,
+    /// Largest TPOT error first.
+    Tpot,
+}
+
+/// The rows whose id or deployment contains `filter` (any case), in `order`.
+#[must_use]
+pub fn shown_rows<'a>(rows: &'a [RowResult], filter: &str, order: RowOrder) -> Vec<&'a RowResult> {
+    let filter = filter.trim().to_lowercase();
+    let mut shown: Vec<&RowResult> = rows
+        .iter()
+        .filter(|r| {
+            filter.is_empty() || format!("{} {}", r.id, r.deployment).to_lowercase().contains(&filter)
+        })
+        .collect();
+    let size = |r: &RowResult| {
+        r.errors_pct()
+            .map_or(f64::NEG_INFINITY, |(t, p)| if order == RowOrder::Ttft { t.abs() } else { p.abs() })
+    };
+    if order != RowOrder::File {
+        // Stable: equal errors keep file order.
+        shown.sort_by(|a, b| size(b).total_cmp(&size(a)));
+    }
+    shown
 }
 
 /// The CLI's outputs for `rows` and their outcomes (`command`: the command line that
@@ -404,6 +464,24 @@ pub fn validation_answer(
         rows_csv: validate::rows_csv(rows, outcomes),
         ttft: points(|r, p| (r.ttft_ms, p.0)),
         tpot: points(|r, p| (r.tpot_ms, p.1)),
+        rows: rows
+            .iter()
+            .zip(outcomes)
+            .map(|(r, o)| RowResult {
+                id: r.id.clone(),
+                deployment: format!(
+                    "{} on {}, {}, {}",
+                    r.model,
+                    r.system,
+                    r.backend,
+                    validate::class(r, catalog)
+                ),
+                workload: format!("{}/{} × {}", r.isl, r.osl, r.concurrency),
+                measured: (r.ttft_ms, r.tpot_ms),
+                predicted: o.predicted,
+                error: o.error.clone(),
+            })
+            .collect(),
     }
 }
 
