@@ -1,9 +1,12 @@
 //! The Validate page: `servesim validate --silicon` in the browser. The calibration file the
 //! user picks (AIConfigurator `silicon_sample.csv` columns) is replayed row by row on a pool of
 //! workers, each row as the CLI replays it; the page shows the CLI's error table and notes,
-//! predicted against measured TTFT and TPOT, and the report as JSON, Markdown and per-row CSV.
-//! Worker 0 also selects the rows and builds the report (`protocol::select_rows`,
-//! `protocol::validation_answer`), so the page itself links none of the simulator.
+//! predicted against measured TTFT and TPOT, a table of every row's errors, and the report as
+//! JSON, Markdown and per-row CSV. What-if fields set the CLI's replay options, read in the
+//! page with the CLI's ranges before any worker starts. Worker 0 also selects the rows and
+//! builds the report (`protocol::select_rows`, `protocol::validation_answer`), so the page
+//! itself links none of the simulator. The calibration and per-request panels are
+//! `crate::calibrate` and `crate::request_log`.
 
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
