@@ -143,7 +143,8 @@ pub(crate) fn silicon(
         eprintln!();
     }
     let s = summarize(&rows, &outcomes, &catalog);
-    say!("servesim validate --silicon {}: {} rows\n", silicon.display(), rows.len());
+    let n = rows.len();
+    say!("servesim validate --silicon {}: {n} row{}\n", silicon.display(), if n == 1 { "" } else { "s" });
     say_raw!("{}", table(&s));
     say_raw!("{}", servesim_scenario::validate::notes(&s));
     let mut errors = servesim_scenario::validate::not_predicted(&rows, &outcomes);
