@@ -525,6 +525,17 @@ test('Validate: a calibration file replayed on a pool of workers equals servesim
   await page.fill('#val-rows-filter', 'sglang');
   assert.deepEqual(await page.$$eval('#val-rows tbody tr', (trs) => trs.map((tr) => tr.dataset.id)), ['q32']);
   assert.equal(await page.textContent('#val-rows-count'), '1 of 1 shown (5 rows)');
+  // A row opens in Predict as the scenario it replays as, and runs to its prediction there.
+  const before = await page.textContent('#mean-ttft');
+  await page.click('#val-rows tbody tr[data-id="q32"] .open-predict');
+  await page.waitForFunction((b) => (document.querySelector('#status')?.textContent ?? '').startsWith('Done')
+    && document.querySelector('#mean-ttft')?.textContent !== b, before, { timeout: 60000 });
+  assert.equal(await page.isVisible('#page-predict'), true);
+  const q32 = got.rows.find((r) => r.id === 'q32');
+  const opened = Number(await page.textContent('#mean-ttft'));
+  assert.ok(Math.abs(opened - q32.predicted_ttft_ms) <= 0.01, `predict ${opened} vs validate ${q32.predicted_ttft_ms}`);
+  await page.click('#tab-validate');
+  await page.fill('#val-rows-filter', '');
   // The table the CLI prints, and a curve of two points has a shape error.
   const table = await page.textContent('#val-table');
   for (const line of stdout.split('\n').filter((l) => l.startsWith('| **'))) assert.ok(table.includes(line), line);

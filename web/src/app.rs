@@ -646,7 +646,7 @@ pub fn App() -> impl IntoView {
             <crate::compare::ComparePage initial=servesim_scenario::DEFAULT_SCENARIO.to_string() files=files />
         </div>
         <div id="page-validate" class:hidden=move || tab.get() != Tab::Validate>
-            <crate::validate::ValidatePage files=files />
+            <crate::validate::ValidatePage files=files open=open_in_predict />
         </div>
         <div id="page-data" class:hidden=move || tab.get() != Tab::Data>
             <crate::data::DataPage files=files config=config open=open_in_predict />

@@ -48,9 +48,9 @@ struct Job {
 }
 
 /// The page. `files` are the files dropped on the Data page (kernel tables among them), which
-/// every worker of the pool receives.
+/// every worker of the pool receives; `open` shows a row's replayed scenario in Predict.
 #[component]
-pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView {
+pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<String>) -> impl IntoView {
     let csv = RwSignal::new(String::new());
     let name = RwSignal::new("calibration.csv".to_string());
     let filter = RwSignal::new(String::new());
@@ -145,6 +145,42 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
     };
     // What the CLI would run, or why the options cannot be read.
     let command = move || knobs(&options()).map(|k| command_line(&name.get(), &wanted(), &k));
+
+    // A row's replayed scenario, built by a worker of its own (the pool has stopped by then)
+    // with the tables of the row's GPU and engine, opens in Predict.
+    let opener: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let open_row = Callback::new(move |index: usize| {
+        opener.update_value(Pool::terminate);
+        let id = run_id.get_value();
+        let on_answer = move |_k: usize, msg: FromWorker| match msg {
+            FromWorker::Validation { answer: Answer::Scenario { yaml, .. }, .. } => {
+                opener.update_value(Pool::terminate);
+                open.run(yaml);
+            }
+            FromWorker::Failed { message, .. } => {
+                opener.update_value(Pool::terminate);
+                phase.set(Phase::Failed(message));
+            }
+            _ => {}
+        };
+        match Pool::spawn(1, on_answer) {
+            Ok(p) => opener.set_value(p),
+            Err(e) => return phase.set(Phase::Failed(e)),
+        }
+        let dropped = files.get_untracked();
+        let ask = job.with_value(|j| Ask::Scenario {
+            csv: j.csv.clone(),
+            source: j.name.clone(),
+            index,
+            options: j.options.clone(),
+        });
+        opener.with_value(|p| {
+            for f in &dropped {
+                p.send(0, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
+            }
+            p.send(0, &ToWorker::Validation { id, ask });
+        });
+    });
 
     let run = move || {
         stop_pool();
@@ -277,7 +313,8 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoView
                     </p>
                 </Show>
                 <Show when=move || result.with(Option::is_some)>
-                    <RowTable rows=Signal::derive(move || result.with(|a| a.as_ref().map(|a| a.rows.clone()).unwrap_or_default())) />
+                    <RowTable rows=Signal::derive(move || result.with(|a| a.as_ref().map(|a| a.rows.clone()).unwrap_or_default()))
+                        open=open_row />
                 </Show>
                 <details>
                     <summary>"validation-report.json"</summary>
@@ -403,7 +440,7 @@ const ROWS_SHOWN: usize = 200;
 /// Every row's measurement, prediction and error, filterable and ordered by either error, so
 /// the rows that carry a family's error are found.
 #[component]
-fn RowTable(rows: Signal<Vec<RowResult>>) -> impl IntoView {
+fn RowTable(rows: Signal<Vec<RowResult>>, open: Callback<usize>) -> impl IntoView {
     let filter = RwSignal::new(String::new());
     let order = RwSignal::new(RowOrder::Ttft);
     let shown = move || {
@@ -452,14 +489,19 @@ fn RowTable(rows: Signal<Vec<RowResult>>) -> impl IntoView {
                 <thead><tr>
                     <th>"row"</th><th>"deployment"</th><th>"ISL/OSL × clients"</th>
                     <th>"TTFT measured (ms)"</th><th>"predicted"</th><th>"error"</th>
-                    <th>"TPOT measured (ms)"</th><th>"predicted"</th><th>"error"</th>
+                    <th>"TPOT measured (ms)"</th><th>"predicted"</th><th>"error"</th><th></th>
                 </tr></thead>
                 <tbody>
-                    {move || shown().2.into_iter().map(|r| view! {
-                        <tr data-id=r.id.clone()>
-                            <td>{r.id.clone()}</td><td>{r.deployment.clone()}</td><td>{r.workload.clone()}</td>
-                            {cells(&r)}
-                        </tr>
+                    {move || shown().2.into_iter().map(|r| {
+                        let index = r.index;
+                        view! {
+                            <tr data-id=r.id.clone()>
+                                <td>{r.id.clone()}</td><td>{r.deployment.clone()}</td><td>{r.workload.clone()}</td>
+                                {cells(&r)}
+                                <td><button class="secondary small open-predict" title="Open the scenario this row replays as in Predict"
+                                    on:click=move |_| open.run(index)>"Predict"</button></td>
+                            </tr>
+                        }
                     }).collect_view()}
                 </tbody>
             </table>

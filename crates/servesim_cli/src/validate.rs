@@ -198,22 +198,17 @@ pub(crate) fn show_scenarios(
     let (rows, catalog) = select(silicon, sel)?;
     let files = DiskFiles { base: PathBuf::from("."), data_dir };
     for r in &rows {
-        let dense = catalog.model(&r.model).is_some_and(|m| m.moe.is_none());
-        match servesim_scenario::validate::replayed_row(r, &catalog, &files, knobs) {
-            Ok((replayed, sized)) => {
-                let note = match (sized, servesim_scenario::validate::published_workers(r, knobs)) {
+        // The very scenario `run_row` runs.
+        match servesim_scenario::validate::replay_scenario(r, &catalog, &files, knobs) {
+            Ok(replay) => {
+                let note = match (replay.sized, servesim_scenario::validate::published_workers(r, knobs)) {
                     (Some((p, d)), _) => format!("# worker counts not recorded: sized to {p} prefill + {d} decode\n"),
                     (None, Some((p, d))) => format!(
                         "# worker counts not recorded: InferenceX's published deployment, {p} prefill + {d} decode\n"
                     ),
                     (None, None) => String::new(),
                 };
-                let r = replayed;
-                let tables = servesim_scenario::validate::tables_version(&r, &files);
-                say!(
-                    "---\n{note}{}",
-                    servesim_scenario::validate::scenario_yaml(&r, knobs, dense, tables.as_deref())
-                );
+                say!("---\n{note}{}", replay.yaml);
             }
             Err(e) => say!("---\n# {} (line {}): {e}", r.id, r.line),
         }

@@ -566,6 +566,30 @@ fn validate_replays_each_row_as_the_cli_does_and_names_what_it_fetches() {
     // The outcome crosses to the page as JSON and back unchanged.
     let back: FromWorker = serde_json::from_str(&encode(&out[1])).unwrap();
     assert_eq!(back, out[1]);
+    // The scenario a row replays as runs to the row's prediction (the page opens it in Predict).
+    let ask = Ask::Scenario { csv: SILICON.into(), source: "cal.csv".into(), index: 0, options: Vec::new() };
+    let msg = ToWorker::Validation { id: 4, ask };
+    assert!(msg.configs(&mut WorkerState::default()).iter().any(|c| c.contains("backend_version: '0.24.0'")));
+    let mut got = Vec::new();
+    handle(&mut WorkerState::default(), msg, &files, &|| 0.0, &mut |m| got.push(m));
+    let Some(FromWorker::Validation { id: 4, answer: Answer::Scenario { index: 0, yaml } }) = got.pop()
+    else {
+        panic!("{got:?}")
+    };
+    let replayed =
+        servesim_scenario::scenario::predict_with_catalog(&yaml, "row.yaml", &catalog, &files).unwrap();
+    assert_eq!(Some((replayed.summary.ttft.mean, replayed.summary.tpot.mean)), agg.predicted);
+    let ask = Ask::Scenario { csv: SILICON.into(), source: "cal.csv".into(), index: 1, options: Vec::new() };
+    handle(&mut WorkerState::default(), ToWorker::Validation { id: 4, ask }, &files, &|| 0.0, &mut |m| {
+        got.push(m)
+    });
+    // A row not predicted opens too, and Predict says why.
+    let Some(FromWorker::Validation { answer: Answer::Scenario { index: 1, yaml }, .. }) = got.pop() else {
+        panic!()
+    };
+    let refused =
+        servesim_scenario::scenario::predict_with_catalog(&yaml, "row.yaml", &catalog, &files).unwrap_err();
+    assert!(refused.to_string().contains("acme/NoSuchModel"), "{refused}");
     // With what-if options, as `servesim validate --frontend-ms 300 --length-floor 1`.
     let options = vec![("frontend-ms".to_string(), "300".to_string()), ("length-floor".into(), "1".into())];
     let msg = ToWorker::Validation {
@@ -665,7 +689,13 @@ fn the_answer_is_the_clis_table_report_and_rows() {
         Outcome { error: Some("refused".into()), ..Outcome::default() },
     ];
     let catalog = Catalog::builtin().unwrap();
-    let a = validation_answer("servesim validate --silicon f.csv", "f.csv", &rows, &outcomes, &catalog);
+    let a = validation_answer(
+        "servesim validate --silicon f.csv",
+        "f.csv",
+        (&[0, 1], &rows),
+        &outcomes,
+        &catalog,
+    );
     let s = servesim_scenario::validate::summarize(&rows, &outcomes, &catalog);
     assert_eq!(a.table, servesim_scenario::validate::table(&s));
     assert_eq!(a.rows_csv, servesim_scenario::validate::rows_csv(&rows, &outcomes));
@@ -688,6 +718,7 @@ fn the_answer_is_the_clis_table_report_and_rows() {
 #[test]
 fn the_row_table_filters_and_puts_the_largest_errors_first() {
     let row = |id: &str, deployment: &str, predicted: Option<(f64, f64)>| RowResult {
+        index: 0,
         id: id.into(),
         deployment: deployment.into(),
         workload: String::new(),

@@ -71,6 +71,18 @@ pub enum Ask {
         /// Each row's position in the file and its predicted mean TTFT and TPOT (ms), if any.
         predicted: Vec<(usize, Option<(f64, f64)>)>,
     },
+    /// The scenario a row is replayed as (`servesim validate --show-scenarios`), to open in
+    /// Predict: answer `Scenario`.
+    Scenario {
+        /// The file's text.
+        csv: String,
+        /// Its name, for error messages.
+        source: String,
+        /// The row, by position in the file's data rows.
+        index: usize,
+        /// Replay options, as `Validate`'s.
+        options: Vec<(String, String)>,
+    },
     /// Replay a scenario and compare it with a measured per-request log (`servesim validate
     /// --requests LOG --config CONFIG`): answer `RequestsCompared`.
     CompareRequests {
@@ -124,6 +136,13 @@ pub enum Answer {
         /// The JSON.
         json: String,
     },
+    /// The scenario a `Scenario` asked for.
+    Scenario {
+        /// The row's position in the file's data rows.
+        index: usize,
+        /// The scenario (a prediction.yaml).
+        yaml: String,
+    },
     /// What `servesim validate --requests` prints for a `CompareRequests`: mean, p50 and p90
     /// TTFT and TPOT, measured against predicted.
     RequestsCompared {
@@ -143,6 +162,7 @@ impl Ask {
     pub fn configs(&self) -> Vec<String> {
         match self {
             Ask::Validate { csv, source, indices, .. } => table_configs(csv, source, indices),
+            Ask::Scenario { csv, source, index, .. } => table_configs(csv, source, &[*index]),
             Ask::CompareRequests { config, .. } => vec![config.clone()],
             Ask::SelectRows { .. } | Ask::Report { .. } | Ask::Calibrate { .. } | Ask::Calibrated { .. } => {
                 Vec::new()
@@ -186,6 +206,10 @@ pub(super) fn handle(
             post(start_calibration(state, id, &csv, &source, &wanted, &fit, folds));
         }
         Ask::Calibrated { options, predicted } => post(continue_calibration(state, id, &options, &predicted)),
+        Ask::Scenario { csv, source, index, options } => {
+            let rows = RowsToReplay { csv: &csv, source: &source, indices: &[index], options: &options };
+            post(row_scenario(state, id, &rows, files));
+        }
         Ask::CompareRequests { log, log_name, config, source } => {
             let log = LogToCompare { text: &log, name: &log_name };
             post(compare_request_log(state, id, &log, &config, &source, files));
@@ -265,6 +289,30 @@ fn validate_rows(
         post(answer(id, Answer::Validated { index, outcome }));
     }
     Ok(())
+}
+
+/// The scenario the first of `rows` is replayed as ([`Ask::Scenario`]).
+fn row_scenario(state: &mut WorkerState, id: u32, rows: &RowsToReplay<'_>, files: &dyn Files) -> FromWorker {
+    let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
+    let knobs = match knobs(rows.options) {
+        Ok(k) => k,
+        Err(e) => return failed(e),
+    };
+    let parsed = match validate::parse_silicon(rows.csv.as_bytes(), rows.source) {
+        Ok(p) => p,
+        Err(e) => return failed(e.to_string()),
+    };
+    let Some((&index, row)) = rows.indices.first().and_then(|i| Some((i, parsed.get(*i)?))) else {
+        return failed(format!("{}: no such data row (the file has {})", rows.source, parsed.len()));
+    };
+    let catalog = match state.catalog() {
+        Ok(c) => c,
+        Err(e) => return FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },
+    };
+    match validate::replay_scenario(row, catalog, files, &knobs) {
+        Ok(replay) => answer(id, Answer::Scenario { index, yaml: replay.yaml }),
+        Err(message) => FromWorker::Failed { id, message, exit_code: 1 },
+    }
 }
 
 /// The rows the Validate page asks for: the CLI's `--filter`, `--class`, `--source` and
@@ -379,6 +427,8 @@ pub struct ValidationAnswer {
 /// One row of a validation as the page's table shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RowResult {
+    /// The row's position in the file's data rows.
+    pub index: usize,
     /// The row's id.
     pub id: String,
     /// Model, GPU, engine and mode.
@@ -434,13 +484,14 @@ pub fn shown_rows<'a>(rows: &'a [RowResult], filter: &str, order: RowOrder) -> V
     shown
 }
 
-/// The CLI's outputs for `rows` and their outcomes (`command`: the command line that
-/// replays them so, [`command_line`]; `name`: the file, as the report names it).
+/// The CLI's outputs for `rows` (at `positions` in the file) and their outcomes (`command`:
+/// the command line that replays them so, [`command_line`]; `name`: the file, as the report
+/// names it).
 #[must_use]
 pub fn validation_answer(
     command: &str,
     name: &str,
-    rows: &[SiliconRow],
+    (positions, rows): (&[usize], &[SiliconRow]),
     outcomes: &[Outcome],
     catalog: &Catalog,
 ) -> ValidationAnswer {
@@ -467,7 +518,9 @@ pub fn validation_answer(
         rows: rows
             .iter()
             .zip(outcomes)
-            .map(|(r, o)| RowResult {
+            .zip(positions)
+            .map(|((r, o), &index)| RowResult {
+                index,
                 id: r.id.clone(),
                 deployment: format!(
                     "{} on {}, {}, {}",
@@ -517,7 +570,7 @@ fn validation_report(
         Ok(catalog) => answer(
             id,
             Answer::Report {
-                report: Box::new(validation_answer(&command, source, &picked, outcomes, catalog)),
+                report: Box::new(validation_answer(&command, source, (indices, &picked), outcomes, catalog)),
             },
         ),
         Err(e) => FromWorker::Failed { id, message: e.to_string(), exit_code: e.exit_code() },

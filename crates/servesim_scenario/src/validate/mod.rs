@@ -714,12 +714,41 @@ pub fn replayed_row(
     Ok((r, sized))
 }
 
+/// A row as it is replayed: its layouts as they ran ([`replayed_row`]), the pools sized for it
+/// when it records none, and the scenario (a prediction.yaml) that replays it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// The row as replayed.
+    pub row: SiliconRow,
+    /// Prefill and decode workers sized by [`size_pools`], when the row records none.
+    pub sized: Option<(u32, u32)>,
+    /// The scenario.
+    pub yaml: String,
+}
+
+/// The scenario `row` is replayed as with `knobs`: what [`run_row`] runs, `servesim validate
+/// --show-scenarios` prints and the page opens in Predict.
+///
+/// # Errors
+/// When the row cannot be replayed (a model or GPU the catalog does not know, a layout that
+/// does not fit).
+pub fn replay_scenario(
+    row: &SiliconRow,
+    catalog: &Catalog,
+    files: &dyn Files,
+    knobs: &Knobs,
+) -> Result<Replay, String> {
+    let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
+    let (r, sized) = replayed_row(row, catalog, files, knobs)?;
+    let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
+    Ok(Replay { row: r, sized, yaml })
+}
+
 /// Replays one row.
 #[must_use]
 pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &Knobs) -> Outcome {
-    let dense = catalog.model(&row.model).is_some_and(|m| m.moe.is_none());
     let flat = |e: &str| e.lines().collect::<Vec<_>>().join(" ");
-    let (r, sized) = match replayed_row(row, catalog, files, knobs) {
+    let Replay { row: r, sized, yaml } = match replay_scenario(row, catalog, files, knobs) {
         Ok(x) => x,
         Err(e) => return Outcome { error: Some(flat(&e)), ..Outcome::default() },
     };
@@ -729,7 +758,6 @@ pub fn run_row(row: &SiliconRow, catalog: &Catalog, files: &dyn Files, knobs: &K
         None => curve_key(&r),
     });
     let drafts = speculation(&r, knobs).map(|(n, _)| n);
-    let yaml = scenario_yaml(&r, knobs, dense, tables_version(row, files).as_deref());
     let prepared = parse_with_overrides(&yaml, &row.id, &[])
         .and_then(|root| prepare(&root, &row.id, catalog, None, files));
     let prompt_load = prepared.as_ref().ok().and_then(|p| measured_prompt_load(row, p));
