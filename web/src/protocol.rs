@@ -184,7 +184,7 @@ impl ToWorker {
                 query.model, query.system, query.backend
             )],
             ToWorker::Check { config, .. } => vec![config.clone()],
-            ToWorker::Validation { ask, .. } => ask.configs(),
+            ToWorker::Validation { ask, .. } => ask.configs(state),
             ToWorker::Plan { .. }
             | ToWorker::Submit { .. }
             | ToWorker::SubmitReplays { .. }
@@ -392,6 +392,8 @@ pub struct WorkerState {
     search: Option<Coordinated>,
     sweep: Option<Sweeping>,
     calibration: Option<validation::Calibrating>,
+    /// The last calibration file read: its name, text and rows (`validation::parsed_rows`).
+    silicon: Option<(String, String, std::sync::Arc<Vec<servesim_scenario::validate::SiliconRow>>)>,
 }
 
 /// A `default` sweep the coordinator is confirming.

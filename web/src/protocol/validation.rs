@@ -1,6 +1,8 @@
 //! The Validate page's messages: selecting a calibration file's rows, replaying them as
 //! `servesim validate` does, and building the CLI's table and reports from the outcomes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use servesim_scenario::catalog::Catalog;
 use servesim_scenario::validate::{self, calibrate, Knobs, Outcome, SiliconRow};
@@ -159,10 +161,10 @@ impl Ask {
     /// The configs whose data files the worker must fetch first: the tables of the rows'
     /// GPUs, engines and releases, or the scenario's.
     #[must_use]
-    pub fn configs(&self) -> Vec<String> {
+    pub fn configs(&self, state: &mut WorkerState) -> Vec<String> {
         match self {
-            Ask::Validate { csv, source, indices, .. } => table_configs(csv, source, indices),
-            Ask::Scenario { csv, source, index, .. } => table_configs(csv, source, &[*index]),
+            Ask::Validate { csv, source, indices, .. } => table_configs(state, csv, source, indices),
+            Ask::Scenario { csv, source, index, .. } => table_configs(state, csv, source, &[*index]),
             Ask::CompareRequests { config, .. } => vec![config.clone()],
             Ask::SelectRows { .. } | Ask::Report { .. } | Ask::Calibrate { .. } | Ask::Calibrated { .. } => {
                 Vec::new()
@@ -217,10 +219,26 @@ pub(super) fn handle(
     }
 }
 
+/// A calibration file's rows, parsed once per file: every point of a calibration sends the
+/// same file to every worker, which reads it for the tables to fetch and again to replay.
+///
+/// # Errors
+/// The reader's, naming the file and line.
+fn parsed_rows(state: &mut WorkerState, csv: &str, source: &str) -> Result<Arc<Vec<SiliconRow>>, String> {
+    if let Some((name, text, rows)) = &state.silicon {
+        if name == source && text == csv {
+            return Ok(Arc::clone(rows));
+        }
+    }
+    let rows = Arc::new(validate::parse_silicon(csv.as_bytes(), source).map_err(|e| e.to_string())?);
+    state.silicon = Some((source.to_string(), csv.to_string(), Arc::clone(&rows)));
+    Ok(rows)
+}
+
 /// A config naming each of `indices`' GPU, engine and release, so the worker fetches the
 /// tables those rows replay with (a row that names no release, the default one's).
-fn table_configs(csv: &str, source: &str, indices: &[usize]) -> Vec<String> {
-    let Ok(rows) = validate::parse_silicon(csv.as_bytes(), source) else {
+fn table_configs(state: &mut WorkerState, csv: &str, source: &str, indices: &[usize]) -> Vec<String> {
+    let Ok(rows) = parsed_rows(state, csv, source) else {
         return Vec::new();
     };
     let mut configs: Vec<String> = indices
@@ -275,7 +293,7 @@ fn validate_rows(
     let failed = |message: String| FromWorker::Failed { id, message, exit_code: 2 };
     let knobs = knobs(rows.options).map_err(failed)?;
     let source = rows.source;
-    let parsed = validate::parse_silicon(rows.csv.as_bytes(), source).map_err(|e| failed(e.to_string()))?;
+    let parsed = parsed_rows(state, rows.csv, source).map_err(failed)?;
     let catalog = state.catalog().map_err(|e| FromWorker::Failed {
         id,
         message: e.to_string(),
@@ -298,9 +316,9 @@ fn row_scenario(state: &mut WorkerState, id: u32, rows: &RowsToReplay<'_>, files
         Ok(k) => k,
         Err(e) => return failed(e),
     };
-    let parsed = match validate::parse_silicon(rows.csv.as_bytes(), rows.source) {
+    let parsed = match parsed_rows(state, rows.csv, rows.source) {
         Ok(p) => p,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return failed(e),
     };
     let Some((&index, row)) = rows.indices.first().and_then(|i| Some((i, parsed.get(*i)?))) else {
         return failed(format!("{}: no such data row (the file has {})", rows.source, parsed.len()));
@@ -552,9 +570,9 @@ fn validation_report(
         Ok(k) => k,
         Err(e) => return failed(e),
     };
-    let rows = match validate::parse_silicon(replayed.csv.as_bytes(), source) {
+    let rows = match parsed_rows(state, replayed.csv, source) {
         Ok(r) => r,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return failed(e),
     };
     let picked: Option<Vec<SiliconRow>> = indices.iter().map(|i| rows.get(*i).cloned()).collect();
     let Some(picked) = picked.filter(|p| p.len() == outcomes.len()) else {
