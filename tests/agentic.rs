@@ -293,6 +293,24 @@ fn kv_tiers_keep_the_histories_an_agentic_replay_evicts() {
     );
 }
 
+#[test]
+fn tensorrt_llm_host_offload_keeps_the_histories_an_agentic_replay_evicts() {
+    const TIER: &str = "tests/scenarios/agentic_coding_trtllm_host_offload.yaml";
+    let host = predict_file_with(TIER, &[]).unwrap();
+    let none = predict_file_with(TIER, &["engine.workers.aggregated.kv_cache.host_offload=null"]).unwrap();
+    for p in [&host, &none] {
+        assert_eq!(check_order(p, 1, 1.0), 340);
+    }
+    // Reuse rises and p99 TTFT falls with the tier.
+    for (figure, rises) in [("/prefix_cache_reused_ratio", true), ("/p99_ttft_ms", false)] {
+        let [a, b] = [&none, &host].map(|p| p.json.pointer(figure).unwrap().as_f64().unwrap());
+        assert!(if rises { a < b } else { a > b }, "{figure}: {a} {b}");
+    }
+    let tier = &host.json["servesim"]["host_offload"];
+    assert_eq!(tier["writes"], "on_eviction");
+    assert!(tier["restored_blocks"].as_u64().unwrap() > 0, "{tier}");
+}
+
 /// EAGLE drafts on every engine keep each play's order (a request is sent only when what it
 /// waits for has completed), and by bringing the outputs sooner they send the waiting
 /// requests sooner: tokens come at under 60% of the plain replay's TPOT and the plays end

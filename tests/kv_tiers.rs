@@ -1,4 +1,5 @@
-//! The storage KV tier (G3) behind host memory, end to end: it keeps what the host tiers lose,
+//! TensorRT-LLM's host tier (G2), end to end: it keeps what GPU memory evicts and gives it
+//! back on reuse. The storage KV tier (G3) behind host memory: it keeps what the host tiers lose,
 //! a shared store serves every worker and a local one only its own, the KV-aware router
 //! credits what it holds, and a host tier too small for a history cuts restores short rather
 //! than stalling. And Belady eviction of the GPU pools: the forecast keeps what is asked for
@@ -10,6 +11,7 @@ use serde_json::Value;
 use servesim_tests::{config_refusal, predict_file_with};
 
 const SHARED: &str = "tests/scenarios/vllm_g3_shared.yaml";
+const TRT_HOST: &str = "tests/scenarios/trtllm_host_offload.yaml";
 const LOCAL: &str = "tests/scenarios/vllm_g3_local_kv_router.yaml";
 
 fn run(rel: &str, sets: &[&str]) -> servesim_scenario::Prediction {
@@ -18,6 +20,34 @@ fn run(rel: &str, sets: &[&str]) -> servesim_scenario::Prediction {
 
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn tensorrt_llm_offloads_what_gpu_memory_evicts_and_moves_it_back_on_reuse() {
+    let with = run(TRT_HOST, &[]);
+    let without = run(TRT_HOST, &["engine.workers.aggregated.kv_cache.host_offload=null"]);
+    assert!(without.json["servesim"]["host_offload"].is_null());
+    let host = &with.json["servesim"]["host_offload"];
+    assert_eq!(host["writes"], "on_eviction");
+    // Both complete everything; host memory turns recomputed histories into copies back.
+    assert_eq!(with.summary.completed_requests, without.summary.completed_requests);
+    assert!(
+        with.summary.prefix_cache_reused_ratio > without.summary.prefix_cache_reused_ratio + 0.3,
+        "{} vs {}",
+        with.summary.prefix_cache_reused_ratio,
+        without.summary.prefix_cache_reused_ratio
+    );
+    assert!(with.summary.ttft.mean < 0.7 * without.summary.ttft.mean);
+    // A block lives in one tier at a time: what moves back was written first, and what the
+    // tier holds is what it wrote less what it evicted and gave back.
+    let (written, restored) = (n(host, "written_blocks"), n(host, "restored_blocks"));
+    assert!(restored > 0 && restored < written, "{host}");
+    assert_eq!(n(host, "resident_blocks"), written - n(host, "evicted_blocks") - restored);
+    assert_eq!(n(host, "capacity_blocks_per_rank"), 8192);
+    // The steps that wait for the copies make them visible in the restores' mean wait.
+    assert!(host["mean_restore_wait_ms"].as_f64().unwrap() > 0.0);
+    // Same seed, same bytes.
+    assert_eq!(with.json, run(TRT_HOST, &[]).json);
 }
 
 #[test]

@@ -811,6 +811,12 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.equal(st.blocks_per_sequence, 3);
   assert.equal(await page.textContent('#recurrent-state'),
     'aggregated: 146.8 MiB a sequence (float32) · 3 KV blocks a sequence · reuse up to a checkpointed block');
+  // TensorRT-LLM's host tier is written only with what GPU memory evicts, and the summary says so.
+  const trt = await presetMatchesCli(page, 12, 'tests/scenarios/trtllm_host_offload.yaml', hybrid, dir);
+  const trtHost = JSON.parse(trt).servesim.host_offload;
+  assert.equal(trtHost.writes, 'on_eviction');
+  assert.match(await page.textContent('#host-tier'),
+    new RegExp(`^${trtHost.restores} restores of [0-9,]+ tokens · ${trtHost.mean_restore_wait_ms.toFixed(2)} ms wait on average · [0-9,]+ blocks written as GPU memory evicted them, `));
   await page.close();
 });
 

@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 12] = [
+pub const PRESETS: [(&str, &str); 13] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -61,6 +61,10 @@ pub const PRESETS: [(&str, &str); 12] = [
     (
         "Hybrid model (Qwen3.5-27B, recurrent state) in multi-turn sessions, vLLM",
         include_str!("../../tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
+    ),
+    (
+        "Long conversations offloading evicted KV to host memory (G2), TensorRT-LLM",
+        include_str!("../../tests/scenarios/trtllm_host_offload.yaml"),
     ),
 ];
 

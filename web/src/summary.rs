@@ -142,11 +142,12 @@ pub fn host_tier(p: &Value) -> String {
         return "none".into();
     }
     format!(
-        "{} restores of {} tokens · {} ms wait on average · {} blocks written, {} evicted",
+        "{} restores of {} tokens · {} ms wait on average · {} blocks written{}, {} evicted",
         fmt_num(&h["restores"], 0),
         fmt_num(&h["restored_tokens"], 0),
         fmt_num(&h["mean_restore_wait_ms"], 2),
         fmt_num(&h["written_blocks"], 0),
+        if h["writes"] == "on_eviction" { " as GPU memory evicted them" } else { "" },
         fmt_num(&h["evicted_blocks"], 0)
     )
 }
@@ -514,6 +515,13 @@ mod tests {
                 fmt_num(&serde_json::json!(15235), 0),
                 fmt_num(&serde_json::json!(7043), 0)
             )
+        );
+        let mut trt = g2.clone();
+        trt["servesim"]["host_offload"]["writes"] = "on_eviction".into();
+        assert!(
+            host_tier(&trt).contains(" blocks written as GPU memory evicted them, "),
+            "{}",
+            host_tier(&trt)
         );
         assert_eq!(storage_tier(&g2), "none");
         let g3 = serde_json::json!({"servesim": {"g3_offload": {

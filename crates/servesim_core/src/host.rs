@@ -25,6 +25,12 @@
 //! transfer's first byte arrives `first_byte` after it starts, a latency the link does not
 //! stay busy for.
 //!
+//! TensorRT-LLM's host offloading (`kv_cache_config.host_cache_size`) keeps the same tier
+//! with [`HostWrites::OnEviction`]: a block is copied out only when GPU memory evicts it, and
+//! moves back when a prompt reuses it ([`HostTier::onboard`]), so it lives in one tier at a
+//! time; the engine's next forward pass waits for both copies (`syncTransfers`), so they
+//! lengthen that step instead of holding the request aside.
+//!
 //! Behind it may sit a storage tier (G3, [`G3Store`]): every block written here is written
 //! there too, and an admission continues what GPU and host memory hold with the blocks
 //! storage holds, read into host memory first ([`HostTier::begin_tiered_restore`]).
@@ -57,6 +63,18 @@ pub struct HostSpec {
     pub h2d_bytes_per_s: Option<f64>,
     /// Latency to a transfer's first byte.
     pub first_byte: SimDur,
+    /// When blocks are written.
+    pub writes: HostWrites,
+}
+
+/// When a host tier is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostWrites {
+    /// Every full block, after the step that computed it (vLLM's `OffloadingConnector`).
+    #[default]
+    AfterCompute,
+    /// A block GPU memory evicts, on its way out (TensorRT-LLM's secondary pool).
+    OnEviction,
 }
 
 /// Counters of a host tier (summed over ranks in reports).
@@ -116,6 +134,8 @@ pub struct HostTier {
     d2h_free: SimTime,
     h2d_free: SimTime,
     clock: SimTime,
+    /// When the last copy started so far ends, its first-byte latency included.
+    copies_end: SimTime,
     stats: HostStats,
     g3: Option<G3Port>,
 }
@@ -130,6 +150,7 @@ impl HostTier {
             d2h_free: SimTime::ZERO,
             h2d_free: SimTime::ZERO,
             clock: SimTime::ZERO,
+            copies_end: SimTime::ZERO,
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
             g3: None,
         }
@@ -200,6 +221,7 @@ impl HostTier {
         let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
         self.d2h_free = done;
         let ready = done + self.spec.first_byte;
+        self.copies_end = self.copies_end.max(ready);
         self.blocks.entry_mut(slot).ready_at = ready;
         self.stats.written_blocks += 1;
         if let Some(g) = &self.g3 {
@@ -255,6 +277,26 @@ impl HostTier {
     #[must_use]
     pub fn peek_g3(&self, keys: &[u64], now: SimTime) -> usize {
         self.g3.as_ref().map_or(0, |g| g.store.borrow().peek_prefix(keys, now))
+    }
+
+    /// When every copy started so far ends (what a step that waits for them waits until).
+    #[must_use]
+    pub fn copies_end(&self) -> SimTime {
+        self.copies_end
+    }
+
+    /// Moves the held blocks `keys` (a prefix [`HostTier::held_prefix`] found) back to GPU
+    /// memory at `now`, as TensorRT-LLM onboards them: they leave the tier, and the copy
+    /// starts once the copies that brought them here have ended. Returns when it ends.
+    pub fn onboard(&mut self, keys: &[u64], now: SimTime) -> SimTime {
+        let mut start = now;
+        for &k in keys {
+            if let Some(slot) = self.blocks.slot(k) {
+                start = start.max(self.blocks.entry(slot).ready_at);
+                self.blocks.remove(k);
+            }
+        }
+        self.copy_to_device(keys.len(), now, start)
     }
 
     /// Starts restoring the blocks `keys` (all held, as [`HostTier::match_prefix`] found) at
@@ -324,6 +366,7 @@ impl HostTier {
         let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
         self.h2d_free = link_done;
         let done = link_done + self.spec.first_byte;
+        self.copies_end = self.copies_end.max(done);
         self.stats.restores += 1;
         self.stats.restored_blocks += blocks as u64;
         self.stats.restore_wait_ns += done.since(now).as_ns();

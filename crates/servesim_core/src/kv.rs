@@ -139,6 +139,9 @@ pub struct BlockPool {
     belady: Option<alloc::boxed::Box<BeladyFree>>,
     /// Blocks each running sequence holds for its recurrent state (0: no linear attention).
     state_blocks: u32,
+    /// Hashes of indexed blocks evicted since the last [`BlockPool::take_evicted`], when a
+    /// tier below keeps what this pool evicts ([`BlockPool::log_evictions`]).
+    evicted: Option<Vec<u64>>,
 }
 
 /// The index key of slot `slot` of the recurrent-state checkpoint taken after the block whose
@@ -179,6 +182,7 @@ impl BlockPool {
             stats: PoolStats::default(),
             belady: None,
             state_blocks: 0,
+            evicted: None,
         }
     }
 
@@ -195,6 +199,20 @@ impl BlockPool {
     /// ([`BlockPool::with_state`]).
     pub fn hold_states(&mut self, blocks_per_sequence: u32) {
         self.state_blocks = blocks_per_sequence;
+    }
+
+    /// From now on records the hash of every indexed block evicted, for a tier below that
+    /// keeps them (TensorRT-LLM's host offloading).
+    pub fn log_evictions(&mut self) {
+        self.evicted.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the hashes of the indexed blocks evicted since the last call, in eviction order,
+    /// into `out` (nothing unless [`BlockPool::log_evictions`] was called).
+    pub fn take_evicted(&mut self, out: &mut Vec<u64>) {
+        if let Some(log) = self.evicted.as_mut() {
+            out.append(log);
+        }
     }
 
     /// Blocks each running sequence holds for its recurrent state (0 without one).
@@ -423,6 +441,9 @@ impl BlockPool {
             Content::Indexed => {
                 if let Ok(slot) = self.index.find_entry(blk.hash, |&x| x == b) {
                     slot.remove();
+                }
+                if let Some(log) = self.evicted.as_mut() {
+                    log.push(blk.hash);
                 }
                 self.stats.evictions += 1;
             }

@@ -276,6 +276,7 @@ mod tests {
             d2h_bytes_per_s: None,
             h2d_bytes_per_s: None,
             first_byte: SimDur::ZERO,
+            writes: crate::host::HostWrites::AfterCompute,
         };
         ranks[0].host = Some(Box::new(HostTier::new(spec)));
         Worker::new(id, cfg, ranks, 0)

@@ -16,7 +16,7 @@ use crate::frontend::Frontend;
 use crate::metrics::ItlSamples;
 use crate::request::{Phase, ReqId, Request, Status, NEVER};
 use crate::timing::{step_dur, PrefillChunk, RankLoad, StepKind, StepTally, StepTimer, TimingError};
-use crate::units::SimTime;
+use crate::units::{SimDur, SimTime};
 
 mod run;
 use run::Run;
@@ -436,12 +436,15 @@ impl Worker {
             }
             return self.start_step(now, reqs, timer, bounds);
         }
-        let first = step_dur(timer.step_time(&self.loads)?);
+        // Host-tier copies the step waits for (TensorRT-LLM's offloading) hold the GPU first.
+        let copies_end = self.plans.iter().map(|p| p.copies_end).max().unwrap_or(SimTime::ZERO);
+        let stall = if copies_end > now { copies_end.since(now) } else { SimDur::ZERO };
+        let first = step_dur(timer.step_time(&self.loads)?) + stall;
         self.busy = true;
         self.last_step_start = now;
         let end = now + first;
         let mut out = StepEnd { end, pushed: now };
-        if bounds.enabled && end <= bounds.max_end {
+        if bounds.enabled && stall == SimDur::ZERO && end <= bounds.max_end {
             if let Some(run) = self.form_run(now, end, reqs, timer, bounds.max_end)? {
                 out = StepEnd { end: run.ends[run.len() - 1], pushed: run.step_start(run.len()) };
                 self.run = Some(run);

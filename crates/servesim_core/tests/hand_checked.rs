@@ -142,6 +142,7 @@ fn a_prefix_evicted_from_gpu_memory_is_restored_from_the_host_tier() {
         d2h_bytes_per_s: Some(1e10),
         h2d_bytes_per_s: Some(1e10),
         first_byte: SimDur::ZERO,
+        writes: servesim_core::host::HostWrites::AfterCompute,
     };
     let case = |host| Case { requests: 3, prompt_pool: 2, blocks: 7, host, ..Case::default() };
     let without = run(case(None));
@@ -176,6 +177,7 @@ fn a_restore_waits_for_the_host_link_and_its_first_byte() {
         d2h_bytes_per_s: None,
         h2d_bytes_per_s: Some(1e9),
         first_byte: SimDur::from_ns(50_000),
+        writes: servesim_core::host::HostWrites::AfterCompute,
     };
     let r = run(Case { requests: 3, prompt_pool: 2, blocks: 7, host: Some(host), ..Case::default() });
     let st = r.worker_stats[0].host.unwrap();

@@ -171,11 +171,11 @@ const CASES: &[(&str, i32, &[&str])] = &[
         "engine:\n  model: meta-llama/Llama-3.1-70B-Instruct\n  hardware: h100_sxm\n  mode: disaggregated\n  workers: {prefill: {parallelism: {tensor: 8}}, decode: {}}\n",
         3,
         &["decode workers", "does not fit"],
-    ),    // Host offload (G2): vLLM aggregated only, sized one way, with prefix caching.
+    ),    // Host offload (G2): vLLM and TensorRT-LLM aggregated only, sized one way, with prefix caching.
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
         2,
-        &["engine.workers.aggregated.kv_cache.host_offload (line 5", "simulated for vLLM only"],
+        &["engine.workers.aggregated.kv_cache.host_offload (line 5", "not for SGLang's HiCache"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  mode: disaggregated\n  workers: {prefill: {}, decode: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
@@ -213,7 +213,12 @@ const CASES: &[(&str, i32, &[&str])] = &[
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
         2,
-        &["kv_cache.host_offload (line 5", "simulated for vLLM only"],
+        &["kv_cache.host_offload (line 5", "not for SGLang's HiCache"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: trtllm\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
+        2,
+        &["kv_cache.g3_offload (line 5", "behind vLLM's host offloading only, not TensorRT-LLM's"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      parallelism: {attention_data: 2}\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {scope: worker_local, num_g3_blocks: 10}\n",

@@ -320,6 +320,9 @@ pub struct RankPlan {
     pub preemptions: u32,
     /// Restores from the host tier started while forming this plan, with when each ends.
     pub restores: Vec<(ReqId, crate::units::SimTime)>,
+    /// When the host-tier copies this step waits for end (TensorRT-LLM's `syncTransfers`
+    /// before the forward pass); [`crate::units::SimTime::ZERO`] when it waits for none.
+    pub copies_end: crate::units::SimTime,
 }
 
 impl RankPlan {
@@ -328,6 +331,7 @@ impl RankPlan {
         self.items.clear();
         self.preemptions = 0;
         self.restores.clear();
+        self.copies_end = crate::units::SimTime::ZERO;
     }
 }
 
@@ -510,14 +514,17 @@ pub fn finish_restore(rank: &mut Rank, req: &mut Request, id: ReqId) {
 }
 
 /// Registers a paged rank's newly full blocks of `req` in its prefix index and offers them
-/// to its host tier, if it has one, as filled by the step that ended at `at`.
+/// to its host tier, if it has one that is written after compute, as filled by the step that
+/// ended at `at`.
 pub fn register_and_offer(rank: &mut Rank, req: &mut Request, at: crate::units::SimTime) {
     let KvStore::Paged(pool) = &mut rank.kv else { return };
     let from = req.registered_blocks;
     kvops::register_full_blocks(pool, req);
     kvops::checkpoint_state(pool, req);
     if let Some(host) = rank.host.as_deref_mut() {
-        offer_blocks(host, req, from, at);
+        if host.spec().writes == crate::host::HostWrites::AfterCompute {
+            offer_blocks(host, req, from, at);
+        }
     }
 }
 

@@ -12,18 +12,28 @@
 //!   ratio of the token budget or the timeout in steps has passed, as `PyExecutor.
 //!   _waiting_requests` does; context tokens count whole prompts.
 //! - KV-cache block reuse (`enable_block_reuse`) is block-granular like vLLM's.
+//! - Host offloading (`host_cache_size`, a host tier written [`HostWrites::OnEviction`]): a
+//!   block GPU memory evicts is copied to host memory, and an admission continues its GPU
+//!   prefix hit with the blocks held there, which move back to GPU memory. The step waits for
+//!   both copies before it runs (`KVCacheTransferManager::syncTransfers`).
 //! - Partial block reuse (TensorRT-LLM's default) is not modelled.
 
 use crate::engine::kvops;
 use crate::engine::{
     AdpBalance, AdpBalanceState, BatchWait, KvStore, Planned, PolicyState, Rank, RankPlan, SchedulerConfig,
 };
+use crate::host::{HostTier, HostWrites};
+use crate::kv::BlockPool;
 use crate::request::{Request, Status};
 
 /// Fills `plan` for one rank.
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, loading, kv, scratch, state, .. } = rank;
+    let Rank { waiting, running, loading, kv, scratch, state, host, .. } = rank;
     let KvStore::Paged(pool) = kv else { return };
+    let mut host = host.as_deref_mut().filter(|h| h.spec().writes == HostWrites::OnEviction);
+    if host.is_some() {
+        pool.log_evictions();
+    }
     let mut budget = cfg.max_batched_tokens;
 
     for &id in running.iter() {
@@ -68,12 +78,24 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         if to_completion + reserved > u64::from(pool.num_free()) {
             break;
         }
-        let remaining = r.known_tokens() - probe.hit_tokens;
+        let onboard = host.as_deref().map_or(0, |h| onboard_len(h, pool, r, probe));
+        let cached = probe.hit_tokens + onboard * pool.block_size();
+        let remaining = r.known_tokens() - cached;
         if !cfg.chunked_prefill && remaining > budget {
             break;
         }
         let n = remaining.min(budget);
-        kvops::admit(pool, r, probe, n, scratch);
+        match host.as_deref_mut() {
+            Some(h) if onboard > 0 => {
+                let from = (probe.hit_tokens / pool.block_size()) as usize;
+                h.onboard(&r.hashes[from..from + onboard as usize], h.clock());
+                kvops::reserve(pool, r, probe, onboard * pool.block_size() + n, scratch);
+                kvops::count_reuse(r, cached);
+                r.computed = cached;
+                kvops::register_full_blocks(pool, r);
+            }
+            _ => kvops::admit(pool, r, probe, n, scratch),
+        }
         reserved += pool.blocks_for(u64::from(r.max_tokens())).saturating_sub(r.blocks.len() as u64);
         r.status = Status::Running;
         waiting.pop_front();
@@ -81,7 +103,32 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
         plan.items.push(Planned { req: id, new_tokens: n, context_tokens: r.computed, decode: false });
         budget -= n;
     }
+    if let Some(h) = host {
+        offload_evicted(h, pool);
+        plan.copies_end = h.copies_end();
+    }
     hold_context(cfg.batch_wait, cfg.max_batched_tokens, state, reqs, plan);
+}
+
+/// How many blocks past the GPU hit `probe` the host tier holds for `r`, short of the last
+/// prompt token (a forward pass must compute one to sample from).
+fn onboard_len(host: &HostTier, pool: &BlockPool, r: &Request, probe: kvops::Probe) -> u32 {
+    let bs = pool.block_size();
+    let from = (probe.hit_tokens / bs) as usize;
+    let most = ((r.known_tokens().saturating_sub(1)) / bs) as usize;
+    let keys = r.hashes.get(from..r.hashes.len().min(most)).unwrap_or(&[]);
+    #[allow(clippy::cast_possible_truncation)] // At most the prompt's blocks.
+    let n = host.held_prefix(keys) as u32;
+    n
+}
+
+/// Copies the blocks GPU memory evicted while this step was planned to host memory, in the
+/// order they were evicted.
+fn offload_evicted(host: &mut HostTier, pool: &mut BlockPool) {
+    let mut evicted = alloc::vec::Vec::new();
+    pool.take_evicted(&mut evicted);
+    let now = host.clock();
+    host.offer_all(&evicted, now);
 }
 
 /// Batch waiting: drops the plan's context items while the step also decodes, its tokens
@@ -313,5 +360,72 @@ mod tests {
         assert_eq!(runs_context(batching, &[(1, 2), (1, 2)], 16, 4), [false, false, true, false]);
         // ... unless some rank has no decodes.
         assert_eq!(runs_context(batching, &[(1, 2), (1, 0)], 16, 2), [true, true]);
+    }
+
+    /// Runs one scheduling round at `ms` with `waiting` queued, computes every planned chunk
+    /// and finishes the requests: the plan's (request, new tokens, cached context) and when
+    /// its copies end.
+    fn round(
+        rank: &mut Rank,
+        reqs: &mut [Request],
+        waiting: &[u32],
+        ms: u64,
+    ) -> (Vec<(u32, u32, u32)>, SimTime) {
+        let at = SimTime::from_ns(ms * 1_000_000);
+        if let Some(h) = rank.host.as_deref_mut() {
+            h.set_clock(at);
+        }
+        rank.waiting.extend(waiting.iter().copied());
+        let mut plan = RankPlan::default();
+        schedule(&cfg(BatchWait::default()), rank, reqs, &mut plan);
+        let items = plan.items.iter().map(|p| (p.req, p.new_tokens, p.context_tokens)).collect();
+        for p in &plan.items {
+            let r = &mut reqs[p.req as usize];
+            r.computed += p.new_tokens;
+            crate::engine::register_and_offer(rank, r, at);
+            let KvStore::Paged(pool) = &mut rank.kv else { unreachable!() };
+            kvops::free_all(pool, r);
+        }
+        rank.running.clear();
+        (items, plan.copies_end)
+    }
+
+    #[test]
+    fn host_offloading_copies_out_what_gpu_memory_evicts_and_a_reuse_moves_it_back() {
+        // 8 GPU blocks of 16 tokens; a 64-token prompt with 50 output tokens needs 8 to
+        // completion, so each admission reclaims the cached blocks of the one before last.
+        // 1 MB blocks over 1 GB/s links: 1 ms a block each way.
+        let spec = crate::host::HostSpec {
+            capacity_blocks: 16,
+            block_bytes: 1_000_000,
+            d2h_bytes_per_s: Some(1e9),
+            h2d_bytes_per_s: Some(1e9),
+            first_byte: crate::units::SimDur::ZERO,
+            writes: HostWrites::OnEviction,
+        };
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(8, 16, true)));
+        rank.host = Some(alloc::boxed::Box::new(HostTier::new(spec)));
+        let mut reqs = vec![req(7, 64), req(9, 64), req(11, 64), req(7, 64)];
+        let ms = |t: u64| SimTime::from_ns(t * 1_000_000);
+        // A and B fill all eight blocks; nothing is evicted, nothing copied, no wait.
+        assert_eq!(round(&mut rank, &mut reqs, &[0], 0), (vec![(0, 64, 0)], SimTime::ZERO));
+        assert_eq!(round(&mut rank, &mut reqs, &[1], 1), (vec![(1, 64, 0)], SimTime::ZERO));
+        // C reclaims A's four cached blocks: they go to host memory, and the step waits 4 ms.
+        assert_eq!(round(&mut rank, &mut reqs, &[2], 10), (vec![(2, 64, 0)], ms(14)));
+        // A's prompt again: GPU memory lost it, host memory holds it. Its first three blocks
+        // (all but the block of the last token) move back (3 ms over the host-to-device link)
+        // and only 16 tokens are computed; its new blocks reclaim B's four, copied out over
+        // the device-to-host link meanwhile (4 ms): the step waits for the slower.
+        assert_eq!(round(&mut rank, &mut reqs, &[3], 20), (vec![(3, 16, 48)], ms(24)));
+        assert_eq!(reqs[3].first_admission_reused, Some(48));
+        let stats = rank.host.as_ref().map(|h| h.stats()).unwrap_or_default();
+        assert_eq!((stats.written_blocks, stats.restored_blocks, stats.resident_blocks), (8, 3, 5));
+        // Without host memory the same prompt is computed whole.
+        let mut rank = Rank::new(KvStore::Paged(BlockPool::new(8, 16, true)));
+        let mut reqs = vec![req(7, 64), req(9, 64), req(11, 64), req(7, 64)];
+        for (i, t) in [0u64, 1, 10].iter().enumerate() {
+            round(&mut rank, &mut reqs, &[i as u32], *t);
+        }
+        assert_eq!(round(&mut rank, &mut reqs, &[3], 20), (vec![(3, 64, 0)], SimTime::ZERO));
     }
 }

@@ -332,6 +332,7 @@ mod tests {
             d2h_bytes_per_s: None,
             h2d_bytes_per_s: Some(1e9),
             first_byte: SimDur::ZERO,
+            writes: crate::host::HostWrites::AfterCompute,
         };
         let mut rank = Rank::new(KvStore::Paged(BlockPool::new(100, 16, true)));
         let mut host = HostTier::new(spec);
@@ -374,6 +375,7 @@ mod tests {
             d2h_bytes_per_s: None,
             h2d_bytes_per_s: Some(1e9),
             first_byte: SimDur::ZERO,
+            writes: crate::host::HostWrites::AfterCompute,
         };
         let g3_spec = crate::host::G3Spec {
             capacity_blocks: 64,

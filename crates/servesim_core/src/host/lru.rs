@@ -51,12 +51,20 @@ pub(crate) struct BlockLru {
     index: PremixedMap<u32>,
     /// Held blocks in LRU order (front: evicted first) as `(slot, epoch)`, with dead entries.
     lru: VecDeque<(u32, u32)>,
+    /// Slots freed by [`BlockLru::remove`], taken again before new ones.
+    vacant: Vec<u32>,
 }
 
 impl BlockLru {
     /// An empty set of `capacity` slots.
     pub(crate) fn new(capacity: usize) -> Self {
-        BlockLru { capacity, entries: Vec::new(), index: PremixedMap::default(), lru: VecDeque::new() }
+        BlockLru {
+            capacity,
+            entries: Vec::new(),
+            index: PremixedMap::default(),
+            lru: VecDeque::new(),
+            vacant: Vec::new(),
+        }
     }
 
     /// Blocks held (being copied in included).
@@ -87,18 +95,21 @@ impl BlockLru {
     /// Takes a slot for `key` (not held) at `at`, as the most recently used block, ready at
     /// `at` until the caller sets its copy's end.
     pub(crate) fn insert(&mut self, key: u64, at: SimTime) -> Inserted {
-        // Slots are only freed by eviction, which reuses them at once: below capacity every
-        // slot is live, so a new block takes a new one.
+        // Eviction reuses its slot at once; below capacity a new block takes a slot a removal
+        // freed, or a new one.
         let (slot, evicted) = if self.index.len() < self.capacity {
-            #[allow(clippy::cast_possible_truncation)] // At most `capacity` (a u32 count) slots.
-            let s = self.entries.len() as u32;
-            self.entries.push(Entry {
-                key,
-                ready_at: at,
-                read_until: SimTime::ZERO,
-                readers: 0,
-                epoch: 0,
-                live: false,
+            let s = self.vacant.pop().unwrap_or_else(|| {
+                #[allow(clippy::cast_possible_truncation)] // At most `capacity` (a u32 count) slots.
+                let s = self.entries.len() as u32;
+                self.entries.push(Entry {
+                    key,
+                    ready_at: at,
+                    read_until: SimTime::ZERO,
+                    readers: 0,
+                    epoch: 0,
+                    live: false,
+                });
+                s
             });
             (s, false)
         } else {
@@ -170,6 +181,17 @@ impl BlockLru {
         let key = e.key;
         self.index.remove(&key);
         Some(slot)
+    }
+
+    /// Stops holding `key` (its block moved elsewhere), freeing its slot; its queue entry dies.
+    pub(crate) fn remove(&mut self, key: u64) -> bool {
+        let Some(slot) = self.index.remove(&key) else { return false };
+        let e = &mut self.entries[slot as usize];
+        e.live = false;
+        e.epoch = e.epoch.wrapping_add(1);
+        self.vacant.push(slot);
+        self.compact();
+        true
     }
 
     /// Makes the block in `slot` the most recently used.

@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use proptest::prelude::*;
 
-use super::{transfer, HostSpec, HostStats, HostTier};
+use super::{transfer, HostSpec, HostStats, HostTier, HostWrites};
 use crate::units::{SimDur, SimTime};
 
 /// One held block of the naive model.
@@ -61,6 +61,22 @@ impl Naive {
         done
     }
 
+    fn onboard(&mut self, keys: &[u64], now: SimTime) -> SimTime {
+        let mut start = now;
+        for k in keys {
+            let i = self.held.iter().position(|h| h.key == *k).expect("onboarded blocks are held");
+            start = start.max(self.held.remove(i).ready_at);
+        }
+        let bytes = self.spec.block_bytes * keys.len() as u64;
+        let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
+        self.h2d_free = link_done;
+        self.stats.restores += 1;
+        self.stats.restored_blocks += keys.len() as u64;
+        let done = link_done + self.spec.first_byte;
+        self.stats.restore_wait_ns += done.since(now).as_ns();
+        done
+    }
+
     fn touch(&mut self, keys: &[u64]) {
         for k in keys.iter().rev() {
             if let Some(i) = self.held.iter().position(|h| h.key == *k) {
@@ -90,6 +106,8 @@ enum Op {
     Offer { key: u64, dt: u64 },
     /// After `dt` ns, restore the held prefix of these candidate keys.
     Restore { keys: Vec<u64>, dt: u64 },
+    /// After `dt` ns, move the held prefix of these candidate keys back (TensorRT-LLM).
+    Onboard { keys: Vec<u64>, dt: u64 },
     /// End the n-th restore in flight.
     End { n: usize },
     /// Touch these keys.
@@ -100,6 +118,12 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u64..24, 0u64..3_000).prop_map(|(key, dt)| Op::Offer { key, dt }),
         2 => (proptest::collection::vec(0u64..24, 1..6), 0u64..3_000).prop_map(|(keys, dt)| Op::Restore { keys, dt }),
+        // A prompt's block hashes are distinct (each chains its predecessors).
+        1 => (proptest::collection::vec(0u64..24, 1..6), 0u64..3_000).prop_map(|(mut keys, dt)| {
+            let mut seen = Vec::new();
+            keys.retain(|k| if seen.contains(k) { false } else { seen.push(*k); true });
+            Op::Onboard { keys, dt }
+        }),
         1 => (0usize..4).prop_map(|n| Op::End { n }),
         1 => proptest::collection::vec(0u64..24, 1..6).prop_map(|keys| Op::Touch { keys }),
     ]
@@ -120,6 +144,7 @@ proptest! {
             d2h_bytes_per_s: d2h,
             h2d_bytes_per_s: h2d,
             first_byte: SimDur::from_ns(first_byte),
+            writes: HostWrites::AfterCompute,
         };
         let mut tier = HostTier::new(spec);
         let mut naive = Naive {
@@ -147,6 +172,19 @@ proptest! {
                         let done = tier.begin_restore(&keys[..n], now);
                         prop_assert_eq!(done, naive.restore(&keys[..n], now));
                         reading.push(keys[..n].to_vec());
+                    }
+                }
+                Op::Onboard { keys, dt } => {
+                    now += SimDur::from_ns(dt);
+                    let n = tier.held_prefix(&keys);
+                    let want = keys.iter().take_while(|k| naive.held.iter().any(|h| h.key == **k)).count();
+                    prop_assert_eq!(n, want);
+                    // The engine that onboards never reads asynchronously; skip blocks a
+                    // restore of the other kind holds.
+                    if n > 0 && !tier.any_being_read(&keys[..n]) {
+                        let done = tier.onboard(&keys[..n], now);
+                        prop_assert_eq!(done, naive.onboard(&keys[..n], now));
+                        prop_assert!(tier.copies_end() >= done);
                     }
                 }
                 Op::Touch { keys } => {
@@ -179,6 +217,7 @@ fn a_restore_waits_for_the_link_and_its_first_byte() {
         d2h_bytes_per_s: Some(32e9),
         h2d_bytes_per_s: Some(32e9),
         first_byte: SimDur::from_ns(1_000),
+        writes: HostWrites::AfterCompute,
     };
     let mut t = HostTier::new(spec);
     t.offer(1, SimTime::ZERO);
@@ -200,6 +239,7 @@ fn blocks_being_read_are_not_evicted_and_a_full_busy_tier_drops_writes() {
         d2h_bytes_per_s: None,
         h2d_bytes_per_s: None,
         first_byte: SimDur::ZERO,
+        writes: HostWrites::AfterCompute,
     };
     let mut t = HostTier::new(spec);
     t.offer(1, SimTime::ZERO);

@@ -16,6 +16,7 @@ use alloc::vec::Vec;
 
 use super::{StepEnd, Worker};
 use crate::engine::{self, kvops, KvStore};
+use crate::host::HostWrites;
 use crate::metrics::ItlSamples;
 use crate::queue::event_key;
 use crate::request::{Request, NEVER};
@@ -124,6 +125,15 @@ impl Worker {
         if self.ranks.iter().any(|r| matches!(&r.kv, KvStore::Paged(pool) if pool.checkpoints())) {
             // A hybrid model's decodes checkpoint their state at every block boundary they
             // reach, taking blocks as they go: step by step.
+            return Ok(None);
+        }
+        if self
+            .ranks
+            .iter()
+            .any(|r| r.host.as_deref().is_some_and(|h| h.spec().writes == HostWrites::OnEviction))
+        {
+            // A decode that takes a block may evict a cached one, whose copy to host memory
+            // the next step waits for: step by step.
             return Ok(None);
         }
         let mut k = MAX_RUN_STEPS;

@@ -503,11 +503,11 @@ fn decode_kv_cache(
     };
     let host_entry = f.has("host_offload");
     let host_offload = match f.take("host_offload") {
-        Some((n, p)) if backend != Backend::Vllm => {
+        Some((n, p)) if backend == Backend::Sglang => {
             cx.unsupported(
                 &p,
                 n,
-                "'host_offload' (KV offloading to host memory) is simulated for vLLM only (its OffloadingConnector)",
+                "'host_offload' (KV offloading to host memory) is simulated for vLLM (its OffloadingConnector) and TensorRT-LLM (host_cache_size), not for SGLang's HiCache",
             );
             None
         }
@@ -536,6 +536,14 @@ fn decode_kv_cache(
                 cx.domain(&p, n, "'g3_offload' (a storage tier behind host memory) needs host_offload");
                 None
             }
+        }
+        Some((n, p)) if backend == Backend::TrtLlm => {
+            cx.unsupported(
+                &p,
+                n,
+                "'g3_offload' is simulated behind vLLM's host offloading only, not TensorRT-LLM's",
+            );
+            None
         }
         Some((n, p)) if dp > 1 => {
             cx.unsupported(

@@ -4,7 +4,7 @@
 //! summary's lines for them.
 
 use serde_json::{json, Value};
-use servesim_core::host::HostStats;
+use servesim_core::host::{HostStats, HostWrites};
 use servesim_core::sim::RunResult;
 
 use crate::scenario::Prepared;
@@ -37,6 +37,11 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     let mut out = describe(&all);
     let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
     out["scope"] = json!("dp_rank_local");
+    // vLLM writes every computed block; TensorRT-LLM only what GPU memory evicts.
+    out["writes"] = json!(match spec.writes {
+        HostWrites::AfterCompute => "after_compute",
+        HostWrites::OnEviction => "on_eviction",
+    });
     out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
     out["block_bytes_per_gpu"] = json!(spec.block_bytes);
     out["capacity_gib_per_gpu"] =
@@ -117,12 +122,13 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     if host.is_object() {
         let n = |k: &str| host[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written, {} evicted, {} dropped; {} blocks a rank\n",
+            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written{}, {} evicted, {} dropped; {} blocks a rank\n",
             n("restores"),
             n("restored_blocks"),
             n("restored_tokens"),
             host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0),
             n("written_blocks"),
+            if host["writes"] == "on_eviction" { " as GPU memory evicted them" } else { "" },
             n("evicted_blocks"),
             n("dropped_blocks"),
             n("capacity_blocks_per_rank"),

@@ -9,7 +9,8 @@ use servesim_core::engine::{SchedulerConfig, Speculation};
 use servesim_core::frontend::FrontendSpec;
 use std::cell::RefCell;
 
-use servesim_core::host::{G3Spec, G3Store, HostSpec};
+use servesim_core::engine::Backend;
+use servesim_core::host::{G3Spec, G3Store, HostSpec, HostWrites};
 use servesim_core::kv::belady::{DemandOracle, SharedOracle};
 use servesim_core::metrics::Fleet;
 use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
@@ -588,13 +589,19 @@ impl Prepared {
     pub fn host_spec(&self, role: &PreparedRole) -> Option<HostSpec> {
         let h = role.config.kv_cache.host_offload?;
         let block_bytes = u64::from(role.config.kv_cache.block_size) * role.memory.kv_bytes_per_token.max(1);
-        let capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, role.config.parallelism.tensor);
+        let backend = self.config.engine.backend;
+        let gpus = role::host_size_gpus(backend, role.config.parallelism.tensor);
+        let capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, gpus);
         Some(HostSpec {
             capacity_blocks,
             block_bytes,
             d2h_bytes_per_s: link_bytes_per_s(h.d2h_bandwidth_gbps),
             h2d_bytes_per_s: link_bytes_per_s(h.h2d_bandwidth_gbps),
             first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
+            writes: match backend {
+                Backend::TrtLlm => HostWrites::OnEviction,
+                Backend::Vllm | Backend::Sglang => HostWrites::AfterCompute,
+            },
         })
     }
 

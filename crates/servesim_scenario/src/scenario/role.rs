@@ -278,7 +278,7 @@ pub(super) fn prepare_role(
     }
     if let Some(h) = role.kv_cache.host_offload {
         let block_bytes = block * memory.kv_bytes_per_token.max(1);
-        if host_capacity_blocks(h.size, block_bytes, par.tensor) == 0 {
+        if host_capacity_blocks(h.size, block_bytes, host_size_gpus(engine.backend, par.tensor)) == 0 {
             return Err(ScenarioError::Resource {
                 message: format!(
                     "{name} workers: kv_cache.host_offload holds no block: a block of {} tokens takes {block_bytes} bytes on each of the {} tensor-parallel GPUs",
@@ -447,9 +447,19 @@ fn sglang_max_running_requests(kv_tokens: u64, context_len: u64) -> u32 {
     u32::try_from(pool.min(kv_tokens / 2).max(1)).unwrap_or(u32::MAX)
 }
 
-/// Blocks a rank's host tier holds: `num_host_blocks` as given, or `size_gib` shared by the
-/// worker's tensor-parallel GPUs (vLLM's `--kv-offloading-size` is their sum), each holding its
-/// own shard of every block (`block_bytes` a GPU).
+/// How many GPUs share a host tier's `size_gib`: vLLM's `--kv-offloading-size` is the sum over
+/// the worker's tensor-parallel GPUs, TensorRT-LLM's `host_cache_size` is each rank's own.
+#[must_use]
+pub(crate) fn host_size_gpus(backend: Backend, tensor: u32) -> u32 {
+    match backend {
+        Backend::TrtLlm => 1,
+        Backend::Vllm | Backend::Sglang => tensor,
+    }
+}
+
+/// Blocks a rank's host tier holds: `num_host_blocks` as given, or `size_gib` shared by
+/// `tensor` GPUs ([`host_size_gpus`]), each holding its own shard of every block
+/// (`block_bytes` a GPU).
 #[must_use]
 pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32) -> u32 {
     match size {
