@@ -51,11 +51,16 @@ impl Naive {
             h.readers += 1;
             self.held.push(h);
         }
-        let bytes = self.spec.block_bytes * keys.len() as u64;
-        let link_done = now.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
+        self.copy_back(keys.len(), now, now)
+    }
+
+    /// Copies `blocks` blocks to the GPU from `start` for a restore decided at `now`.
+    fn copy_back(&mut self, blocks: usize, now: SimTime, start: SimTime) -> SimTime {
+        let bytes = self.spec.block_bytes * blocks as u64;
+        let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
         self.h2d_free = link_done;
         self.stats.restores += 1;
-        self.stats.restored_blocks += keys.len() as u64;
+        self.stats.restored_blocks += blocks as u64;
         let done = link_done + self.spec.first_byte;
         self.stats.restore_wait_ns += done.since(now).as_ns();
         done
@@ -67,14 +72,7 @@ impl Naive {
             let i = self.held.iter().position(|h| h.key == *k).expect("onboarded blocks are held");
             start = start.max(self.held.remove(i).ready_at);
         }
-        let bytes = self.spec.block_bytes * keys.len() as u64;
-        let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
-        self.h2d_free = link_done;
-        self.stats.restores += 1;
-        self.stats.restored_blocks += keys.len() as u64;
-        let done = link_done + self.spec.first_byte;
-        self.stats.restore_wait_ns += done.since(now).as_ns();
-        done
+        self.copy_back(keys.len(), now, start)
     }
 
     fn touch(&mut self, keys: &[u64]) {
