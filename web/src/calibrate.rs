@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 
-use crate::client::{now_ms, pool_size, Pool};
+use crate::client::{now_ms, pool_size, Pool, PoolRun};
 use crate::protocol::{Answer, Ask, FromWorker, RowsWanted, ToWorker};
 use crate::validate::{replay_on_pool, RunControls};
 use servesim_scenario::validate::calibrate::Param;
@@ -45,15 +45,16 @@ pub fn CalibratePanel(
     let fit = StoredValue::new(fit);
     let folds = RwSignal::new("0".to_string());
     let phase = RwSignal::new(Phase::Idle);
-    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let pool = PoolRun::default();
     let point = StoredValue::new(Point::default());
     let job = StoredValue::new((String::new(), String::new()));
-    let run_id = StoredValue::new(0u32);
     let started = StoredValue::new(0.0f64);
 
-    let stop_pool = move || pool.update_value(Pool::terminate);
     let on_event = move |_k: usize, msg: FromWorker| {
-        let current = run_id.get_value();
+        if let Some(message) = pool.failure(&msg) {
+            return phase.set(Phase::Failed(message));
+        }
+        let current = pool.current();
         match msg {
             FromWorker::Validation { id, answer: Answer::CalibrationNeeds { options, indices, done } }
                 if id == current =>
@@ -65,7 +66,7 @@ pub fn CalibratePanel(
                     predicted: Vec::new(),
                 });
                 let (csv, name) = job.get_value();
-                pool.with_value(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
+                pool.with(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
             }
             FromWorker::Validation { id, answer: Answer::Validated { index, outcome } } if id == current => {
                 let complete = point
@@ -76,7 +77,7 @@ pub fn CalibratePanel(
                     .unwrap_or(false);
                 if complete {
                     let Point { options, predicted, .. } = point.get_value();
-                    pool.with_value(|p| {
+                    pool.with(|p| {
                         p.send(0, &ToWorker::Validation { id, ask: Ask::Calibrated { options, predicted } })
                     });
                 }
@@ -84,22 +85,16 @@ pub fn CalibratePanel(
             FromWorker::Validation { id, answer: Answer::CalibrationReport { table, json } }
                 if id == current =>
             {
-                stop_pool();
+                pool.stop();
                 report.set(Some((table, json)));
                 phase.set(Phase::Done { wall_ms: now_ms() - started.get_value() });
-            }
-            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
-                stop_pool();
-                phase.set(Phase::Failed(message));
             }
             _ => {}
         }
     };
 
     let run = move || {
-        stop_pool();
-        let id = run_id.get_value() + 1;
-        run_id.set_value(id);
+        let id = pool.next();
         report.set(None);
         let folds = match folds.get_untracked().trim().parse::<usize>() {
             Ok(f) => f,
@@ -112,7 +107,7 @@ pub fn CalibratePanel(
         });
         let (text, file) = (csv.get_untracked(), name.get_untracked());
         match Pool::spawn(pool_size(), on_event) {
-            Ok(p) => pool.set_value(p),
+            Ok(p) => pool.set(p),
             Err(e) => return phase.set(Phase::Failed(e)),
         }
         job.set_value((text.clone(), file.clone()));
@@ -120,7 +115,7 @@ pub fn CalibratePanel(
         phase.set(Phase::Starting);
         let dropped = files.get_untracked();
         let wanted = wanted.get_untracked();
-        pool.with_value(|p| {
+        pool.with(|p| {
             for k in 0..p.len() {
                 for f in &dropped {
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
@@ -136,8 +131,7 @@ pub fn CalibratePanel(
         });
     };
     let cancel = move || {
-        stop_pool();
-        run_id.set_value(run_id.get_value() + 1);
+        pool.cancel();
         phase.set(Phase::Cancelled);
     };
 

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use leptos::prelude::{GetValue, LocalStorage, SetValue, StoredValue, UpdateValue, WithValue};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
@@ -303,6 +304,71 @@ impl Pool {
     pub fn terminate(&mut self) {
         for w in self.workers.drain(..) {
             w.terminate();
+        }
+    }
+}
+
+/// A page's worker pool and the number of its current run. A new run or a cancel stops the
+/// last run's workers and moves the number on, so their late messages are ignored.
+#[derive(Clone, Copy)]
+pub struct PoolRun {
+    pool: StoredValue<Pool, LocalStorage>,
+    id: StoredValue<u32>,
+}
+
+impl Default for PoolRun {
+    fn default() -> Self {
+        PoolRun { pool: StoredValue::new_local(Pool::default()), id: StoredValue::new(0) }
+    }
+}
+
+impl PoolRun {
+    /// The current run's number (0 before the first).
+    #[must_use]
+    pub fn current(self) -> u32 {
+        self.id.get_value()
+    }
+
+    /// Stops the workers; the run keeps its number (it has ended).
+    pub fn stop(self) {
+        self.pool.update_value(Pool::terminate);
+    }
+
+    /// Stops the last run's workers and numbers a new run: its number.
+    #[must_use]
+    pub fn next(self) -> u32 {
+        self.stop();
+        let id = self.id.get_value() + 1;
+        self.id.set_value(id);
+        id
+    }
+
+    /// Stops the run in flight; its late messages are ignored from now on.
+    pub fn cancel(self) {
+        let _ = self.next();
+    }
+
+    /// Gives the current run its workers.
+    pub fn set(self, pool: Pool) {
+        self.pool.set_value(pool);
+    }
+
+    /// Uses the current run's workers.
+    pub fn with<R>(self, f: impl FnOnce(&Pool) -> R) -> R {
+        self.pool.with_value(f)
+    }
+
+    /// The message of a failure that ends the current run, its workers stopped: one of the
+    /// run's own, or a worker's that names no run (0: it failed loading or outside any
+    /// request). `None` for any other message.
+    #[must_use]
+    pub fn failure(self, msg: &FromWorker) -> Option<String> {
+        match msg {
+            FromWorker::Failed { id, message, .. } if *id == self.current() || *id == 0 => {
+                self.stop();
+                Some(message.clone())
+            }
+            _ => None,
         }
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::app::{fmt_num, ProgressBar};
 use crate::charts;
-use crate::client::{data_uri, now_ms, pool_size, Pool};
+use crate::client::{data_uri, now_ms, pool_size, Pool, PoolRun};
 use crate::protocol::{FromWorker, ToWorker};
 use servesim_scenario::recommend::Fidelity;
 
@@ -215,17 +215,18 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
     let spec = RwSignal::new(PRESETS[0].1.to_string());
     let phase = RwSignal::new(Phase::Idle);
     let board = RwSignal::new(Board::default());
-    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let pool = PoolRun::default();
     let dispatch = StoredValue::new(Dispatch::default());
-    let search_id = StoredValue::new(0u32);
     let started = StoredValue::new(0.0f64);
     let workers = StoredValue::new(1usize);
 
-    let stop_pool = move || pool.update_value(Pool::terminate);
-    let send = move |w: usize, msg: &ToWorker| pool.with_value(|p| p.send(w, msg));
+    let send = move |w: usize, msg: &ToWorker| pool.with(|p| p.send(w, msg));
 
     let on_event = move |k: usize, msg: FromWorker| {
-        let current = search_id.get_value();
+        if let Some(message) = pool.failure(&msg) {
+            return phase.set(Phase::Failed(message));
+        }
+        let current = pool.current();
         match msg {
             FromWorker::Stage { id, stage, plan, candidates, indices, fidelity } if id == current => {
                 board.update(|b| {
@@ -285,24 +286,18 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
                     wall_ms: now_ms() - started.get_value(),
                     workers: workers.get_value(),
                 });
-                stop_pool();
-            }
-            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
-                stop_pool();
-                phase.set(Phase::Failed(message));
+                pool.stop();
             }
             _ => {}
         }
     };
 
     let run = move || {
-        stop_pool();
-        let id = search_id.get_value() + 1;
-        search_id.set_value(id);
+        let id = pool.next();
         let n = pool_size();
         workers.set_value(n);
         match Pool::spawn(n, on_event) {
-            Ok(p) => pool.set_value(p),
+            Ok(p) => pool.set(p),
             Err(e) => {
                 phase.set(Phase::Failed(e));
                 return;
@@ -315,8 +310,7 @@ pub fn RecommendPage(open: Callback<String>) -> impl IntoView {
         send(0, &ToWorker::Plan { id, spec: spec.get_untracked(), source: "spec".into() });
     };
     let cancel = move || {
-        stop_pool();
-        search_id.set_value(search_id.get_value() + 1);
+        pool.cancel();
         phase.set(Phase::Cancelled);
     };
 

@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::client::Pool;
+use crate::client::{Pool, PoolRun};
 use crate::protocol::{Answer, Ask, FromWorker, ToWorker};
 use crate::validate::{pick_text, RunControls};
 
@@ -28,31 +28,26 @@ pub fn RequestLogPanel(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoV
     let config = RwSignal::new(String::new());
     let config_name = RwSignal::new("replay.yaml".to_string());
     let phase = RwSignal::new(Phase::Idle);
-    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
-    let run_id = StoredValue::new(0u32);
+    let pool = PoolRun::default();
 
-    let stop_pool = move || pool.update_value(Pool::terminate);
     let on_event = move |_k: usize, msg: FromWorker| {
-        let current = run_id.get_value();
+        if let Some(message) = pool.failure(&msg) {
+            return phase.set(Phase::Failed(message));
+        }
+        let current = pool.current();
         match msg {
             FromWorker::Validation { id, answer: Answer::RequestsCompared { table } } if id == current => {
-                stop_pool();
+                pool.stop();
                 phase.set(Phase::Done(table));
-            }
-            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
-                stop_pool();
-                phase.set(Phase::Failed(message));
             }
             _ => {}
         }
     };
     let run = move || {
-        stop_pool();
-        let id = run_id.get_value() + 1;
-        run_id.set_value(id);
+        let id = pool.next();
         // One scenario: one worker.
         match Pool::spawn(1, on_event) {
-            Ok(p) => pool.set_value(p),
+            Ok(p) => pool.set(p),
             Err(e) => return phase.set(Phase::Failed(e)),
         }
         phase.set(Phase::Running);
@@ -64,7 +59,7 @@ pub fn RequestLogPanel(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoV
             source: config_name.get_untracked(),
         };
         let msg = ToWorker::Validation { id, ask };
-        pool.with_value(|p| {
+        pool.with(|p| {
             for f in &dropped {
                 p.send(0, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
             }
@@ -72,8 +67,7 @@ pub fn RequestLogPanel(files: RwSignal<Vec<crate::data::Dropped>>) -> impl IntoV
         });
     };
     let cancel = move || {
-        stop_pool();
-        run_id.set_value(run_id.get_value() + 1);
+        pool.cancel();
         phase.set(Phase::Cancelled);
     };
     let pick_log = move |ev: leptos::ev::Event| {

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use serde_json::Value;
 
 use crate::app::fmt_num;
-use crate::client::{now_ms, pool_size, Pool};
+use crate::client::{now_ms, pool_size, Pool, PoolRun};
 use crate::protocol::{FromWorker, ToWorker};
 use servesim_scenario::estimate::sweep::SweepSpec;
 
@@ -89,26 +89,27 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
 
     let phase = RwSignal::new(Phase::Idle);
     let answer: RwSignal<Option<Answer>> = RwSignal::new(None);
-    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let pool = PoolRun::default();
     let wave = StoredValue::new(Wave::default());
-    let sweep_id = StoredValue::new(0u32);
     let started = StoredValue::new(0.0f64);
 
-    let stop_pool = move || pool.update_value(Pool::terminate);
     let on_event = move |k: usize, msg: FromWorker| {
-        let current = sweep_id.get_value();
+        if let Some(message) = pool.failure(&msg) {
+            return phase.set(Phase::Failed(message));
+        }
+        let current = pool.current();
         match msg {
             FromWorker::Replays { id, wave: points, .. } if id == current => {
-                let n = pool.with_value(Pool::len).max(1);
+                let n = pool.with(Pool::len).max(1);
                 wave.set_value(Wave { results: vec![None; points.len()] });
                 phase.set(Phase::Replaying { done: 0, of: points.len() });
                 // Worker k replays points k, k + n, ... and answers in order.
                 for (i, (label, yaml, concurrency)) in points.into_iter().enumerate() {
-                    pool.with_value(|p| p.send(i % n, &ToWorker::Replay { id, yaml, label, concurrency }));
+                    pool.with(|p| p.send(i % n, &ToWorker::Replay { id, yaml, label, concurrency }));
                 }
             }
             FromWorker::Replayed { id, replay } if id == current => {
-                let n = pool.with_value(Pool::len).max(1);
+                let n = pool.with(Pool::len).max(1);
                 let complete = wave
                     .try_update_value(|w| {
                         // Worker k replays points k, k + n, ...: the first still open is this one.
@@ -124,7 +125,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                 if complete.0 == complete.1 {
                     let replays: Vec<String> = wave
                         .with_value(|w| w.results.iter().map(|r| r.clone().unwrap_or_default()).collect());
-                    pool.with_value(|p| p.send(0, &ToWorker::SubmitReplays { id, replays }));
+                    pool.with(|p| p.send(0, &ToWorker::SubmitReplays { id, replays }));
                 }
             }
             FromWorker::SweepDone { id, report, table, winners } if id == current => {
@@ -135,11 +136,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
                     winners,
                 }));
                 phase.set(Phase::Done { wall_ms: now_ms() - started.get_value() });
-                stop_pool();
-            }
-            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
-                stop_pool();
-                phase.set(Phase::Failed(message));
+                pool.stop();
             }
             _ => {}
         }
@@ -170,9 +167,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
         Ok(q)
     };
     let run = move || {
-        stop_pool();
-        let id = sweep_id.get_value() + 1;
-        sweep_id.set_value(id);
+        let id = pool.next();
         answer.set(None);
         let q = match query() {
             Ok(q) => q,
@@ -182,7 +177,7 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
             }
         };
         match Pool::spawn(pool_size(), on_event) {
-            Ok(p) => pool.set_value(p),
+            Ok(p) => pool.set(p),
             Err(e) => {
                 phase.set(Phase::Failed(e));
                 return;
@@ -190,11 +185,10 @@ pub fn SweepPage(open: Callback<String>) -> impl IntoView {
         }
         started.set_value(now_ms());
         phase.set(Phase::Sweeping);
-        pool.with_value(|p| p.send(0, &ToWorker::Sweep { id, query: q, replay_top: 1 }));
+        pool.with(|p| p.send(0, &ToWorker::Sweep { id, query: q, replay_top: 1 }));
     };
     let cancel = move || {
-        stop_pool();
-        sweep_id.set_value(sweep_id.get_value() + 1);
+        pool.cancel();
         phase.set(Phase::Cancelled);
     };
 

@@ -13,7 +13,7 @@ use wasm_bindgen::JsCast;
 
 use crate::calibrate::CalibratePanel;
 use crate::charts;
-use crate::client::{data_uri, now_ms, pool_size, Pool};
+use crate::client::{data_uri, now_ms, pool_size, Pool, PoolRun};
 use crate::protocol::{
     command_line, knobs, shown_rows, Answer, Ask, FromWorker, RowOrder, RowResult, RowsWanted, ToWorker,
     ValidationAnswer,
@@ -61,14 +61,15 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
     let result: RwSignal<Option<ValidationAnswer>> = RwSignal::new(None);
     // The last calibration's table and JSON (`CalibratePanel`).
     let calibration: RwSignal<Option<(String, String)>> = RwSignal::new(None);
-    let pool: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
+    let pool = PoolRun::default();
     let job = StoredValue::new(Job::default());
-    let run_id = StoredValue::new(0u32);
     let started = StoredValue::new(0.0f64);
 
-    let stop_pool = move || pool.update_value(Pool::terminate);
     let on_event = move |_k: usize, msg: FromWorker| {
-        let current = run_id.get_value();
+        if let Some(message) = pool.failure(&msg) {
+            return phase.set(Phase::Failed(message));
+        }
+        let current = pool.current();
         match msg {
             FromWorker::Validation { id, answer: Answer::RowsSelected { indices } } if id == current => {
                 let (csv, name, options) =
@@ -78,7 +79,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
                     j.positions.clone_from(&indices);
                 });
                 phase.set(Phase::Running { done: 0, of: indices.len() });
-                pool.with_value(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
+                pool.with(|p| replay_on_pool(p, id, &csv, &name, &indices, &options));
             }
             FromWorker::Validation { id, answer: Answer::Validated { index, outcome } } if id == current => {
                 let (done, of) = job
@@ -103,10 +104,10 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
                     options: j.options.clone(),
                 });
                 let msg = ToWorker::Validation { id, ask };
-                pool.with_value(|p| p.send(0, &msg));
+                pool.with(|p| p.send(0, &msg));
             }
             FromWorker::Validation { id, answer: Answer::Report { report } } if id == current => {
-                stop_pool();
+                pool.stop();
                 let (ttft, tpot) =
                     (charts::parity(&report.ttft, "TTFT", "ms"), charts::parity(&report.tpot, "TPOT", "ms"));
                 let rows = job.with_value(|j| j.positions.len());
@@ -116,10 +117,6 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
                     crate::plotly::draw_marked("val-ttft-chart", &ttft);
                     crate::plotly::draw_marked("val-tpot-chart", &tpot);
                 });
-            }
-            FromWorker::Failed { id, message, .. } if id == current || id == 0 => {
-                stop_pool();
-                phase.set(Phase::Failed(message));
             }
             _ => {}
         }
@@ -151,7 +148,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
     let opener: StoredValue<Pool, LocalStorage> = StoredValue::new_local(Pool::default());
     let open_row = Callback::new(move |index: usize| {
         opener.update_value(Pool::terminate);
-        let id = run_id.get_value();
+        let id = pool.current();
         let on_answer = move |_k: usize, msg: FromWorker| match msg {
             FromWorker::Validation { answer: Answer::Scenario { yaml, .. }, .. } => {
                 opener.update_value(Pool::terminate);
@@ -183,9 +180,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
     });
 
     let run = move || {
-        stop_pool();
-        let id = run_id.get_value() + 1;
-        run_id.set_value(id);
+        let id = pool.next();
         result.set(None);
         let (wanted, options) = untrack(|| (wanted(), options()));
         // Options out of range are refused before any worker starts, as the CLI refuses them.
@@ -194,7 +189,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
         }
         let (text, file) = (csv.get_untracked(), name.get_untracked());
         match Pool::spawn(pool_size(), on_event) {
-            Ok(p) => pool.set_value(p),
+            Ok(p) => pool.set(p),
             Err(e) => return phase.set(Phase::Failed(e)),
         }
         job.set_value(Job {
@@ -207,7 +202,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
         started.set_value(now_ms());
         phase.set(Phase::Selecting);
         let dropped = files.get_untracked();
-        pool.with_value(|p| {
+        pool.with(|p| {
             for k in 0..p.len() {
                 for f in &dropped {
                     p.send(k, &ToWorker::PutFile { name: f.name.clone(), base64: f.base64.to_string() });
@@ -217,8 +212,7 @@ pub fn ValidatePage(files: RwSignal<Vec<crate::data::Dropped>>, open: Callback<S
         });
     };
     let cancel = move || {
-        stop_pool();
-        run_id.set_value(run_id.get_value() + 1);
+        pool.cancel();
         phase.set(Phase::Cancelled);
     };
     let pick = move |ev: leptos::ev::Event| {
