@@ -293,22 +293,34 @@ fn kv_tiers_keep_the_histories_an_agentic_replay_evicts() {
     );
 }
 
-#[test]
-fn tensorrt_llm_host_offload_keeps_the_histories_an_agentic_replay_evicts() {
-    const TIER: &str = "tests/scenarios/agentic_coding_trtllm_host_offload.yaml";
-    let host = predict_file_with(TIER, &[]).unwrap();
-    let none = predict_file_with(TIER, &["engine.workers.aggregated.kv_cache.host_offload=null"]).unwrap();
+/// An agentic replay of `file` with and without its host tier: both keep every play's order,
+/// and the tier (written as `writes` says) raises reuse and lowers p99 TTFT.
+fn assert_host_tier_keeps_histories(file: &str, writes: &str) {
+    let host = predict_file_with(file, &[]).unwrap();
+    let none = predict_file_with(file, &["engine.workers.aggregated.kv_cache.host_offload=null"]).unwrap();
     for p in [&host, &none] {
         assert_eq!(check_order(p, 1, 1.0), 340);
     }
-    // Reuse rises and p99 TTFT falls with the tier.
     for (figure, rises) in [("/prefix_cache_reused_ratio", true), ("/p99_ttft_ms", false)] {
         let [a, b] = [&none, &host].map(|p| p.json.pointer(figure).unwrap().as_f64().unwrap());
         assert!(if rises { a < b } else { a > b }, "{figure}: {a} {b}");
     }
     let tier = &host.json["servesim"]["host_offload"];
-    assert_eq!(tier["writes"], "on_eviction");
-    assert!(tier["restored_blocks"].as_u64().unwrap() > 0, "{tier}");
+    assert_eq!(tier["writes"], writes);
+    assert!(tier["restored_tokens"].as_u64().unwrap() > 0, "{tier}");
+}
+
+#[test]
+fn tensorrt_llm_host_offload_keeps_the_histories_an_agentic_replay_evicts() {
+    assert_host_tier_keeps_histories(
+        "tests/scenarios/agentic_coding_trtllm_host_offload.yaml",
+        "on_eviction",
+    );
+}
+
+#[test]
+fn sglang_hicache_keeps_the_histories_an_agentic_replay_evicts() {
+    assert_host_tier_keeps_histories("tests/scenarios/agentic_coding_sglang_hicache.yaml", "write_through");
 }
 
 /// EAGLE drafts on every engine keep each play's order (a request is sent only when what it

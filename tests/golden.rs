@@ -177,6 +177,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("spec_eagle_sglang", "tests/scenarios/spec_eagle_sglang.yaml"),
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("trtllm_host_offload", "tests/scenarios/trtllm_host_offload.yaml"),
+    ("sglang_hicache", "tests/scenarios/sglang_hicache.yaml"),
     ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
     ("vllm_belady_prompt_pool", "tests/scenarios/vllm_belady_prompt_pool.yaml"),
     ("hybrid_qwen35_vllm_sessions", "tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),

@@ -1,5 +1,6 @@
 //! TensorRT-LLM's host tier (G2), end to end: it keeps what GPU memory evicts and gives it
-//! back on reuse. The storage KV tier (G3) behind host memory: it keeps what the host tiers lose,
+//! back on reuse. SGLang's HiCache: it keeps what enters the radix cache and loads back what
+//! GPU memory lost, keeping its copy. The storage KV tier (G3) behind host memory: it keeps what the host tiers lose,
 //! a shared store serves every worker and a local one only its own, the KV-aware router
 //! credits what it holds, and a host tier too small for a history cuts restores short rather
 //! than stalling. And Belady eviction of the GPU pools: the forecast keeps what is asked for
@@ -12,6 +13,7 @@ use servesim_tests::{config_refusal, predict_file_with};
 
 const SHARED: &str = "tests/scenarios/vllm_g3_shared.yaml";
 const TRT_HOST: &str = "tests/scenarios/trtllm_host_offload.yaml";
+const HICACHE: &str = "tests/scenarios/sglang_hicache.yaml";
 const LOCAL: &str = "tests/scenarios/vllm_g3_local_kv_router.yaml";
 
 fn run(rel: &str, sets: &[&str]) -> servesim_scenario::Prediction {
@@ -54,6 +56,38 @@ fn tensorrt_llm_offloads_what_gpu_memory_evicts_and_moves_it_back_on_reuse() {
     assert!(host["mean_restore_wait_ms"].as_f64().unwrap() > 0.0);
     // Same seed, same bytes.
     assert_eq!(with.json, run(TRT_HOST, &[]).json);
+}
+
+#[test]
+fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_memory_lost() {
+    let with = run(HICACHE, &[]);
+    let without = run(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload=null"]);
+    let host = &with.json["servesim"]["host_offload"];
+    assert_eq!(
+        (host["writes"].as_str(), host["counted_in"].as_str()),
+        (Some("write_through"), Some("tokens"))
+    );
+    assert_tier_pays(&with, &without);
+    // The tiers are inclusive: a load keeps its host copy, so what the tier holds is what it
+    // wrote less what it evicted, and a history is loaded back more often than written.
+    let (written, restored) = (n(host, "written_blocks"), n(host, "restored_blocks"));
+    assert_eq!(n(host, "resident_blocks"), written - n(host, "evicted_blocks"));
+    assert!(restored > written, "{host}");
+    assert_eq!(n(host, "restored_tokens"), restored);
+    // 64 GiB a GPU of 128 KiB tokens (Llama-3.1-8B in bf16): 524,288 tokens, never exceeded.
+    assert_eq!(n(host, "capacity_blocks_per_rank"), 524_288);
+    assert!(n(host, "resident_blocks") <= 524_288);
+    // A load moves 128 KiB a token at 32 GB/s: the mean wait is the mean load's copy time,
+    // plus a little where loads admitted together queue on the link.
+    let mean_tokens = restored as f64 / n(host, "restores") as f64;
+    let copy_ms = mean_tokens * 131_072.0 / 32e9 * 1e3;
+    let wait = host["mean_restore_wait_ms"].as_f64().unwrap();
+    assert!(wait >= 0.999 * copy_ms && wait < 1.25 * copy_ms, "{wait} ms waited, {copy_ms} ms of copying");
+    // Less host memory than GPU memory for KV is refused, as SGLang refuses it.
+    let small = predict_file_with(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload.size_gib=8"]);
+    let err = small.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("HiCache needs more host memory than GPU memory"), "{err}");
+    assert_eq!(with.json, run(HICACHE, &[]).json);
 }
 
 #[test]

@@ -817,6 +817,12 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.equal(trtHost.writes, 'on_eviction');
   assert.match(await page.textContent('#host-tier'),
     new RegExp(`^${trtHost.restores} restores of [0-9,]+ tokens · ${trtHost.mean_restore_wait_ms.toFixed(2)} ms wait on average · [0-9,]+ blocks written as GPU memory evicted them, `));
+  // SGLang's HiCache writes what enters its radix cache and counts tokens.
+  const hicache = await presetMatchesCli(page, 13, 'tests/scenarios/sglang_hicache.yaml', trt, dir);
+  const hc = JSON.parse(hicache).servesim.host_offload;
+  assert.equal(hc.writes, 'write_through');
+  assert.match(await page.textContent('#host-tier'),
+    new RegExp(`^${hc.restores} restores of [0-9,]+ tokens · ${hc.mean_restore_wait_ms.toFixed(2)} ms wait on average · [0-9,]+ tokens written through from the radix cache, `));
   await page.close();
 });
 

@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 13] = [
+pub const PRESETS: [(&str, &str); 14] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -65,6 +65,10 @@ pub const PRESETS: [(&str, &str); 13] = [
     (
         "Long conversations offloading evicted KV to host memory (G2), TensorRT-LLM",
         include_str!("../../tests/scenarios/trtllm_host_offload.yaml"),
+    ),
+    (
+        "Long conversations with a hierarchical KV cache in host memory (HiCache), SGLang",
+        include_str!("../../tests/scenarios/sglang_hicache.yaml"),
     ),
 ];
 

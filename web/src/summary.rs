@@ -142,12 +142,13 @@ pub fn host_tier(p: &Value) -> String {
         return "none".into();
     }
     format!(
-        "{} restores of {} tokens · {} ms wait on average · {} blocks written{}, {} evicted",
+        "{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted",
         fmt_num(&h["restores"], 0),
         fmt_num(&h["restored_tokens"], 0),
         fmt_num(&h["mean_restore_wait_ms"], 2),
         fmt_num(&h["written_blocks"], 0),
-        if h["writes"] == "on_eviction" { " as GPU memory evicted them" } else { "" },
+        h["counted_in"].as_str().unwrap_or("blocks"),
+        servesim_scenario::report::writes_phrase(h),
         fmt_num(&h["evicted_blocks"], 0)
     )
 }
@@ -522,6 +523,14 @@ mod tests {
             host_tier(&trt).contains(" blocks written as GPU memory evicted them, "),
             "{}",
             host_tier(&trt)
+        );
+        let mut sglang = g2.clone();
+        sglang["servesim"]["host_offload"]["writes"] = "write_through".into();
+        sglang["servesim"]["host_offload"]["counted_in"] = "tokens".into();
+        assert!(
+            host_tier(&sglang).contains(" tokens written through from the radix cache, "),
+            "{}",
+            host_tier(&sglang)
         );
         assert_eq!(storage_tier(&g2), "none");
         let g3 = serde_json::json!({"servesim": {"g3_offload": {

@@ -31,6 +31,16 @@
 //! time; the engine's next forward pass waits for both copies (`syncTransfers`), so they
 //! lengthen that step instead of holding the request aside.
 //!
+//! SGLang's HiCache (`--enable-hierarchical-cache`, write policy `write_through`, its default)
+//! keeps the tier as a second radix tree of tokens ([`HostWrites::WriteThrough`]): the
+//! sequence a request has computed is copied to host memory when it enters the GPU's radix
+//! cache (after its prompt's last chunk, and whole when it finishes), token for token where
+//! host memory does not hold it yet ([`HostTier::write_tokens`]); host memory evicts the least
+//! recently used leaves. An admission whose prompt continues past its GPU hit in host memory
+//! by at least [`LOAD_BACK_MIN_TOKENS`] loads those tokens back into the GPU's tree
+//! ([`HostTier::load_tokens`]), a copy the step's forward pass overlaps layer by layer, so the
+//! step ends no earlier than the copy. The host copy stays (the tiers are inclusive).
+//!
 //! Behind it may sit a storage tier (G3, [`G3Store`]): every block written here is written
 //! there too, and an admission continues what GPU and host memory hold with the blocks
 //! storage holds, read into host memory first ([`HostTier::begin_tiered_restore`]).
@@ -42,6 +52,7 @@
 use alloc::rc::Rc;
 use core::cell::RefCell;
 
+use crate::radix::{Piece, RadixCache};
 use crate::units::{SimDur, SimTime};
 use lru::{BlockLru, Inserted};
 pub use store::{G3Spec, G3Stats, G3Store};
@@ -75,7 +86,15 @@ pub enum HostWrites {
     AfterCompute,
     /// A block GPU memory evicts, on its way out (TensorRT-LLM's secondary pool).
     OnEviction,
+    /// The tokens a request computed, when they enter the GPU's radix cache, into a radix
+    /// tree of tokens (SGLang's HiCache, `--hicache-write-policy write_through`); the spec's
+    /// blocks are tokens.
+    WriteThrough,
 }
+
+/// The fewest tokens HiCache loads back from host memory; a shorter host hit is computed
+/// again (`HiRadixCache.load_back_threshold`, 10 tokens in SGLang).
+pub const LOAD_BACK_MIN_TOKENS: u32 = 10;
 
 /// Counters of a host tier (summed over ranks in reports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,21 +157,25 @@ pub struct HostTier {
     copies_end: SimTime,
     stats: HostStats,
     g3: Option<G3Port>,
+    /// HiCache's tokens ([`HostWrites::WriteThrough`]); the block index is empty then.
+    tree: Option<RadixCache>,
 }
 
 impl HostTier {
     /// An empty tier.
     #[must_use]
     pub fn new(spec: HostSpec) -> Self {
+        let tokens = spec.writes == HostWrites::WriteThrough;
         HostTier {
             spec,
-            blocks: BlockLru::new(spec.capacity_blocks as usize),
+            blocks: BlockLru::new(if tokens { 0 } else { spec.capacity_blocks as usize }),
             d2h_free: SimTime::ZERO,
             h2d_free: SimTime::ZERO,
             clock: SimTime::ZERO,
             copies_end: SimTime::ZERO,
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
             g3: None,
+            tree: tokens.then(|| RadixCache::new(u64::from(spec.capacity_blocks), true)),
         }
     }
 
@@ -188,16 +211,71 @@ impl HostTier {
         self.clock
     }
 
-    /// Blocks held (being written included).
+    /// Blocks held (being written included); tokens for HiCache.
     #[must_use]
     pub fn resident(&self) -> usize {
-        self.blocks.len()
+        match &self.tree {
+            Some(t) => usize::try_from(t.tree_tokens()).unwrap_or(usize::MAX),
+            None => self.blocks.len(),
+        }
     }
 
     /// Counters so far.
     #[must_use]
     pub fn stats(&self) -> HostStats {
-        HostStats { resident_blocks: self.blocks.len() as u64, ..self.stats }
+        HostStats { resident_blocks: self.resident() as u64, ..self.stats }
+    }
+
+    /// Copies to host memory, at `at`, the tokens of `key` (a sequence from its first token)
+    /// that HiCache's tree does not hold yet, evicting its least recently used leaves to make
+    /// room; the path held already becomes the most recently used. The copies queue on the
+    /// device-to-host link. Tokens that find no room are dropped (SGLang's `write_backup`
+    /// then leaves the node on the GPU only). Nothing without a HiCache tree.
+    pub fn write_tokens(&mut self, key: &[Piece], at: SimTime) {
+        let Some(tree) = self.tree.as_mut() else { return };
+        let total: u32 = key.iter().map(|p| p.len).sum();
+        // The path held already stays while room is made for the rest.
+        let (held, node) = tree.match_prefix(key, total);
+        let new = u64::from(total - held);
+        if new == 0 {
+            return;
+        }
+        tree.lock(node);
+        let evicted = tree.evicted_tokens();
+        let room = tree.alloc(new);
+        if room {
+            tree.insert(key);
+        }
+        tree.unlock(node);
+        if !room {
+            self.stats.dropped_blocks += new;
+            return;
+        }
+        self.stats.evicted_blocks += tree.evicted_tokens() - evicted;
+        self.stats.written_blocks += new;
+        let bytes = self.spec.block_bytes.saturating_mul(new);
+        let done = at.max(self.d2h_free) + transfer(bytes, self.spec.d2h_bytes_per_s);
+        self.d2h_free = done;
+        self.copies_end = self.copies_end.max(done + self.spec.first_byte);
+    }
+
+    /// How many tokens of `key`, from the first and at most `limit`, HiCache's tree holds (0
+    /// without one).
+    #[must_use]
+    pub fn held_tokens(&self, key: &[Piece], limit: u32) -> u32 {
+        self.tree.as_ref().map_or(0, |t| t.peek(key, limit))
+    }
+
+    /// Loads tokens `from..to` of `key` (held, as [`HostTier::held_tokens`] found) back to GPU
+    /// memory at `now`: the path becomes the most recently used and stays held. Returns when
+    /// the copy ends. It starts at once: SGLang keeps a node on the GPU until its copy to host
+    /// memory ends (`write_backup` locks it), so what host memory alone holds was written
+    /// before. (That pinning itself is not modelled: GPU memory may evict a node sooner.)
+    pub fn load_tokens(&mut self, key: &[Piece], from: u32, to: u32, now: SimTime) -> SimTime {
+        if let Some(tree) = self.tree.as_mut() {
+            tree.match_prefix(key, to);
+        }
+        self.copy_to_device(to.saturating_sub(from) as usize, now, now)
     }
 
     /// Whether the block `key` is held and its copy has ended by `now`.

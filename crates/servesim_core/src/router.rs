@@ -11,8 +11,9 @@
 //!   `decay = 1 / (1 + credit_decay × active_prefill_blocks / request_blocks)`.
 //!   `prefill_blocks` is the worker's outstanding prefill work plus this request, in KV blocks;
 //!   `decode_blocks` the blocks it holds plus those this request would add;
-//!   `host_overlap_blocks` the blocks after the GPU hit that the worker's host tier holds (as
-//!   its rank reported them at its last step, as the router learns them from KV events);
+//!   `host_overlap_blocks` the blocks (HiCache: tokens) after the GPU hit that the worker's
+//!   host tier holds (as its rank reported them at its last step, as the router learns them
+//!   from KV events);
 //!   `disk_overlap_blocks` the blocks after those that its storage tier (G3) holds.
 //! - `SessionAffinity`: every turn of a session to the worker of its first turn (first turns
 //!   and standalone requests go to the least-loaded worker).
@@ -165,6 +166,14 @@ fn offload_credit(req: &Request, w: &Worker, host_weight: f64, disk_weight: f64)
     let mut best: f64 = 0.0;
     for r in &w.ranks {
         let Some(host) = r.host.as_deref() else { continue };
+        if host.spec().writes == crate::host::HostWrites::WriteThrough {
+            // HiCache's tokens (SGLang's radix cache counts blocks of one token).
+            let limit = req.input_tokens.saturating_sub(1);
+            let in_host =
+                host.held_tokens(&req.pieces(limit), limit).saturating_sub(r.kv.cached_prefix_tokens(req));
+            best = best.max(host_weight * f64::from(in_host));
+            continue;
+        }
         let bs = r.kv.block_size().max(1);
         let from = (r.kv.cached_prefix_tokens(req) / bs) as usize;
         // As at admission: short of the last prompt token's block.
@@ -282,9 +291,9 @@ mod tests {
         Worker::new(id, cfg, ranks, 0)
     }
 
-    #[test]
-    fn the_kv_aware_router_credits_blocks_a_host_tier_holds() {
-        let mut req = Request::new(
+    /// A 100-token prompt with 4 output tokens, hashed in blocks of `block_size`.
+    fn prompt(block_size: u32) -> Request {
+        Request::new(
             RequestSpec {
                 arrival: SimTime::ZERO,
                 prompt: vec![Segment { id: 5, len: 100 }],
@@ -294,8 +303,13 @@ mod tests {
                 public_tokens: crate::request::ALL_SHARED,
                 warmup: false,
             },
-            16,
-        );
+            block_size,
+        )
+    }
+
+    #[test]
+    fn the_kv_aware_router_credits_blocks_a_host_tier_holds() {
+        let mut req = prompt(16);
         req.hash_known_blocks();
         // Worker 2 of three holds the prompt's six full blocks in host memory, none on GPU.
         let mut workers = vec![worker(0), worker(1), worker(2)];
@@ -317,6 +331,36 @@ mod tests {
             })
             .collect();
         assert!(picks.iter().any(|&w| w != 2), "ties go anywhere: {picks:?}");
+    }
+
+    #[test]
+    fn the_kv_aware_router_credits_tokens_hicache_holds() {
+        let req = prompt(1);
+        let spec = HostSpec {
+            capacity_blocks: 1000,
+            block_bytes: 1,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: None,
+            first_byte: SimDur::ZERO,
+            writes: crate::host::HostWrites::WriteThrough,
+        };
+        let sglang = |id: u32| {
+            let mut ranks = make_ranks(1, 400, 1, true, true);
+            ranks[0].host = Some(Box::new(HostTier::new(spec)));
+            Worker::new(id, crate::engine::test_config(Backend::Sglang), ranks, 0)
+        };
+        // Worker 1 of three holds the whole prompt in host memory, none on GPU; it is credited
+        // for the 99 tokens before the last.
+        let mut workers = vec![sglang(0), sglang(1), sglang(2)];
+        let host = workers[1].ranks[0].host.as_deref_mut().unwrap();
+        host.write_tokens(&req.pieces(100), SimTime::ZERO);
+        assert!((offload_credit(&req, &workers[1], 0.75, 0.0) - 0.75 * 99.0).abs() < 1e-9);
+        assert_eq!(offload_credit(&req, &workers[0], 0.75, 0.0), 0.0);
+        for seed in 0..8 {
+            let rng = crate::rng::Rng::stream(seed, crate::rng::Stream::Routing);
+            let mut router = Router::KvAware { cfg: KvAwareConfig::default(), rng };
+            assert_eq!(router.route(&req, &workers, &[]).worker, 1, "seed {seed}");
+        }
     }
 
     #[test]

@@ -438,8 +438,14 @@ impl Worker {
         }
         // Host-tier copies the step waits for (TensorRT-LLM's offloading) hold the GPU first.
         let copies_end = self.plans.iter().map(|p| p.copies_end).max().unwrap_or(SimTime::ZERO);
-        let stall = if copies_end > now { copies_end.since(now) } else { SimDur::ZERO };
-        let first = step_dur(timer.step_time(&self.loads)?) + stall;
+        let mut stall = if copies_end > now { copies_end.since(now) } else { SimDur::ZERO };
+        let compute = step_dur(timer.step_time(&self.loads)?);
+        // Loads the forward pass overlaps (SGLang's HiCache) end it no earlier than they do.
+        let loads_end = self.plans.iter().map(|p| p.loads_end).max().unwrap_or(SimTime::ZERO);
+        if loads_end > now + compute + stall {
+            stall = loads_end.since(now + compute);
+        }
+        let first = compute + stall;
         self.busy = true;
         self.last_step_start = now;
         let end = now + first;
@@ -574,7 +580,7 @@ impl Worker {
                     out.emitted.push(p.req);
                     if r.emitted >= r.output_target() {
                         r.status = Status::Completed;
-                        engine::release(rank, r);
+                        engine::release(rank, r, now);
                         out.finished.push(p.req);
                     }
                 }
@@ -638,7 +644,7 @@ impl Worker {
                     }
                     if done {
                         r.status = Status::Completed;
-                        engine::release(rank, r);
+                        engine::release(rank, r, now);
                         out.finished.push(p.req);
                     }
                 }

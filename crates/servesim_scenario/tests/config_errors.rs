@@ -171,11 +171,28 @@ const CASES: &[(&str, i32, &[&str])] = &[
         "engine:\n  model: meta-llama/Llama-3.1-70B-Instruct\n  hardware: h100_sxm\n  mode: disaggregated\n  workers: {prefill: {parallelism: {tensor: 8}}, decode: {}}\n",
         3,
         &["decode workers", "does not fit"],
-    ),    // Host offload (G2): vLLM and TensorRT-LLM aggregated only, sized one way, with prefix caching.
+    ),
+    // Host offload (G2): aggregated only, sized one way, with prefix caching, for
+    // attention-only models; SGLang's HiCache larger than GPU memory.
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
+        3,
+        &["aggregated workers", "HiCache needs more host memory than GPU memory", "holds 10 tokens a rank"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3.5-27B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {parallelism: {tensor: 2}, kv_cache: {host_offload: {size_gib: 400}}}}\n",
         2,
-        &["engine.workers.aggregated.kv_cache.host_offload (line 5", "not for SGLang's HiCache"],
+        &["engine.workers.aggregated.kv_cache.host_offload", "hybrid model", "recurrent state to host memory is not simulated"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 400, write_policy: write_back}}}}\n",
+        2,
+        &["host_offload.write_policy (line 5", "'write_back' policy is not simulated yet"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 400, write_policy: write_through}}}}\n",
+        2,
+        &["host_offload.write_policy (line 5", "SGLang HiCache's (--hicache-write-policy)"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  mode: disaggregated\n  workers: {prefill: {}, decode: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
@@ -213,7 +230,7 @@ const CASES: &[(&str, i32, &[&str])] = &[
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
         2,
-        &["kv_cache.host_offload (line 5", "not for SGLang's HiCache"],
+        &["kv_cache.g3_offload (line 5", "behind vLLM's host offloading only, not SGLang HiCache's"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: trtllm\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",

@@ -323,6 +323,10 @@ pub struct RankPlan {
     /// When the host-tier copies this step waits for end (TensorRT-LLM's `syncTransfers`
     /// before the forward pass); [`crate::units::SimTime::ZERO`] when it waits for none.
     pub copies_end: crate::units::SimTime,
+    /// When the host-tier loads this step's forward pass overlaps end (SGLang's HiCache
+    /// loads a layer's KV while earlier layers compute): the step ends no earlier.
+    /// [`crate::units::SimTime::ZERO`] when it loads nothing.
+    pub loads_end: crate::units::SimTime,
 }
 
 impl RankPlan {
@@ -332,6 +336,7 @@ impl RankPlan {
         self.preemptions = 0;
         self.restores.clear();
         self.copies_end = crate::units::SimTime::ZERO;
+        self.loads_end = crate::units::SimTime::ZERO;
     }
 }
 
@@ -562,6 +567,11 @@ pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned, at: 
         KvStore::Radix(cache) => {
             if !planned.decode {
                 sglang::cache_computed(cache, req);
+                // HiCache writes a prompt once its last chunk is in (a chunked request's
+                // inserts leave the hit counts, and so the writes, alone).
+                if req.pending_tokens() == 0 {
+                    sglang::write_through(rank.host.as_deref_mut(), req, at);
+                }
             }
         }
     }
@@ -668,7 +678,7 @@ pub fn activate(
             }
             if r.emit_token(now) {
                 r.status = crate::request::Status::Completed;
-                release(rank, r);
+                release(rank, r, now);
                 return true;
             }
             r.status = crate::request::Status::Running;
@@ -682,16 +692,20 @@ pub fn activate(
 pub fn release_source(rank: &mut Rank, req: &mut Request) {
     let mut hold = core::mem::take(&mut req.source);
     req.swap_kv(&mut hold);
-    release(rank, req);
+    // Prefill workers keep no host tier (host offloading is for aggregated workers).
+    release(rank, req, crate::units::SimTime::ZERO);
     req.swap_kv(&mut hold);
 }
 
-/// Releases everything a finished request holds (its KV stays cached where the engine
-/// caches it).
-pub fn release(rank: &mut Rank, req: &mut Request) {
+/// Releases everything a request that finished at `at` holds (its KV stays cached where the
+/// engine caches it, HiCache's host memory included).
+pub fn release(rank: &mut Rank, req: &mut Request, at: crate::units::SimTime) {
     match &mut rank.kv {
         KvStore::Paged(pool) => kvops::free_all(pool, req),
-        KvStore::Radix(cache) => sglang::release(cache, req, true),
+        KvStore::Radix(cache) => {
+            sglang::write_through(rank.host.as_deref_mut(), req, at);
+            sglang::release(cache, req, true);
+        }
     }
 }
 

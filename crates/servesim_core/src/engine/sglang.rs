@@ -20,14 +20,30 @@
 //! - The radix cache keeps prompts after prefill and whole sequences after completion or
 //!   retraction, so later requests (and re-admitted ones) reuse them token by token.
 //!
-//! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, the
-//! hierarchical cache (HiCache).
+//! - HiCache (`--enable-hierarchical-cache`, a host tier written
+//!   [`HostWrites::WriteThrough`]): what enters the tree is copied to host memory, and an
+//!   admission whose prompt continues in host memory past its GPU hit by at least
+//!   [`LOAD_BACK_MIN_TOKENS`] loads that part back into the tree (`init_load_back`) when GPU
+//!   memory can hold it beside the request's own tokens; the prefill budgets count only the
+//!   tokens left to compute, the KV budget the loaded ones too (`PrefillAdder.add_one_req`).
+//!
+//! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, HiCache's
+//! `write_back` and `write_through_selective` policies and its storage tier.
 
 use alloc::vec::Vec;
 
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
+use crate::host::{HostTier, HostWrites, LOAD_BACK_MIN_TOKENS};
 use crate::radix::{RadixCache, ROOT};
 use crate::request::{Request, Status};
+use crate::units::SimTime;
+
+/// Copies `req`'s computed tokens to HiCache's host memory at `at`, if the rank has it.
+pub fn write_through(host: Option<&mut HostTier>, req: &Request, at: SimTime) {
+    if let Some(h) = host.filter(|h| h.spec().writes == HostWrites::WriteThrough) {
+        h.write_tokens(&req.pieces(req.computed), at);
+    }
+}
 
 /// Moves a request's computed tokens into the tree and re-locks its path there.
 pub fn cache_computed(cache: &mut RadixCache, req: &mut Request) {
@@ -75,8 +91,9 @@ fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
 /// Fills `plan` for one rank.
 #[allow(clippy::too_many_lines)]
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
-    let Rank { waiting, running, kv, state, .. } = rank;
+    let Rank { waiting, running, kv, state, host, .. } = rank;
     let KvStore::Radix(cache) = kv else { return };
+    let mut host = host.as_deref_mut().filter(|h| h.spec().writes == HostWrites::WriteThrough);
     let k = cfg.sglang;
     let min_ratio = k.init_new_token_ratio * k.min_new_token_ratio_factor;
     if state.new_token_ratio <= 0.0 || (running.is_empty() && waiting.is_empty()) {
@@ -159,20 +176,45 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 let known = r.known_tokens();
                 let key = r.pieces(known);
                 let prefix = cache.peek(&key, known.saturating_sub(1));
+                // The KV budget counts tokens loaded from host memory; the prefill budgets
+                // only those left to compute.
                 let extend = known - prefix;
+                let host_hit =
+                    host.as_deref().map_or(prefix, |h| h.held_tokens(&key, known.saturating_sub(1)));
+                let mut loaded = host_hit.saturating_sub(prefix);
+                if loaded < LOAD_BACK_MIN_TOKENS {
+                    loaded = 0;
+                }
                 let reserve = clip(cfg, r);
                 if f64::from(extend) + f64::from(reserve) >= rem_total {
                     break;
                 }
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let chunk = rem_chunk as u32;
-                let chunked = cfg.chunked_prefill && extend > chunk;
-                if !cfg.chunked_prefill && i64::from(extend) > rem_input {
-                    break;
-                }
-                let n = if chunked { chunk } else { extend };
                 let (matched, node) = cache.match_prefix(&key, known.saturating_sub(1));
                 cache.lock(node);
+                let compute = |loaded: u32| {
+                    let left = extend - loaded;
+                    if cfg.chunked_prefill && left > chunk {
+                        Some((chunk, true))
+                    } else if !cfg.chunked_prefill && i64::from(left) > rem_input {
+                        None
+                    } else {
+                        Some((left, false))
+                    }
+                };
+                // A load needs GPU room for itself beside the request's tokens
+                // (`load_back`'s memory quota), or the request computes it again.
+                if loaded > 0
+                    && compute(loaded)
+                        .is_none_or(|(n, _)| cache.available_tokens() < u64::from(loaded) + u64::from(n))
+                {
+                    loaded = 0;
+                }
+                let Some((n, chunked)) = compute(loaded) else {
+                    cache.unlock(node);
+                    break;
+                };
                 // A hybrid model's request takes a state slot, dropping kept states if needed.
                 let running_after =
                     u32::try_from(running.len()).unwrap_or(u32::MAX).saturating_add(admitted + 1);
@@ -180,6 +222,21 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                     cache.unlock(node);
                     break;
                 }
+                let (matched, node) = match host.as_deref_mut() {
+                    Some(h) if loaded > 0 => {
+                        let upto = matched + loaded;
+                        let done = h.load_tokens(&key, matched, upto, h.clock());
+                        plan.loads_end = plan.loads_end.max(done);
+                        // The loaded tokens join the tree where the request's path ends.
+                        let ok = cache.alloc(u64::from(loaded));
+                        debug_assert!(ok, "the room was checked with the node locked");
+                        let (deep, _) = cache.insert(&r.pieces(upto));
+                        cache.lock(deep);
+                        cache.unlock(node);
+                        (upto, deep)
+                    }
+                    _ => (matched, node),
+                };
                 r.radix_node = node;
                 r.radix_tokens = matched;
                 r.computed = matched;
@@ -195,7 +252,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 admitted += 1;
                 rem_input -= i64::from(n);
                 rem_chunk -= i64::from(n);
-                rem_total -= f64::from(n) + if chunked { 0.0 } else { f64::from(reserve) };
+                rem_total -= f64::from(n + loaded) + if chunked { 0.0 } else { f64::from(reserve) };
                 if chunked {
                     break;
                 }
@@ -378,6 +435,100 @@ mod tests {
         schedule(&cfg, &mut rank, &mut reqs, &mut plan);
         assert_eq!(plan.items.len(), 1);
         assert_eq!(plan.items[0].new_tokens, 1000);
+    }
+
+    #[test]
+    fn hicache_writes_what_enters_the_tree_and_an_admission_loads_its_evicted_prefix_back() {
+        use crate::host::{HostSpec, HostTier, HostWrites};
+        use crate::units::SimDur;
+        // 1 MB a token over 1 GB/s links: 1 ms a token each way. The GPU holds 150 tokens,
+        // host memory 400.
+        let spec = HostSpec {
+            capacity_blocks: 400,
+            block_bytes: 1_000_000,
+            d2h_bytes_per_s: Some(1e9),
+            h2d_bytes_per_s: Some(1e9),
+            first_byte: SimDur::ZERO,
+            writes: HostWrites::WriteThrough,
+        };
+        let ms = |t: u64| SimTime::from_ns(t * 1_000_000);
+        let cfg = SchedulerConfig {
+            max_sequences: 1,
+            ..crate::engine::test_config(crate::engine::Backend::Sglang)
+        };
+        let run = |host: bool| {
+            let mut rank = Rank::new(KvStore::Radix(RadixCache::new(150, true)));
+            if host {
+                rank.host = Some(alloc::boxed::Box::new(HostTier::new(spec)));
+            }
+            // A: 10 shared + 100 own tokens; B: 10 shared + 100 others (A's leave the GPU);
+            // then A's prompt again.
+            let mut reqs = vec![req(5, 10, 1), req(5, 10, 2), req(5, 10, 1)];
+            let mut plan = RankPlan::default();
+            let mut out = Vec::new();
+            for id in 0..3u32 {
+                rank.waiting.push_back(id);
+                if let Some(h) = rank.host.as_deref_mut() {
+                    h.set_clock(ms(100 * u64::from(id)));
+                }
+                plan.clear();
+                schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+                let p = plan.items[0];
+                out.push((p.new_tokens, p.context_tokens, plan.loads_end));
+                // The prompt is computed; the request ends without output (its tokens enter
+                // the tree and host memory at the step's end).
+                let at = ms(100 * u64::from(id) + 50);
+                let r = &mut reqs[id as usize];
+                r.computed += p.new_tokens;
+                crate::engine::after_compute(&mut rank, r, &p, at);
+                crate::engine::release(&mut rank, r, at);
+                rank.running.clear();
+            }
+            (out, rank.host.map(|h| h.stats()))
+        };
+        let (with, stats) = run(true);
+        // A's 110 tokens are written after its step (110 ms of copying); B's 100 new ones
+        // after its own. A's return finds 10 tokens on the GPU and the next 99 (all but the
+        // last) in host memory: loaded from 200 ms, they end at 299 ms, and one token is
+        // computed.
+        assert_eq!(with, vec![(110, 0, SimTime::ZERO), (100, 10, SimTime::ZERO), (1, 109, ms(299))]);
+        let stats = stats.unwrap_or_default();
+        assert_eq!((stats.written_blocks, stats.restores, stats.restored_blocks), (210, 1, 99));
+        assert_eq!(stats.resident_blocks, 210, "the host copy stays");
+        // Without host memory A's own tokens are computed again.
+        let (without, _) = run(false);
+        assert_eq!(without[2], (100, 10, SimTime::ZERO));
+    }
+
+    #[test]
+    fn hicache_loads_back_ten_tokens_or_more_only() {
+        use crate::host::{HostSpec, HostTier, HostWrites};
+        let spec = HostSpec {
+            capacity_blocks: 400,
+            block_bytes: 1,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: None,
+            first_byte: crate::units::SimDur::ZERO,
+            writes: HostWrites::WriteThrough,
+        };
+        let cfg = crate::engine::test_config(crate::engine::Backend::Sglang);
+        // Host memory holds the whole 110-token prompt, the GPU its first `on_gpu` tokens:
+        // the host hit past them (to the token before the last) is 109 − on_gpu.
+        for (on_gpu, computed) in [(95, 1), (100, 10)] {
+            let r = req(5, 10, 1);
+            let mut cache = RadixCache::new(1000, true);
+            assert!(cache.alloc(on_gpu));
+            cache.insert(&r.pieces(u32::try_from(on_gpu).unwrap()));
+            let mut rank = Rank::new(KvStore::Radix(cache));
+            let mut host = HostTier::new(spec);
+            host.write_tokens(&r.pieces(110), SimTime::ZERO);
+            rank.host = Some(alloc::boxed::Box::new(host));
+            let mut reqs = vec![r];
+            rank.waiting.push_back(0);
+            let mut plan = RankPlan::default();
+            schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+            assert_eq!(plan.items[0].new_tokens, computed, "{on_gpu} tokens on the GPU");
+        }
     }
 
     #[test]

@@ -249,3 +249,107 @@ fn blocks_being_read_are_not_evicted_and_a_full_busy_tier_drops_writes() {
     t.offer(3, SimTime::ZERO);
     assert!(t.holds(3, SimTime::ZERO) && t.holds(2, SimTime::ZERO) && !t.holds(1, SimTime::ZERO));
 }
+
+/// A naive HiCache for unrelated streams, each written longer each time: a stream's held
+/// tokens are the runs its writes added, each with its last use; room is made by dropping the
+/// least recently used last run of any other stream (the radix tree's leaves).
+#[derive(Default)]
+struct NaiveTokens {
+    runs: alloc::collections::BTreeMap<u64, Vec<(u32, u64)>>,
+    clock: u64,
+}
+
+impl NaiveTokens {
+    fn held(&self) -> u64 {
+        self.runs.values().flatten().map(|r| u64::from(r.0)).sum()
+    }
+
+    fn have(&self, stream: u64) -> u32 {
+        self.runs.get(&stream).map_or(0, |v| v.iter().map(|r| r.0).sum())
+    }
+
+    fn touch(&mut self, stream: u64) {
+        self.clock += 1;
+        let c = self.clock;
+        for r in self.runs.get_mut(&stream).into_iter().flatten() {
+            r.1 = c;
+        }
+    }
+
+    fn write(&mut self, stream: u64, len: u32, capacity: u32) -> (u64, u64) {
+        let have = self.have(stream);
+        self.touch(stream);
+        let need = u64::from(len - have);
+        if need > u64::from(capacity - have) {
+            return (0, 0);
+        }
+        let mut evicted = 0;
+        while u64::from(capacity) - self.held() < need {
+            let victim = self
+                .runs
+                .iter()
+                .filter(|(s, v)| **s != stream && !v.is_empty())
+                .min_by_key(|(_, v)| v.last().map_or(0, |r| r.1))
+                .map(|(s, _)| *s);
+            let Some(v) = victim else { break };
+            let runs = self.runs.entry(v).or_default();
+            evicted += runs.pop().map_or(0, |r| u64::from(r.0));
+        }
+        self.clock += 1;
+        let c = self.clock;
+        self.runs.entry(stream).or_default().push((len - have, c));
+        (need, evicted)
+    }
+}
+
+proptest! {
+    /// HiCache's tree against the naive model: it never holds more than its capacity, holds
+    /// what the naive model holds after every write and load, evicts the same tokens, and its
+    /// counters add up (written − evicted = resident).
+    #[test]
+    fn hicache_keeps_the_streams_a_naive_lru_keeps(
+        capacity in 20u32..300,
+        ops in proptest::collection::vec((0u64..6, 1u32..80, any::<bool>()), 1..80),
+    ) {
+        use crate::radix::Piece;
+        let spec = HostSpec {
+            capacity_blocks: capacity,
+            block_bytes: 1000,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: None,
+            first_byte: SimDur::ZERO,
+            writes: HostWrites::WriteThrough,
+        };
+        let mut tier = HostTier::new(spec);
+        let mut naive = NaiveTokens::default();
+        let (mut written, mut evicted) = (0u64, 0u64);
+        for (i, &(stream, grow, load)) in ops.iter().enumerate() {
+            let at = SimTime::from_ns(i as u64);
+            let have = naive.have(stream);
+            if load {
+                let key = [Piece { id: stream, start: 0, len: have + grow }];
+                prop_assert_eq!(tier.held_tokens(&key, have + grow), have);
+                if have > 0 {
+                    tier.load_tokens(&key, 0, have, at);
+                    naive.touch(stream);
+                }
+                continue;
+            }
+            let len = have + grow;
+            let key = [Piece { id: stream, start: 0, len }];
+            tier.write_tokens(&key, at);
+            let (w, e) = naive.write(stream, len, capacity);
+            written += w;
+            evicted += e;
+            prop_assert!(tier.resident() as u64 <= u64::from(capacity));
+            prop_assert_eq!(tier.resident() as u64, naive.held());
+            for s in 0..6u64 {
+                let h = naive.have(s);
+                prop_assert_eq!(tier.held_tokens(&[Piece { id: s, start: 0, len: h + 1 }], h + 1), h);
+            }
+        }
+        let st = tier.stats();
+        prop_assert_eq!((st.written_blocks, st.evicted_blocks), (written, evicted));
+        prop_assert_eq!(st.written_blocks - st.evicted_blocks, st.resident_blocks);
+    }
+}

@@ -130,10 +130,11 @@ impl Worker {
         if self
             .ranks
             .iter()
-            .any(|r| r.host.as_deref().is_some_and(|h| h.spec().writes == HostWrites::OnEviction))
+            .any(|r| r.host.as_deref().is_some_and(|h| h.spec().writes != HostWrites::AfterCompute))
         {
             // A decode that takes a block may evict a cached one, whose copy to host memory
-            // the next step waits for: step by step.
+            // the next step waits for; HiCache writes a sequence when it finishes, at its
+            // step's end: step by step.
             return Ok(None);
         }
         let mut k = MAX_RUN_STEPS;

@@ -503,14 +503,6 @@ fn decode_kv_cache(
     };
     let host_entry = f.has("host_offload");
     let host_offload = match f.take("host_offload") {
-        Some((n, p)) if backend == Backend::Sglang => {
-            cx.unsupported(
-                &p,
-                n,
-                "'host_offload' (KV offloading to host memory) is simulated for vLLM (its OffloadingConnector) and TensorRT-LLM (host_cache_size), not for SGLang's HiCache",
-            );
-            None
-        }
         Some((n, p)) if mode == Mode::Disaggregated => {
             cx.unsupported(&p, n, "'host_offload' is simulated for aggregated workers only");
             None
@@ -523,7 +515,7 @@ fn decode_kv_cache(
             );
             None
         }
-        Some((n, p)) => decode_host_offload(n, &p, cx),
+        Some((n, p)) => decode_host_offload(n, &p, cx, backend),
         None => None,
     };
     let g3_offload = match f.take("g3_offload") {
@@ -537,11 +529,17 @@ fn decode_kv_cache(
                 None
             }
         }
-        Some((n, p)) if backend == Backend::TrtLlm => {
+        Some((n, p)) if backend != Backend::Vllm => {
             cx.unsupported(
                 &p,
                 n,
-                "'g3_offload' is simulated behind vLLM's host offloading only, not TensorRT-LLM's",
+                format!(
+                    "'g3_offload' is simulated behind vLLM's host offloading only, not {}'s",
+                    match backend {
+                        Backend::Sglang => "SGLang HiCache",
+                        _ => "TensorRT-LLM",
+                    }
+                ),
             );
             None
         }
@@ -701,7 +699,7 @@ const DEFAULT_G3_SHARED_GBPS: f64 = 80.0;
 const DEFAULT_G3_FIRST_BYTE_MS: f64 = 0.1;
 
 /// `kv_cache.host_offload` (vLLM, aggregated): its size and its links.
-fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<HostOffloadConfig> {
+fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<HostOffloadConfig> {
     let before = cx.diags.len();
     let mut f = Fields::of(node, path, cx)?;
     let blocks = f.take("num_host_blocks").and_then(|(n, p)| u32_in(n, &p, cx, 1, u32::MAX));
@@ -738,6 +736,22 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<HostOfflo
             );
         }
     }
+    // SGLang HiCache's `--hicache-write-policy`: only its default is simulated.
+    if let Some((n, p)) = f.take("write_policy") {
+        match choice(n, &p, cx, &["write_through", "write_through_selective", "write_back"]) {
+            Some(_) if backend != Backend::Sglang => {
+                cx.unsupported(&p, n, "'write_policy' is SGLang HiCache's (--hicache-write-policy)");
+            }
+            Some(other @ ("write_through_selective" | "write_back")) => cx.unsupported(
+                &p,
+                n,
+                format!(
+                    "HiCache's '{other}' policy is not simulated yet; write_through (SGLang's default) is"
+                ),
+            ),
+            _ => {}
+        }
+    }
     let gbps = |f: &mut Fields, k: &str, cx: &mut Cx| {
         f.take(k).map_or(Some(DEFAULT_HOST_LINK_GBPS), |(n, p)| number_in(n, &p, cx, 0.0, 1e6))
     };
@@ -756,6 +770,7 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<HostOfflo
             "latency_to_first_byte_ms",
             "shared_d2h_bandwidth_gbps",
             "shared_h2d_bandwidth_gbps",
+            "write_policy",
         ],
         "",
     );

@@ -15,7 +15,9 @@ use crate::scenario::Prepared;
 pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     let role = p.roles.first()?;
     let spec = p.host_spec(role)?;
-    let block_size = u64::from(role.config.kv_cache.block_size);
+    // HiCache's tier counts tokens (its blocks are tokens).
+    let tokens = spec.writes == HostWrites::WriteThrough;
+    let block_size = if tokens { 1 } else { u64::from(role.config.kv_cache.block_size) };
     let describe = |h: &HostStats| {
         json!({
             "written_blocks": h.written_blocks,
@@ -41,7 +43,9 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     out["writes"] = json!(match spec.writes {
         HostWrites::AfterCompute => "after_compute",
         HostWrites::OnEviction => "on_eviction",
+        HostWrites::WriteThrough => "write_through",
     });
+    out["counted_in"] = json!(if tokens { "tokens" } else { "blocks" });
     out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
     out["block_bytes_per_gpu"] = json!(spec.block_bytes);
     out["capacity_gib_per_gpu"] =
@@ -114,6 +118,17 @@ pub(super) fn eviction_section(r: &RunResult) -> Option<Value> {
     }))
 }
 
+/// How a host tier (prediction.json's `servesim.host_offload`) was written, after "written"
+/// (empty for vLLM's, which writes every block it computes).
+#[must_use]
+pub fn writes_phrase(host: &Value) -> &'static str {
+    match host["writes"].as_str() {
+        Some("on_eviction") => " as GPU memory evicted them",
+        Some("write_through") => " through from the radix cache",
+        _ => "",
+    }
+}
+
 /// The summary's lines for the host and storage tiers and for Belady eviction, from
 /// prediction.json's `servesim`.
 pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
@@ -122,16 +137,17 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     if host.is_object() {
         let n = |k: &str| host[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "host KV tier (G2): {} restores of {} blocks ({} tokens, {:.2} ms wait on average); {} blocks written{}, {} evicted, {} dropped; {} blocks a rank\n",
+            "host KV tier (G2): {} restores of {} {unit} ({} tokens, {:.2} ms wait on average); {} {unit} written{}, {} evicted, {} dropped; {} {unit} a rank\n",
             n("restores"),
             n("restored_blocks"),
             n("restored_tokens"),
             host["mean_restore_wait_ms"].as_f64().unwrap_or(0.0),
             n("written_blocks"),
-            if host["writes"] == "on_eviction" { " as GPU memory evicted them" } else { "" },
+            writes_phrase(host),
             n("evicted_blocks"),
             n("dropped_blocks"),
             n("capacity_blocks_per_rank"),
+            unit = host["counted_in"].as_str().unwrap_or("blocks"),
         ));
     }
     let g3 = &servesim["g3_offload"];

@@ -588,10 +588,17 @@ impl Prepared {
     #[must_use]
     pub fn host_spec(&self, role: &PreparedRole) -> Option<HostSpec> {
         let h = role.config.kv_cache.host_offload?;
-        let block_bytes = u64::from(role.config.kv_cache.block_size) * role.memory.kv_bytes_per_token.max(1);
+        let block = u64::from(role.config.kv_cache.block_size);
+        let block_bytes = block * role.memory.kv_bytes_per_token.max(1);
         let backend = self.config.engine.backend;
         let gpus = role::host_size_gpus(backend, role.config.parallelism.tensor);
-        let capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, gpus);
+        let mut capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, gpus);
+        let mut block_bytes = block_bytes;
+        if backend == Backend::Sglang {
+            // HiCache's tier is a radix tree of tokens: its blocks are tokens.
+            capacity_blocks = u32::try_from(u64::from(capacity_blocks) * block).unwrap_or(u32::MAX);
+            block_bytes = role.memory.kv_bytes_per_token.max(1);
+        }
         Some(HostSpec {
             capacity_blocks,
             block_bytes,
@@ -600,7 +607,8 @@ impl Prepared {
             first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
             writes: match backend {
                 Backend::TrtLlm => HostWrites::OnEviction,
-                Backend::Vllm | Backend::Sglang => HostWrites::AfterCompute,
+                Backend::Sglang => HostWrites::WriteThrough,
+                Backend::Vllm => HostWrites::AfterCompute,
             },
         })
     }

@@ -278,7 +278,22 @@ pub(super) fn prepare_role(
     }
     if let Some(h) = role.kv_cache.host_offload {
         let block_bytes = block * memory.kv_bytes_per_token.max(1);
-        if host_capacity_blocks(h.size, block_bytes, host_size_gpus(engine.backend, par.tensor)) == 0 {
+        let host_blocks =
+            host_capacity_blocks(h.size, block_bytes, host_size_gpus(engine.backend, par.tensor));
+        if engine.backend == Backend::Sglang {
+            // HiCache refuses a host pool no larger than the GPU's (`MHATokenToKVPoolHost`:
+            // "The host memory should be larger than the device memory").
+            if u64::from(host_blocks) <= blocks {
+                return Err(ScenarioError::Resource {
+                    message: format!(
+                        "{name} workers: SGLang's HiCache needs more host memory than GPU memory for KV: host_offload holds {} tokens a rank, the GPU KV cache {} (give num_host_blocks or size_gib above that; SGLang's default --hicache-ratio is 2)",
+                        u64::from(host_blocks) * block,
+                        blocks * block
+                    ),
+                });
+            }
+        }
+        if host_blocks == 0 {
             return Err(ScenarioError::Resource {
                 message: format!(
                     "{name} workers: kv_cache.host_offload holds no block: a block of {} tokens takes {block_bytes} bytes on each of the {} tensor-parallel GPUs",
@@ -452,8 +467,9 @@ fn sglang_max_running_requests(kv_tokens: u64, context_len: u64) -> u32 {
 #[must_use]
 pub(crate) fn host_size_gpus(backend: Backend, tensor: u32) -> u32 {
     match backend {
-        Backend::TrtLlm => 1,
-        Backend::Vllm | Backend::Sglang => tensor,
+        // `host_cache_size` and `--hicache-size` size each rank's own pool.
+        Backend::TrtLlm | Backend::Sglang => 1,
+        Backend::Vllm => tensor,
     }
 }
 
