@@ -590,7 +590,8 @@ pub enum HostSize {
     /// `num_host_blocks`: blocks per attention-DP rank (AISimulate).
     Blocks(u32),
     /// `size_gib` (servesim extension): GiB over the worker's tensor-parallel GPUs, as vLLM's
-    /// `--kv-offloading-size` counts it.
+    /// `--kv-offloading-size` counts it; each GPU's own for TensorRT-LLM (`host_cache_size`)
+    /// and SGLang (`--hicache-size`, which counts 10^9 bytes).
     Gib(f64),
 }
 

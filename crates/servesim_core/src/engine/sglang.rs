@@ -191,8 +191,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 }
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let chunk = rem_chunk as u32;
-                let (matched, node) = cache.match_prefix(&key, known.saturating_sub(1));
-                cache.lock(node);
+                // The tokens this step computes, and whether that is a chunk of them.
                 let compute = |loaded: u32| {
                     let left = extend - loaded;
                     if cfg.chunked_prefill && left > chunk {
@@ -203,18 +202,20 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                         Some((left, false))
                     }
                 };
+                let Some(mut step) = compute(loaded) else { break };
+                let (matched, node) = cache.match_prefix(&key, known.saturating_sub(1));
+                cache.lock(node);
                 // A load needs GPU room for itself beside the request's tokens
                 // (`load_back`'s memory quota), or the request computes it again.
-                if loaded > 0
-                    && compute(loaded)
-                        .is_none_or(|(n, _)| cache.available_tokens() < u64::from(loaded) + u64::from(n))
-                {
+                if loaded > 0 && cache.available_tokens() < u64::from(loaded) + u64::from(step.0) {
                     loaded = 0;
+                    let Some(again) = compute(0) else {
+                        cache.unlock(node);
+                        break;
+                    };
+                    step = again;
                 }
-                let Some((n, chunked)) = compute(loaded) else {
-                    cache.unlock(node);
-                    break;
-                };
+                let (n, chunked) = step;
                 // A hybrid model's request takes a state slot, dropping kept states if needed.
                 let running_after =
                     u32::try_from(running.len()).unwrap_or(u32::MAX).saturating_add(admitted + 1);

@@ -698,7 +698,8 @@ const DEFAULT_G3_SHARED_GBPS: f64 = 80.0;
 /// A storage transfer's latency to its first byte when none is given, ms: AISimulate's default.
 const DEFAULT_G3_FIRST_BYTE_MS: f64 = 0.1;
 
-/// `kv_cache.host_offload` (vLLM, aggregated): its size and its links.
+/// `kv_cache.host_offload` (aggregated workers): its size, its links and, for SGLang's HiCache,
+/// its write policy.
 fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<HostOffloadConfig> {
     let before = cx.diags.len();
     let mut f = Fields::of(node, path, cx)?;

@@ -463,11 +463,11 @@ fn sglang_max_running_requests(kv_tokens: u64, context_len: u64) -> u32 {
 }
 
 /// How many GPUs share a host tier's `size_gib`: vLLM's `--kv-offloading-size` is the sum over
-/// the worker's tensor-parallel GPUs, TensorRT-LLM's `host_cache_size` is each rank's own.
+/// the worker's tensor-parallel GPUs, TensorRT-LLM's `host_cache_size` and SGLang's
+/// `--hicache-size` each rank's own.
 #[must_use]
 pub(crate) fn host_size_gpus(backend: Backend, tensor: u32) -> u32 {
     match backend {
-        // `host_cache_size` and `--hicache-size` size each rank's own pool.
         Backend::TrtLlm | Backend::Sglang => 1,
         Backend::Vllm => tensor,
     }
