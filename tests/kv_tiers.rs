@@ -83,6 +83,12 @@ fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_mem
     let copy_ms = mean_tokens * 131_072.0 / 32e9 * 1e3;
     let wait = host["mean_restore_wait_ms"].as_f64().unwrap();
     assert!(wait >= 0.999 * copy_ms && wait < 1.25 * copy_ms, "{wait} ms waited, {copy_ms} ms of copying");
+    // SGLang's --hicache-ratio sizes the tier from the GPU's: 4 × 128,000 tokens.
+    let ratio = run(
+        HICACHE,
+        &["engine.workers.aggregated.kv_cache.host_offload={hicache_ratio: 4, d2h_bandwidth_gbps: 32, h2d_bandwidth_gbps: 32}"],
+    );
+    assert_eq!(n(&ratio.json["servesim"]["host_offload"], "capacity_blocks_per_rank"), 512_000);
     // Less host memory than GPU memory for KV is refused, as SGLang refuses it.
     let small = predict_file_with(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload.size_gib=8"]);
     let err = small.err().map(|e| e.to_string()).unwrap_or_default();

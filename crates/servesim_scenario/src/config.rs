@@ -593,6 +593,8 @@ pub enum HostSize {
     /// `--kv-offloading-size` counts it; each GPU's own for TensorRT-LLM (`host_cache_size`)
     /// and SGLang (`--hicache-size`, which counts 10^9 bytes).
     Gib(f64),
+    /// `hicache_ratio` (SGLang's `--hicache-ratio`, above 1): the GPU's KV cache times this.
+    DeviceRatio(f64),
 }
 
 /// `engine.workers.<role>`.

@@ -195,6 +195,21 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["host_offload.write_policy (line 5", "SGLang HiCache's (--hicache-write-policy)"],
     ),
     (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {hicache_ratio: 1}}}}\n",
+        2,
+        &["host_offload.hicache_ratio (line 5", "must be above 1, got 1"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: trtllm\n  workers: {aggregated: {kv_cache: {host_offload: {hicache_ratio: 2}}}}\n",
+        2,
+        &["host_offload.hicache_ratio (line 5", "SGLang HiCache's (--hicache-ratio)"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {hicache_ratio: 2, size_gib: 100}}}}\n",
+        2,
+        &["kv_cache.host_offload (line 5", "give one of num_host_blocks, size_gib and hicache_ratio"],
+    ),
+    (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  mode: disaggregated\n  workers: {prefill: {}, decode: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
         2,
         &["engine.workers.decode.kv_cache.host_offload", "aggregated workers only"],
@@ -208,7 +223,7 @@ const CASES: &[(&str, i32, &[&str])] = &[
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, size_gib: 4, scope: cluster_shared, h2d_bandwidth_gbps: -1, shared_d2h_bandwidth_gbps: 80, num_blocks: 3}\n",
         2,
         &[
-            "num_host_blocks or size_gib, not both",
+            "give one of num_host_blocks, size_gib and hicache_ratio",
             "host_offload.scope",
             "use dp_rank_local",
             "host_offload.h2d_bandwidth_gbps",
@@ -220,7 +235,7 @@ const CASES: &[(&str, i32, &[&str])] = &[
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {d2h_bandwidth_gbps: 16}}}}\n",
         2,
-        &["kv_cache.host_offload (line 5", "needs num_host_blocks (blocks a rank holds) or size_gib"],
+        &["kv_cache.host_offload (line 5", "needs num_host_blocks (blocks a rank holds), size_gib or, for SGLang, hicache_ratio"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",

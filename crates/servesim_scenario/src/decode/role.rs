@@ -705,17 +705,46 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
     let mut f = Fields::of(node, path, cx)?;
     let blocks = f.take("num_host_blocks").and_then(|(n, p)| u32_in(n, &p, cx, 1, u32::MAX));
     let gib = f.take("size_gib").and_then(|(n, p)| positive(n, &p, cx));
-    let size = match (blocks, gib) {
-        (Some(b), None) => Some(HostSize::Blocks(b)),
-        (None, Some(g)) => Some(HostSize::Gib(g)),
-        (Some(_), Some(_)) => {
-            cx.schema(path, node, "give num_host_blocks or size_gib, not both");
+    // SGLang's `--hicache-ratio`: host memory as a multiple of the GPU's KV cache, which
+    // HiCache requires to be larger.
+    let ratio = f.take("hicache_ratio").and_then(|(n, p)| {
+        if backend != Backend::Sglang {
+            cx.unsupported(
+                &p,
+                n,
+                "'hicache_ratio' is SGLang HiCache's (--hicache-ratio); give num_host_blocks or size_gib",
+            );
+            return None;
+        }
+        let r = positive(n, &p, cx)?;
+        if r <= 1.0 {
+            cx.domain(
+                &p,
+                n,
+                format!(
+                    "must be above 1, got {r}: HiCache's host memory must be larger than the GPU's KV cache"
+                ),
+            );
+            return None;
+        }
+        Some(r)
+    });
+    let size = match (blocks, gib, ratio) {
+        (Some(b), None, None) => Some(HostSize::Blocks(b)),
+        (None, Some(g), None) => Some(HostSize::Gib(g)),
+        (None, None, Some(r)) => Some(HostSize::DeviceRatio(r)),
+        (None, None, None) => {
+            if cx.diags.len() == before {
+                cx.schema(
+                    path,
+                    node,
+                    "needs num_host_blocks (blocks a rank holds), size_gib or, for SGLang, hicache_ratio",
+                );
+            }
             None
         }
-        (None, None) => {
-            if cx.diags.len() == before {
-                cx.schema(path, node, "needs num_host_blocks (blocks a rank holds) or size_gib");
-            }
+        _ => {
+            cx.schema(path, node, "give one of num_host_blocks, size_gib and hicache_ratio");
             None
         }
     };
@@ -765,6 +794,7 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
         &[
             "num_host_blocks",
             "size_gib",
+            "hicache_ratio",
             "scope",
             "d2h_bandwidth_gbps",
             "h2d_bandwidth_gbps",

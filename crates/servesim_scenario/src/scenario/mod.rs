@@ -592,7 +592,8 @@ impl Prepared {
         let block_bytes = block * role.memory.kv_bytes_per_token.max(1);
         let backend = self.config.engine.backend;
         let gpus = role::host_size_gpus(backend, role.config.parallelism.tensor);
-        let mut capacity_blocks = role::host_capacity_blocks(h.size, block_bytes, gpus);
+        let mut capacity_blocks =
+            role::host_capacity_blocks(h.size, block_bytes, gpus, u64::from(role.blocks_per_rank));
         let mut block_bytes = block_bytes;
         if backend == Backend::Sglang {
             // HiCache's tier is a radix tree of tokens: its blocks are tokens.

@@ -279,14 +279,14 @@ pub(super) fn prepare_role(
     if let Some(h) = role.kv_cache.host_offload {
         let block_bytes = block * memory.kv_bytes_per_token.max(1);
         let host_blocks =
-            host_capacity_blocks(h.size, block_bytes, host_size_gpus(engine.backend, par.tensor));
+            host_capacity_blocks(h.size, block_bytes, host_size_gpus(engine.backend, par.tensor), blocks);
         if engine.backend == Backend::Sglang {
             // HiCache refuses a host pool no larger than the GPU's (`MHATokenToKVPoolHost`:
             // "The host memory should be larger than the device memory").
             if u64::from(host_blocks) <= blocks {
                 return Err(ScenarioError::Resource {
                     message: format!(
-                        "{name} workers: SGLang's HiCache needs more host memory than GPU memory for KV: host_offload holds {} tokens a rank, the GPU KV cache {} (give num_host_blocks or size_gib above that; SGLang's default --hicache-ratio is 2)",
+                        "{name} workers: SGLang's HiCache needs more host memory than GPU memory for KV: host_offload holds {} tokens a rank, the GPU KV cache {} (give num_host_blocks or size_gib above that, or hicache_ratio: 2, SGLang's default)",
                         u64::from(host_blocks) * block,
                         blocks * block
                     ),
@@ -473,13 +473,20 @@ pub(crate) fn host_size_gpus(backend: Backend, tensor: u32) -> u32 {
     }
 }
 
-/// Blocks a rank's host tier holds: `num_host_blocks` as given, or `size_gib` shared by
+/// Blocks a rank's host tier holds: `num_host_blocks` as given, `size_gib` shared by
 /// `tensor` GPUs ([`host_size_gpus`]), each holding its own shard of every block
-/// (`block_bytes` a GPU).
+/// (`block_bytes` a GPU), or `hicache_ratio` times the rank's `device_blocks`.
 #[must_use]
-pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32) -> u32 {
+pub(crate) fn host_capacity_blocks(size: HostSize, block_bytes: u64, tensor: u32, device_blocks: u64) -> u32 {
     match size {
         HostSize::Blocks(b) => b,
+        HostSize::DeviceRatio(r) => {
+            #[allow(clippy::cast_precision_loss)] // Block counts are far below 2^53.
+            let blocks = (r * device_blocks as f64).floor();
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Clamped to u32.
+            let b = blocks.clamp(0.0, f64::from(u32::MAX)) as u32;
+            b
+        }
         HostSize::Gib(gib) => {
             #[allow(clippy::cast_precision_loss)] // GiB counts and block sizes are far below 2^53.
             let per_gpu = gib * memory::GIB as f64 / f64::from(tensor.max(1));
