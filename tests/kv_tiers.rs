@@ -83,6 +83,18 @@ fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_mem
     let copy_ms = mean_tokens * 131_072.0 / 32e9 * 1e3;
     let wait = host["mean_restore_wait_ms"].as_f64().unwrap();
     assert!(wait >= 0.999 * copy_ms && wait < 1.25 * copy_ms, "{wait} ms waited, {copy_ms} ms of copying");
+    // write_through_selective writes a node at its second insert: a turn's prompt when the
+    // turn ends, its output with the next turn's prompt (a session's last output never). Fewer
+    // tokens are written, and a history evicted before its turn ends is computed again.
+    let selective = run(
+        HICACHE,
+        &["engine.workers.aggregated.kv_cache.host_offload.write_policy=write_through_selective"],
+    );
+    let sel = &selective.json["servesim"]["host_offload"];
+    assert_eq!(sel["writes"], "write_through_selective");
+    assert!(n(sel, "written_blocks") < written, "{sel}");
+    assert!(n(sel, "restored_blocks") > 0, "{sel}");
+    assert!(selective.summary.prefix_cache_reused_ratio > without.summary.prefix_cache_reused_ratio + 0.3);
     // SGLang's --hicache-ratio sizes the tier from the GPU's: 4 × 128,000 tokens.
     let ratio = run(
         HICACHE,

@@ -39,7 +39,9 @@
 //! recently used leaves. An admission whose prompt continues past its GPU hit in host memory
 //! by at least [`LOAD_BACK_MIN_TOKENS`] loads those tokens back into the GPU's tree
 //! ([`HostTier::load_tokens`]), a copy the step's forward pass overlaps layer by layer, so the
-//! step ends no earlier than the copy. The host copy stays (the tiers are inclusive).
+//! step ends no earlier than the copy. The host copy stays (the tiers are inclusive). With
+//! `write_through_selective` ([`HostWrites::WriteThroughSelective`]) only the nodes of the GPU's
+//! tree that two inserts have covered are written.
 //!
 //! Behind it may sit a storage tier (G3, [`G3Store`]): every block written here is written
 //! there too, and an admission continues what GPU and host memory hold with the blocks
@@ -90,6 +92,28 @@ pub enum HostWrites {
     /// tree of tokens (SGLang's HiCache, `--hicache-write-policy write_through`); the spec's
     /// blocks are tokens.
     WriteThrough,
+    /// As [`HostWrites::WriteThrough`], but only what two requests' inserts have covered
+    /// (`write_through_selective`).
+    WriteThroughSelective,
+}
+
+impl HostWrites {
+    /// Whether the tier is HiCache's radix tree of tokens.
+    #[must_use]
+    pub fn tokens(self) -> bool {
+        matches!(self, HostWrites::WriteThrough | HostWrites::WriteThroughSelective)
+    }
+
+    /// The inserts a node of the GPU's tree must have seen before HiCache writes it
+    /// (`HiRadixCache.write_through_threshold`: 1, or 2 when selective).
+    #[must_use]
+    pub fn min_hits(self) -> u32 {
+        if self == HostWrites::WriteThroughSelective {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 /// The fewest tokens HiCache loads back from host memory; a shorter host hit is computed
@@ -165,7 +189,7 @@ impl HostTier {
     /// An empty tier.
     #[must_use]
     pub fn new(spec: HostSpec) -> Self {
-        let tokens = spec.writes == HostWrites::WriteThrough;
+        let tokens = spec.writes.tokens();
         HostTier {
             spec,
             blocks: BlockLru::new(if tokens { 0 } else { spec.capacity_blocks as usize }),

@@ -84,6 +84,8 @@ struct Node {
     alive: bool,
     /// A hybrid model's recurrent state after this node's last token is kept with it.
     state: bool,
+    /// Inserts that covered the node ([`RadixCache::count_hits`]; HiCache's `hit_count`).
+    hits: u32,
 }
 
 /// Token-granular radix cache with a fixed token capacity.
@@ -406,6 +408,7 @@ impl RadixCache {
             last_access: old.last_access,
             alive: true,
             state: false,
+            hits: old.hits,
         });
         if let Some(k) = first_key(&old.key) {
             self.nodes[parent as usize].children.insert(k, id);
@@ -463,6 +466,7 @@ impl RadixCache {
             last_access: t,
             alive: true,
             state: false,
+            hits: 0,
         });
         self.nodes[node as usize].children.insert(k, id);
         if parent_was_lru_leaf {
@@ -474,6 +478,43 @@ impl RadixCache {
         self.evictable_tokens += u64::from(len);
         self.lru.insert((t, id));
         (id, matched)
+    }
+
+    /// Counts a hit on every node `key` (inserted already, so its path ends on a node
+    /// boundary) covers whole, as HiCache's insert does (`_inc_hit_count`).
+    pub fn count_hits(&mut self, key: &[Piece]) {
+        let mut node = ROOT;
+        let mut rest = key.to_vec();
+        while let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k)) {
+            let c = &self.nodes[child as usize];
+            let n = common_tokens(&c.key, &rest, u32::MAX);
+            if n < c.len {
+                break;
+            }
+            self.nodes[child as usize].hits += 1;
+            rest = skip_tokens(&rest, n);
+            node = child;
+        }
+    }
+
+    /// Tokens of `key` from the first along nodes with at least `min_hits` hits each, stopping
+    /// at the first node with fewer or not covered whole.
+    #[must_use]
+    pub fn hot_prefix(&self, key: &[Piece], min_hits: u32) -> u32 {
+        let mut node = ROOT;
+        let mut rest = key.to_vec();
+        let mut tokens = 0;
+        while let Some(&child) = first_key(&rest).and_then(|k| self.nodes[node as usize].children.get(&k)) {
+            let c = &self.nodes[child as usize];
+            let n = common_tokens(&c.key, &rest, u32::MAX);
+            if n < c.len || c.hits < min_hits {
+                break;
+            }
+            tokens += n;
+            rest = skip_tokens(&rest, n);
+            node = child;
+        }
+        tokens
     }
 
     /// Pins the path from `n` to the root.
@@ -629,6 +670,25 @@ mod tests {
         c.unlock(n);
         c.evict(10_000);
         assert_eq!(c.tree_tokens(), 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn hits_count_the_inserts_covering_a_node_and_survive_a_split() {
+        let mut c = RadixCache::new(1000, true);
+        let a = key(&[(1, 100), (2, 50)]);
+        assert!(c.alloc(150));
+        c.insert(&a);
+        c.count_hits(&a);
+        assert_eq!((c.hot_prefix(&a, 1), c.hot_prefix(&a, 2)), (150, 0));
+        // A second sequence shares 120 tokens: the insert splits the node at 120, and both
+        // halves keep its hit; then the shared part has two, the new 30 tokens one.
+        let b = key(&[(1, 100), (2, 20), (3, 30)]);
+        assert!(c.alloc(30));
+        c.insert(&b);
+        c.count_hits(&b);
+        assert_eq!((c.hot_prefix(&b, 2), c.hot_prefix(&b, 1)), (120, 150));
+        assert_eq!(c.hot_prefix(&a, 2), 120, "A's last 30 tokens were covered once");
         c.check_invariants();
     }
 

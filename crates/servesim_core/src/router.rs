@@ -166,7 +166,7 @@ fn offload_credit(req: &Request, w: &Worker, host_weight: f64, disk_weight: f64)
     let mut best: f64 = 0.0;
     for r in &w.ranks {
         let Some(host) = r.host.as_deref() else { continue };
-        if host.spec().writes == crate::host::HostWrites::WriteThrough {
+        if host.spec().writes.tokens() {
             // HiCache's tokens (SGLang's radix cache counts blocks of one token).
             let limit = req.input_tokens.saturating_sub(1);
             let in_host =

@@ -582,6 +582,9 @@ pub struct HostOffloadConfig {
     pub h2d_bandwidth_gbps: f64,
     /// `latency_to_first_byte_ms` (0).
     pub latency_to_first_byte_ms: f64,
+    /// `write_policy: write_through_selective` (SGLang's HiCache): a node is written once two
+    /// inserts have covered it, not at the first.
+    pub selective: bool,
 }
 
 /// The size of a host tier.

@@ -570,7 +570,7 @@ pub fn after_compute(rank: &mut Rank, req: &mut Request, planned: &Planned, at: 
                 // HiCache writes a prompt once its last chunk is in (a chunked request's
                 // inserts leave the hit counts, and so the writes, alone).
                 if req.pending_tokens() == 0 {
-                    sglang::write_through(rank.host.as_deref_mut(), req, at);
+                    sglang::write_through(rank.host.as_deref_mut(), cache, req, at);
                 }
             }
         }
@@ -703,7 +703,7 @@ pub fn release(rank: &mut Rank, req: &mut Request, at: crate::units::SimTime) {
     match &mut rank.kv {
         KvStore::Paged(pool) => kvops::free_all(pool, req),
         KvStore::Radix(cache) => {
-            sglang::write_through(rank.host.as_deref_mut(), req, at);
+            sglang::write_through(rank.host.as_deref_mut(), cache, req, at);
             sglang::release(cache, req, true);
         }
     }

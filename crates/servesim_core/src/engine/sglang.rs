@@ -20,28 +20,37 @@
 //! - The radix cache keeps prompts after prefill and whole sequences after completion or
 //!   retraction, so later requests (and re-admitted ones) reuse them token by token.
 //!
-//! - HiCache (`--enable-hierarchical-cache`, a host tier written
-//!   [`HostWrites::WriteThrough`]): what enters the tree is copied to host memory, and an
+//! - HiCache (`--enable-hierarchical-cache`, a host tier of tokens,
+//!   [`crate::host::HostWrites::tokens`]): what enters the tree is copied to host memory
+//!   (`write_through`; `write_through_selective` once two inserts have covered it), and an
 //!   admission whose prompt continues in host memory past its GPU hit by at least
 //!   [`LOAD_BACK_MIN_TOKENS`] loads that part back into the tree (`init_load_back`) when GPU
 //!   memory can hold it beside the request's own tokens; the prefill budgets count only the
 //!   tokens left to compute, the KV budget the loaded ones too (`PrefillAdder.add_one_req`).
 //!
 //! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, HiCache's
-//! `write_back` and `write_through_selective` policies and its storage tier.
+//! `write_back` policy and its storage tier.
 
 use alloc::vec::Vec;
 
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
-use crate::host::{HostTier, HostWrites, LOAD_BACK_MIN_TOKENS};
+use crate::host::{HostTier, LOAD_BACK_MIN_TOKENS};
 use crate::radix::{RadixCache, ROOT};
 use crate::request::{Request, Status};
 use crate::units::SimTime;
 
-/// Copies `req`'s computed tokens to HiCache's host memory at `at`, if the rank has it.
-pub fn write_through(host: Option<&mut HostTier>, req: &Request, at: SimTime) {
-    if let Some(h) = host.filter(|h| h.spec().writes == HostWrites::WriteThrough) {
-        h.write_tokens(&req.pieces(req.computed), at);
+/// HiCache's insert of `req`'s computed tokens at `at`, if the rank has HiCache: they enter
+/// the tree, each node they cover counts a hit, and host memory gets the part from the first
+/// token whose nodes have enough ([`crate::host::HostWrites::min_hits`]; SGLang writes a node
+/// only once its parent is written).
+pub fn write_through(host: Option<&mut HostTier>, cache: &mut RadixCache, req: &mut Request, at: SimTime) {
+    let Some(h) = host.filter(|h| h.spec().writes.tokens()) else { return };
+    cache_computed(cache, req);
+    let key = req.pieces(req.computed);
+    cache.count_hits(&key);
+    let hot = cache.hot_prefix(&key, h.spec().writes.min_hits());
+    if hot > 0 {
+        h.write_tokens(&req.pieces(hot), at);
     }
 }
 
@@ -93,7 +102,7 @@ fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
     let Rank { waiting, running, kv, state, host, .. } = rank;
     let KvStore::Radix(cache) = kv else { return };
-    let mut host = host.as_deref_mut().filter(|h| h.spec().writes == HostWrites::WriteThrough);
+    let mut host = host.as_deref_mut().filter(|h| h.spec().writes.tokens());
     let k = cfg.sglang;
     let min_ratio = k.init_new_token_ratio * k.min_new_token_ratio_factor;
     if state.new_token_ratio <= 0.0 || (running.is_empty() && waiting.is_empty()) {

@@ -766,20 +766,20 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
             );
         }
     }
-    // SGLang HiCache's `--hicache-write-policy`: only its default is simulated.
+    // SGLang HiCache's `--hicache-write-policy`.
+    let mut selective = false;
     if let Some((n, p)) = f.take("write_policy") {
         match choice(n, &p, cx, &["write_through", "write_through_selective", "write_back"]) {
             Some(_) if backend != Backend::Sglang => {
                 cx.unsupported(&p, n, "'write_policy' is SGLang HiCache's (--hicache-write-policy)");
             }
-            Some(other @ ("write_through_selective" | "write_back")) => cx.unsupported(
+            Some("write_back") => cx.unsupported(
                 &p,
                 n,
-                format!(
-                    "HiCache's '{other}' policy is not simulated yet; write_through (SGLang's default) is"
-                ),
+                "HiCache's 'write_back' policy is not simulated yet; write_through (SGLang's default) and write_through_selective are",
             ),
-            _ => {}
+            Some(policy) => selective = policy == "write_through_selective",
+            None => {}
         }
     }
     let gbps = |f: &mut Fields, k: &str, cx: &mut Cx| {
@@ -813,6 +813,7 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
         d2h_bandwidth_gbps: d2h?,
         h2d_bandwidth_gbps: h2d?,
         latency_to_first_byte_ms: latency?,
+        selective,
     })
 }
 

@@ -16,7 +16,7 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     let role = p.roles.first()?;
     let spec = p.host_spec(role)?;
     // HiCache's tier counts tokens (its blocks are tokens).
-    let tokens = spec.writes == HostWrites::WriteThrough;
+    let tokens = spec.writes.tokens();
     let block_size = if tokens { 1 } else { u64::from(role.config.kv_cache.block_size) };
     let describe = |h: &HostStats| {
         json!({
@@ -44,6 +44,7 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         HostWrites::AfterCompute => "after_compute",
         HostWrites::OnEviction => "on_eviction",
         HostWrites::WriteThrough => "write_through",
+        HostWrites::WriteThroughSelective => "write_through_selective",
     });
     out["counted_in"] = json!(if tokens { "tokens" } else { "blocks" });
     out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
@@ -125,6 +126,7 @@ pub fn writes_phrase(host: &Value) -> &'static str {
     match host["writes"].as_str() {
         Some("on_eviction") => " as GPU memory evicted them",
         Some("write_through") => " through from the radix cache",
+        Some("write_through_selective") => " through from the radix cache at their second insert",
         _ => "",
     }
 }

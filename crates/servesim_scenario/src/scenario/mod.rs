@@ -608,6 +608,7 @@ impl Prepared {
             first_byte: SimDur::from_ms_f64(h.latency_to_first_byte_ms),
             writes: match backend {
                 Backend::TrtLlm => HostWrites::OnEviction,
+                Backend::Sglang if h.selective => HostWrites::WriteThroughSelective,
                 Backend::Sglang => HostWrites::WriteThrough,
                 Backend::Vllm => HostWrites::AfterCompute,
             },
