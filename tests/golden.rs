@@ -61,6 +61,17 @@ fn summary_text(path: &str, p: &Prediction) -> String {
             g3["read_jobs"], g3["read_blocks"], g3["cross_worker_read_blocks"], g3["lookup_hits"], g3["lookup_probes"],
             g3["written_blocks"], g3["evicted_blocks"], g3["dropped_blocks"], g3["bypassed_restores"]
         );
+        if g3["reads"] == "prefetch" {
+            out += &format!(
+                "g3_prefetch: {} ({} tokens a page), {} prefetches, {} cut short, {} not started, {} tokens to host memory\n",
+                g3["prefetch_policy"].as_str().unwrap_or(""),
+                g3["page_tokens"],
+                g3["prefetches"],
+                g3["prefetches_cut_short"],
+                g3["prefetches_revoked"],
+                g3["prefetched_tokens"]
+            );
+        }
     }
     for (role, m) in extra["memory"].as_object().into_iter().flatten() {
         let st = &m["recurrent_state"];
@@ -178,6 +189,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("vllm_host_offload", "tests/scenarios/vllm_host_offload.yaml"),
     ("trtllm_host_offload", "tests/scenarios/trtllm_host_offload.yaml"),
     ("sglang_hicache", "tests/scenarios/sglang_hicache.yaml"),
+    ("sglang_hicache_storage", "tests/scenarios/sglang_hicache_storage.yaml"),
     ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
     ("vllm_belady_prompt_pool", "tests/scenarios/vllm_belady_prompt_pool.yaml"),
     ("hybrid_qwen35_vllm_sessions", "tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),

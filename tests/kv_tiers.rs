@@ -1,6 +1,7 @@
 //! TensorRT-LLM's host tier (G2), end to end: it keeps what GPU memory evicts and gives it
 //! back on reuse. SGLang's HiCache: it keeps what enters the radix cache and loads back what
-//! GPU memory lost, keeping its copy. The storage KV tier (G3) behind host memory: it keeps what the host tiers lose,
+//! GPU memory lost, keeping its copy; with storage behind, it prefetches what host memory lost
+//! before admission. The storage KV tier (G3) behind host memory: it keeps what the host tiers lose,
 //! a shared store serves every worker and a local one only its own, the KV-aware router
 //! credits what it holds, and a host tier too small for a history cuts restores short rather
 //! than stalling. And Belady eviction of the GPU pools: the forecast keeps what is asked for
@@ -14,6 +15,7 @@ use servesim_tests::{config_refusal, predict_file_with};
 const SHARED: &str = "tests/scenarios/vllm_g3_shared.yaml";
 const TRT_HOST: &str = "tests/scenarios/trtllm_host_offload.yaml";
 const HICACHE: &str = "tests/scenarios/sglang_hicache.yaml";
+const HICACHE_L3: &str = "tests/scenarios/sglang_hicache_storage.yaml";
 const LOCAL: &str = "tests/scenarios/vllm_g3_local_kv_router.yaml";
 
 fn run(rel: &str, sets: &[&str]) -> servesim_scenario::Prediction {
@@ -106,6 +108,42 @@ fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_mem
     let err = small.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("HiCache needs more host memory than GPU memory"), "{err}");
     assert_eq!(with.json, run(HICACHE, &[]).json);
+}
+
+#[test]
+fn sglang_hicache_prefetches_from_storage_what_host_memory_lost_before_admission() {
+    let l3 = "engine.workers.aggregated.kv_cache.g3_offload";
+    let wait = run(HICACHE_L3, &[]);
+    let without = run(HICACHE_L3, &[&format!("{l3}=null")]);
+    let best = run(HICACHE_L3, &[&format!("{l3}.prefetch_policy=best_effort")]);
+    let g3 = &wait.json["servesim"]["g3_offload"];
+    assert_eq!(
+        (g3["reads"].as_str(), g3["prefetch_policy"].as_str()),
+        (Some("prefetch"), Some("wait_complete"))
+    );
+    // Pages of 64 tokens, 128 KiB a token.
+    assert_eq!((n(g3, "page_tokens"), n(g3, "block_bytes")), (64, 64 * 131_072));
+    // Storage turns recomputed histories into prefetches, then loads from host memory.
+    assert_tier_pays(&wait, &without);
+    // Waiting for whole prefetches, every page read reaches host memory (less what host
+    // memory held already when it stopped); round robin makes most reads cross workers.
+    let (pages, tokens) = (n(g3, "read_blocks"), n(g3, "prefetched_tokens"));
+    assert_eq!(n(g3, "prefetches_cut_short"), 0);
+    assert!(tokens <= pages * 64 && tokens > pages * 63, "{g3}");
+    assert!(n(g3, "cross_worker_read_blocks") * 2 > pages, "{g3}");
+    // A turn that starts no prefetch found too little of it stored: most of it is new.
+    assert!(n(g3, "prefetches_revoked") > 0);
+    assert_eq!(n(g3, "written_blocks") - n(g3, "evicted_blocks"), n(g3, "resident_blocks"));
+    // best_effort stops a prefetch when the scheduler reaches its request: many stop early,
+    // and reuse falls between no storage and waiting for it.
+    let be = &best.json["servesim"]["g3_offload"];
+    assert!(n(be, "prefetches_cut_short") > 0, "{be}");
+    assert!(n(be, "prefetched_tokens") < n(be, "read_blocks") * 64, "{be}");
+    let reuse = |p: &servesim_scenario::Prediction| p.summary.prefix_cache_reused_ratio;
+    assert!(reuse(&without) < reuse(&best) && reuse(&best) < reuse(&wait));
+    // Prefetch keys are SGLang's: refused on vLLM (the config errors test), and the same seed
+    // gives the same bytes.
+    assert_eq!(wait.json, run(HICACHE_L3, &[]).json);
 }
 
 #[test]

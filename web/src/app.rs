@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 14] = [
+pub const PRESETS: [(&str, &str); 15] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -69,6 +69,10 @@ pub const PRESETS: [(&str, &str); 14] = [
     (
         "Long conversations with a hierarchical KV cache in host memory (HiCache), SGLang",
         include_str!("../../tests/scenarios/sglang_hicache.yaml"),
+    ),
+    (
+        "Two replicas sharing HiCache's storage tier (L3), prefetched before admission, SGLang",
+        include_str!("../../tests/scenarios/sglang_hicache_storage.yaml"),
     ),
 ];
 

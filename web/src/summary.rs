@@ -160,6 +160,18 @@ pub fn storage_tier(p: &Value) -> String {
     if !g.is_object() {
         return "none".into();
     }
+    if g["reads"] == "prefetch" {
+        return format!(
+            "{} · {} prefetches ({}) read {} tokens, {} reached host memory · {} pages written, {} evicted",
+            g["scope"].as_str().unwrap_or("").replace('_', " "),
+            fmt_num(&g["prefetches"], 0),
+            g["prefetch_policy"].as_str().unwrap_or("").replace('_', " "),
+            fmt_num(&g["read_tokens"], 0),
+            fmt_num(&g["prefetched_tokens"], 0),
+            fmt_num(&g["written_blocks"], 0),
+            fmt_num(&g["evicted_blocks"], 0)
+        );
+    }
     format!(
         "{} · {} blocks read back in {} reads ({} across workers) · {} written, {} evicted",
         g["scope"].as_str().unwrap_or("").replace('_', " "),
@@ -543,6 +555,22 @@ mod tests {
                 "cluster shared · {} blocks read back in 366 reads ({} across workers) · {} written, 0 evicted",
                 fmt_num(&serde_json::json!(32275), 0),
                 fmt_num(&serde_json::json!(17690), 0),
+                fmt_num(&serde_json::json!(15236), 0)
+            )
+        );
+        let mut l3 = g3.clone();
+        let g = &mut l3["servesim"]["g3_offload"];
+        g["reads"] = "prefetch".into();
+        g["prefetch_policy"] = "wait_complete".into();
+        g["prefetches"] = 305.into();
+        g["read_tokens"] = 1_704_448.into();
+        g["prefetched_tokens"] = 1_703_925.into();
+        assert_eq!(
+            storage_tier(&l3),
+            format!(
+                "cluster shared · 305 prefetches (wait complete) read {} tokens, {} reached host memory · {} pages written, 0 evicted",
+                fmt_num(&serde_json::json!(1_704_448), 0),
+                fmt_num(&serde_json::json!(1_703_925), 0),
                 fmt_num(&serde_json::json!(15236), 0)
             )
         );

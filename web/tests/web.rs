@@ -140,6 +140,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/sglang_hicache.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/sglang_hicache_storage.yaml"),
+            include_str!("../../tests/golden/sglang_hicache_storage.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/vllm_g3_shared.yaml"),
             include_str!("../../tests/golden/vllm_g3_shared.prediction.json"),
         ),

@@ -45,7 +45,9 @@
 //!
 //! Behind it may sit a storage tier (G3, [`G3Store`]): every block written here is written
 //! there too, and an admission continues what GPU and host memory hold with the blocks
-//! storage holds, read into host memory first ([`HostTier::begin_tiered_restore`]).
+//! storage holds, read into host memory first ([`HostTier::begin_tiered_restore`]). Behind
+//! HiCache's tree the storage tier is written page by page and read ahead of admission, as
+//! SGLang's storage backends are ([`StoragePrefetch`], module `prefetch`).
 //!
 //! Invariants (a property test runs the tier against a naive model): at most
 //! `capacity_blocks` blocks are held; a held block is in the index once; a block being written
@@ -57,9 +59,12 @@ use core::cell::RefCell;
 use crate::radix::{Piece, RadixCache};
 use crate::units::{SimDur, SimTime};
 use lru::{BlockLru, Inserted};
+use prefetch::Prefetcher;
+pub use prefetch::{PrefetchGate, PrefetchPolicy, StoragePrefetch, STORAGE_BATCH_PAGES};
 pub use store::{G3Spec, G3Stats, G3Store};
 
 mod lru;
+mod prefetch;
 mod store;
 
 /// What one rank's host tier holds and how fast its links are.
@@ -140,6 +145,14 @@ pub struct HostStats {
     pub restore_wait_ns: u64,
     /// Blocks held when the counters were read.
     pub resident_blocks: u64,
+    /// HiCache: prefetches from storage started.
+    pub prefetches: u64,
+    /// HiCache: prefetches not started because storage held too little of the prompt.
+    pub prefetch_revoked: u64,
+    /// HiCache: prefetches stopped before every page had arrived.
+    pub prefetch_cut_short: u64,
+    /// HiCache: tokens prefetches brought into host memory.
+    pub prefetched_tokens: u64,
 }
 
 impl HostStats {
@@ -153,6 +166,10 @@ impl HostStats {
         self.restored_blocks += o.restored_blocks;
         self.restore_wait_ns += o.restore_wait_ns;
         self.resident_blocks += o.resident_blocks;
+        self.prefetches += o.prefetches;
+        self.prefetch_revoked += o.prefetch_revoked;
+        self.prefetch_cut_short += o.prefetch_cut_short;
+        self.prefetched_tokens += o.prefetched_tokens;
     }
 }
 
@@ -183,6 +200,8 @@ pub struct HostTier {
     g3: Option<G3Port>,
     /// HiCache's tokens ([`HostWrites::WriteThrough`]); the block index is empty then.
     tree: Option<RadixCache>,
+    /// HiCache's prefetching from the storage tier behind, when configured.
+    prefetch: Option<Prefetcher>,
 }
 
 impl HostTier {
@@ -200,6 +219,7 @@ impl HostTier {
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
             g3: None,
             tree: tokens.then(|| RadixCache::new(u64::from(spec.capacity_blocks), true)),
+            prefetch: None,
         }
     }
 
@@ -254,7 +274,8 @@ impl HostTier {
     /// that HiCache's tree does not hold yet, evicting its least recently used leaves to make
     /// room; the path held already becomes the most recently used. The copies queue on the
     /// device-to-host link. Tokens that find no room are dropped (SGLang's `write_backup`
-    /// then leaves the node on the GPU only). Nothing without a HiCache tree.
+    /// then leaves the node on the GPU only). With storage behind, the new pages are backed up
+    /// there once their copy ends. Nothing without a HiCache tree.
     pub fn write_tokens(&mut self, key: &[Piece], at: SimTime) {
         let Some(tree) = self.tree.as_mut() else { return };
         let total: u32 = key.iter().map(|p| p.len).sum();
@@ -281,6 +302,7 @@ impl HostTier {
         let done = at.max(self.d2h_free) + transfer(bytes, self.spec.d2h_bytes_per_s);
         self.d2h_free = done;
         self.copies_end = self.copies_end.max(done + self.spec.first_byte);
+        self.back_up_pages(key, held, done + self.spec.first_byte);
     }
 
     /// How many tokens of `key`, from the first and at most `limit`, HiCache's tree holds (0

@@ -155,6 +155,12 @@ fn split_pieces(p: &[Piece], at: u32) -> (Vec<Piece>, Vec<Piece>) {
     (head, tail)
 }
 
+/// The first `n` tokens of a piece list.
+#[must_use]
+pub fn head_tokens(p: &[Piece], n: u32) -> Vec<Piece> {
+    split_pieces(p, n).0
+}
+
 /// Drops the first `n` tokens of a piece list.
 fn skip_tokens(p: &[Piece], n: u32) -> Vec<Piece> {
     split_pieces(p, n).1

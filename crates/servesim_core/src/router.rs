@@ -169,9 +169,14 @@ fn offload_credit(req: &Request, w: &Worker, host_weight: f64, disk_weight: f64)
         if host.spec().writes.tokens() {
             // HiCache's tokens (SGLang's radix cache counts blocks of one token).
             let limit = req.input_tokens.saturating_sub(1);
-            let in_host =
-                host.held_tokens(&req.pieces(limit), limit).saturating_sub(r.kv.cached_prefix_tokens(req));
-            best = best.max(host_weight * f64::from(in_host));
+            let key = req.pieces(limit);
+            let on_gpu = r.kv.cached_prefix_tokens(req);
+            let held = host.held_tokens(&key, limit).max(on_gpu);
+            // Behind it, the pages of HiCache's storage tier (L3) past both.
+            let on_disk =
+                if disk_weight > 0.0 { host.peek_stored_tokens(&key, held, host.clock()) } else { 0 };
+            let credit = host_weight * f64::from(held - on_gpu) + disk_weight * f64::from(on_disk);
+            best = best.max(credit);
             continue;
         }
         let bs = r.kv.block_size().max(1);
@@ -361,6 +366,34 @@ mod tests {
             let mut router = Router::KvAware { cfg: KvAwareConfig::default(), rng };
             assert_eq!(router.route(&req, &workers, &[]).worker, 1, "seed {seed}");
         }
+        // Behind HiCache, a storage tier's pages past host memory count at the disk weight:
+        // another worker backed up the whole prompt (six pages of 16 tokens); this worker's
+        // host memory holds its first 40 tokens, so the stored pages from the one holding
+        // token 40 (tokens 32 to 95) are credited past it: 56 tokens.
+        let store =
+            alloc::rc::Rc::new(core::cell::RefCell::new(crate::host::G3Store::new(crate::host::G3Spec {
+                capacity_blocks: 100,
+                block_bytes: 16,
+                read_bytes_per_s: None,
+                write_bytes_per_s: None,
+                shared_read_bytes_per_s: None,
+                shared_write_bytes_per_s: None,
+                first_byte: SimDur::ZERO,
+            })));
+        let prefetch = crate::host::StoragePrefetch {
+            policy: crate::host::PrefetchPolicy::BestEffort,
+            threshold_tokens: 32,
+            page_tokens: 16,
+        };
+        let mut writer = HostTier::new(spec).with_prefetch(prefetch).with_g3(store.clone(), true);
+        writer.write_tokens(&req.pieces(100), SimTime::ZERO);
+        let mut w = sglang(3);
+        let mut tier = HostTier::new(spec).with_prefetch(prefetch).with_g3(store, true);
+        tier.write_tokens(&req.pieces(40), SimTime::ZERO);
+        w.ranks[0].host = Some(Box::new(tier));
+        let credit = offload_credit(&req, &w, 0.75, 0.25);
+        assert!((credit - (0.75 * 40.0 + 0.25 * 56.0)).abs() < 1e-9, "{credit}");
+        assert!((offload_credit(&req, &w, 0.75, 0.0) - 0.75 * 40.0).abs() < 1e-9);
     }
 
     #[test]

@@ -559,6 +559,34 @@ pub struct G3OffloadConfig {
     pub shared_read_bandwidth_gbps: f64,
     /// `shared_write_bandwidth_gbps` (80; 0 = unlimited): its total write bandwidth.
     pub shared_write_bandwidth_gbps: f64,
+    /// SGLang's HiCache prefetching (servesim extension, SGLang's own names): `Some` behind a
+    /// HiCache tier.
+    pub hicache: Option<HicacheStorageConfig>,
+}
+
+/// How SGLang's HiCache reads its storage tier ahead of admission
+/// (`--hicache-storage-prefetch-policy` and the backend's extra config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HicacheStorageConfig {
+    /// `prefetch_policy` (`best_effort`, SGLang's default; `wait_complete`; `timeout`).
+    pub policy: HicachePrefetchPolicy,
+    /// `prefetch_threshold` (256): fewest tokens worth prefetching.
+    pub threshold_tokens: u32,
+    /// `prefetch_timeout_base_s` (1 s): the `timeout` policy's allowance of any prefetch.
+    pub timeout_base_s: f64,
+    /// `prefetch_timeout_per_ki_token_s` (0.25 s): its allowance per 1,024 tokens found.
+    pub timeout_per_ki_token_s: f64,
+}
+
+/// `g3_offload.prefetch_policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HicachePrefetchPolicy {
+    /// `best_effort`: whatever has arrived when the scheduler reaches the request.
+    BestEffort,
+    /// `wait_complete`: the request waits for the whole prefetch.
+    WaitComplete,
+    /// `timeout`: it waits at most the allowance.
+    Timeout,
 }
 
 /// `g3_offload.scope`.

@@ -243,14 +243,23 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["kv_cache.g3_offload (line 5", "needs host_offload"],
     ),
     (
-        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {hicache_ratio: 2}, g3_offload: {scope: worker_local, num_g3_blocks: 10, prefetch_policy: eventually, prefetch_threshold: 0}}}}\n",
         2,
-        &["kv_cache.g3_offload (line 5", "behind vLLM's host offloading only, not SGLang HiCache's"],
+        &[
+            "kv_cache.g3_offload.prefetch_policy (line 5",
+            "best_effort, wait_complete, timeout",
+            "kv_cache.g3_offload.prefetch_threshold (line 5",
+        ],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10, prefetch_policy: wait_complete}}}}\n",
+        2,
+        &["kv_cache.g3_offload.prefetch_policy (line 5", "SGLang HiCache's (--hicache-storage-prefetch-policy"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: trtllm\n  workers: {aggregated: {kv_cache: {host_offload: {num_host_blocks: 10}, g3_offload: {scope: worker_local, num_g3_blocks: 10}}}}\n",
         2,
-        &["kv_cache.g3_offload (line 5", "behind vLLM's host offloading only, not TensorRT-LLM's"],
+        &["kv_cache.g3_offload (line 5", "behind vLLM's host offloading and SGLang's HiCache, not TensorRT-LLM's"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      parallelism: {attention_data: 2}\n      kv_cache:\n        host_offload: {num_host_blocks: 10}\n        g3_offload: {scope: worker_local, num_g3_blocks: 10}\n",

@@ -318,7 +318,9 @@ pub struct RankPlan {
     pub items: Vec<Planned>,
     /// Requests preempted while forming this plan.
     pub preemptions: u32,
-    /// Restores from the host tier started while forming this plan, with when each ends.
+    /// Restores from the host tier started while forming this plan, with when each ends; for
+    /// SGLang's HiCache, requests passed over while their storage prefetch runs, with when it
+    /// may stop (the worker is woken then to plan again).
     pub restores: Vec<(ReqId, crate::units::SimTime)>,
     /// When the host-tier copies this step waits for end (TensorRT-LLM's `syncTransfers`
     /// before the forward pass); [`crate::units::SimTime::ZERO`] when it waits for none.

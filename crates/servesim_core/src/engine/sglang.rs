@@ -27,14 +27,18 @@
 //!   [`LOAD_BACK_MIN_TOKENS`] loads that part back into the tree (`init_load_back`) when GPU
 //!   memory can hold it beside the request's own tokens; the prefill budgets count only the
 //!   tokens left to compute, the KV budget the loaded ones too (`PrefillAdder.add_one_req`).
+//!   With a storage tier (L3, [`crate::host::StoragePrefetch`]) a request is looked up there
+//!   when it reaches the scheduler and the pages found are read into host memory; the
+//!   admission loop passes over a request whose prefetch its policy does not let stop yet
+//!   (`check_prefetch_progress`), and admits later ones.
 //!
 //! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, HiCache's
-//! `write_back` policy and its storage tier.
+//! `write_back` policy.
 
 use alloc::vec::Vec;
 
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
-use crate::host::{HostTier, LOAD_BACK_MIN_TOKENS};
+use crate::host::{HostTier, PrefetchGate, LOAD_BACK_MIN_TOKENS};
 use crate::radix::{RadixCache, ROOT};
 use crate::request::{Request, Status};
 use crate::units::SimTime;
@@ -113,6 +117,22 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
     // `is_mixed_chunk` needs a chunk size; speculative decoding turns it off (`server_args`).
     let mixed = k.mixed_chunk && cfg.chunked_prefill && !cfg.speculation.is_on();
 
+    // Requests new to the scheduler start their prefetches from storage.
+    if let Some(h) = host.as_deref_mut().filter(|h| h.prefetches()) {
+        let now = h.clock();
+        for &id in waiting.iter() {
+            let r = &reqs[id as usize];
+            if !h.unseen(r.seq) {
+                continue;
+            }
+            let known = r.known_tokens();
+            let key = r.pieces(known);
+            let limit = known.saturating_sub(1);
+            let matched = cache.peek(&key, limit).max(h.held_tokens(&key, limit));
+            h.arrive(r.seq, &key, matched, cache.capacity(), now);
+        }
+    }
+
     // 1. A prefill batch, unless decode rounds are forced after the last one.
     let prefill_allowed = state.decode_rounds_left == 0 || !any_decoding;
     if prefill_allowed {
@@ -174,7 +194,9 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 waiting.extend(order.into_iter().map(|(_, _, id)| id));
             }
             let mut admitted = 0u32;
-            while let Some(&id) = waiting.front() {
+            // Requests passed over while their prefetch runs stay ahead of `next`.
+            let mut next = 0;
+            while let Some(&id) = waiting.get(next) {
                 if (running.len() as u64) + u64::from(admitted) >= u64::from(cfg.max_sequences) {
                     break;
                 }
@@ -184,6 +206,14 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 let r = &mut reqs[id as usize];
                 let known = r.known_tokens();
                 let key = r.pieces(known);
+                if let Some(h) = host.as_deref_mut() {
+                    if let PrefetchGate::Wait { wake } = h.prefetch_gate(r.seq, &key, h.clock()) {
+                        // The scheduler looks again when the policy lets the prefetch stop.
+                        plan.restores.extend(wake.map(|at| (id, at)));
+                        next += 1;
+                        continue;
+                    }
+                }
                 let prefix = cache.peek(&key, known.saturating_sub(1));
                 // The KV budget counts tokens loaded from host memory; the prefill budgets
                 // only those left to compute.
@@ -256,7 +286,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 }
                 r.reused_max = r.reused_max.max(matched.min(r.input_tokens));
                 r.status = Status::Running;
-                waiting.pop_front();
+                waiting.remove(next);
                 running.push(id);
                 plan.items.push(Planned { req: id, new_tokens: n, context_tokens: matched, decode: false });
                 admitted += 1;
@@ -508,6 +538,61 @@ mod tests {
         // Without host memory A's own tokens are computed again.
         let (without, _) = run(false);
         assert_eq!(without[2], (100, 10, SimTime::ZERO));
+    }
+
+    #[test]
+    fn a_request_waiting_for_its_storage_prefetch_is_passed_over_and_the_next_admitted() {
+        use crate::host::{G3Spec, G3Store, HostSpec, HostTier, HostWrites, PrefetchPolicy, StoragePrefetch};
+        use crate::units::SimDur;
+        let ms = |t: u64| SimTime::from_ns(t * 1_000_000);
+        let host = HostSpec {
+            capacity_blocks: 1000,
+            block_bytes: 1000,
+            d2h_bytes_per_s: None,
+            h2d_bytes_per_s: None,
+            first_byte: SimDur::ZERO,
+            writes: HostWrites::WriteThrough,
+        };
+        // Pages of 10 tokens (10 kB) read at 10 MB/s: 1 ms a page.
+        let store = alloc::rc::Rc::new(core::cell::RefCell::new(G3Store::new(G3Spec {
+            capacity_blocks: 100,
+            block_bytes: 10_000,
+            read_bytes_per_s: Some(1e7),
+            write_bytes_per_s: None,
+            shared_read_bytes_per_s: None,
+            shared_write_bytes_per_s: None,
+            first_byte: SimDur::ZERO,
+        })));
+        let prefetch =
+            StoragePrefetch { policy: PrefetchPolicy::WaitComplete, threshold_tokens: 32, page_tokens: 10 };
+        // Another worker has backed up request 0's 110-token prompt (11 pages).
+        let mut other = HostTier::new(host).with_prefetch(prefetch).with_g3(store.clone(), true);
+        let mut reqs = vec![req(5, 10, 1), req(6, 10, 2)];
+        reqs[1].seq = 1;
+        other.write_tokens(&reqs[0].pieces(110), SimTime::ZERO);
+        let mut tier = HostTier::new(host).with_prefetch(prefetch).with_g3(store, true);
+        tier.set_clock(ms(1));
+        let mut rank = Rank::new(KvStore::Radix(RadixCache::new(500, true)));
+        rank.host = Some(alloc::boxed::Box::new(tier));
+        rank.waiting.extend([0, 1]);
+        let cfg = crate::engine::test_config(crate::engine::Backend::Sglang);
+        let mut plan = RankPlan::default();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        // Request 0's 11 pages arrive at 12 ms: it is passed over, and request 1 admitted.
+        assert_eq!(plan.items.iter().map(|p| p.req).collect::<Vec<_>>(), [1]);
+        assert_eq!(plan.restores, [(0, ms(12))]);
+        assert_eq!(rank.waiting, [0]);
+        // Request 1's prompt is computed; at 12 ms request 0 loads the 109 tokens (all but
+        // its last) from host memory and computes one.
+        reqs[1].computed = 110;
+        if let Some(h) = rank.host.as_deref_mut() {
+            h.set_clock(ms(12));
+        }
+        plan.clear();
+        schedule(&cfg, &mut rank, &mut reqs, &mut plan);
+        let p = plan.items.iter().find(|p| p.req == 0).copied();
+        assert_eq!(p.map(|p| (p.new_tokens, p.context_tokens)), Some((1, 109)));
+        assert_eq!(plan.loads_end, ms(12), "host memory to GPU is unlimited here");
     }
 
     #[test]

@@ -183,9 +183,9 @@ impl G3Store {
         found
     }
 
-    /// The time a transfer of `bytes` over `port`'s link `dir` ends when it may start at `at`,
-    /// the link then busy until it ends.
-    fn move_bytes(&mut self, port: u32, dir: usize, bytes: u64, at: SimTime) -> SimTime {
+    /// When a transfer of `bytes` over `port`'s link `dir` that may start at `at` starts and
+    /// ends, the link then busy until it ends.
+    fn move_bytes(&mut self, port: u32, dir: usize, bytes: u64, at: SimTime) -> (SimTime, SimTime) {
         let start = at.max(self.links[port as usize][dir]);
         let (own, shared) = match dir {
             READ => (self.spec.read_bytes_per_s, self.spec.shared_read_bytes_per_s),
@@ -208,7 +208,7 @@ impl G3Store {
         };
         let done = start + transfer(bytes, rate);
         self.links[port as usize][dir] = done;
-        done
+        (start, done)
     }
 
     /// Writes block `key` from `port`'s host tier, whose copy there ends at `at`, unless the
@@ -222,7 +222,7 @@ impl G3Store {
         else {
             return;
         };
-        let done = self.move_bytes(port, WRITE, self.spec.block_bytes, at);
+        let (_, done) = self.move_bytes(port, WRITE, self.spec.block_bytes, at);
         self.blocks.entry_mut(slot).ready_at = done + self.spec.first_byte;
         if self.writers.len() <= slot as usize {
             self.writers.resize(slot as usize + 1, port);
@@ -234,8 +234,15 @@ impl G3Store {
     /// Reads blocks `keys` (held, as [`G3Store::lookup`] found them) for `port` from `now`:
     /// they are kept until the read ends, when they are in the port's host memory.
     pub fn read(&mut self, port: u32, keys: &[u64], now: SimTime) -> SimTime {
+        self.read_span(port, keys, now).1
+    }
+
+    /// [`G3Store::read`], with when the first byte arrives too: the blocks arrive in order
+    /// between the two.
+    pub fn read_span(&mut self, port: u32, keys: &[u64], now: SimTime) -> (SimTime, SimTime) {
         let bytes = self.spec.block_bytes.saturating_mul(keys.len() as u64);
-        let done = self.move_bytes(port, READ, bytes, now) + self.spec.first_byte;
+        let (start, end) = self.move_bytes(port, READ, bytes, now);
+        let (first, done) = (start + self.spec.first_byte, end + self.spec.first_byte);
         for &k in keys {
             if let Some(s) = self.blocks.slot(k) {
                 let e = self.blocks.entry_mut(s);
@@ -245,7 +252,7 @@ impl G3Store {
         }
         self.stats.read_jobs += 1;
         self.stats.read_blocks += keys.len() as u64;
-        done
+        (first, done)
     }
 
     /// Counts a restore that read fewer blocks than were found here.

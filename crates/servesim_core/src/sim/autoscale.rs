@@ -9,7 +9,7 @@ use crate::engine::Rank;
 use alloc::rc::Rc;
 use core::cell::RefCell;
 
-use crate::host::{G3Spec, G3Store, HostSpec, HostTier, SharedG3};
+use crate::host::{G3Spec, G3Store, HostSpec, HostTier, SharedG3, StoragePrefetch};
 use crate::metrics::Summary;
 use crate::planner::{Action, LoadSample, Planner, PlannerSpec, PoolRole, SlotState};
 use crate::queue::event_key;
@@ -41,6 +41,8 @@ pub struct RankTemplate {
     pub host: Option<HostSpec>,
     /// A storage tier behind the host tiers.
     pub g3: Option<G3Attach>,
+    /// How HiCache host tiers prefetch from that storage tier (SGLang).
+    pub prefetch: Option<StoragePrefetch>,
     /// Belady eviction: the forecast every paged pool evicts by (LRU when `None`).
     pub eviction: Option<crate::kv::belady::SharedOracle>,
     /// Blocks of recurrent state each sequence holds in a paged pool (hybrid models under
@@ -88,7 +90,10 @@ impl RankTemplate {
                 }
             }
             r.host = self.host.map(|h| {
-                let tier = HostTier::new(h);
+                let mut tier = HostTier::new(h);
+                if let Some(p) = self.prefetch {
+                    tier = tier.with_prefetch(p);
+                }
                 Box::new(match &g3 {
                     Some((store, shared)) => tier.with_g3(store.clone(), *shared),
                     None => tier,

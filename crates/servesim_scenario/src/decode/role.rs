@@ -6,9 +6,10 @@ use servesim_perf::memory::StateDtype;
 use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeKernel};
 
 use crate::config::{
-    Capacity, FpmSource, FrontendConfig, G3OffloadConfig, G3Scope, HostOffloadConfig, HostSize,
-    KvCacheConfig, KvTransferConfig, Mode, ParallelismConfig, RoleConfig, SchedulerKnobs, StateCacheConfig,
-    TimingConfig, TimingKind, TransferMode, Workers,
+    Capacity, FpmSource, FrontendConfig, G3OffloadConfig, G3Scope, HicachePrefetchPolicy,
+    HicacheStorageConfig, HostOffloadConfig, HostSize, KvCacheConfig, KvTransferConfig, Mode,
+    ParallelismConfig, RoleConfig, SchedulerKnobs, StateCacheConfig, TimingConfig, TimingKind, TransferMode,
+    Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -529,17 +530,11 @@ fn decode_kv_cache(
                 None
             }
         }
-        Some((n, p)) if backend != Backend::Vllm => {
+        Some((n, p)) if backend == Backend::TrtLlm => {
             cx.unsupported(
                 &p,
                 n,
-                format!(
-                    "'g3_offload' is simulated behind vLLM's host offloading only, not {}'s",
-                    match backend {
-                        Backend::Sglang => "SGLang HiCache",
-                        _ => "TensorRT-LLM",
-                    }
-                ),
+                "'g3_offload' is simulated behind vLLM's host offloading and SGLang's HiCache, not TensorRT-LLM's",
             );
             None
         }
@@ -551,7 +546,7 @@ fn decode_kv_cache(
             );
             None
         }
-        Some((n, p)) => decode_g3_offload(n, &p, cx),
+        Some((n, p)) => decode_g3_offload(n, &p, cx, backend),
         None => None,
     };
     let state_cache = match f.take("state_cache") {
@@ -619,8 +614,9 @@ fn decode_state_cache(node: &Node, path: &str, cx: &mut Cx, backend: Backend) ->
     (cx.diags.len() == before).then_some(StateCacheConfig { ssm_dtype, mamba_full_memory_ratio })
 }
 
-/// `kv_cache.g3_offload` (behind a host tier, attention_data 1): its scope, size and links.
-fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<G3OffloadConfig> {
+/// `kv_cache.g3_offload` (behind a host tier, attention_data 1): its scope, size and links,
+/// and behind SGLang's HiCache how it is prefetched from.
+fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<G3OffloadConfig> {
     let before = cx.diags.len();
     let mut f = Fields::of(node, path, cx)?;
     let scope = match f.take("scope") {
@@ -663,6 +659,7 @@ fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<G3OffloadCo
     let latency = f
         .take("latency_to_first_byte_ms")
         .map_or(Some(DEFAULT_G3_FIRST_BYTE_MS), |(n, p)| number_in(n, &p, cx, 0.0, 1e6));
+    let hicache = decode_hicache_storage(&mut f, cx, backend);
     f.finish(
         cx,
         &[
@@ -673,6 +670,10 @@ fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<G3OffloadCo
             "write_bandwidth_gbps",
             "shared_read_bandwidth_gbps",
             "shared_write_bandwidth_gbps",
+            "prefetch_policy",
+            "prefetch_threshold",
+            "prefetch_timeout_base_s",
+            "prefetch_timeout_per_ki_token_s",
         ],
         "",
     );
@@ -687,8 +688,59 @@ fn decode_g3_offload(node: &Node, path: &str, cx: &mut Cx) -> Option<G3OffloadCo
         write_bandwidth_gbps: write?,
         shared_read_bandwidth_gbps: shared_read?,
         shared_write_bandwidth_gbps: shared_write?,
+        hicache,
     })
 }
+
+/// HiCache's prefetch keys of `g3_offload` (SGLang's own names; refused on vLLM): `Some`
+/// with their values or defaults on SGLang, `None` elsewhere.
+fn decode_hicache_storage(f: &mut Fields, cx: &mut Cx, backend: Backend) -> Option<HicacheStorageConfig> {
+    let keys = [
+        "prefetch_policy",
+        "prefetch_threshold",
+        "prefetch_timeout_base_s",
+        "prefetch_timeout_per_ki_token_s",
+    ];
+    if backend != Backend::Sglang {
+        for k in keys {
+            if let Some((n, p)) = f.take(k) {
+                cx.unsupported(
+                    &p,
+                    n,
+                    format!("'{k}' is SGLang HiCache's (--hicache-storage-prefetch-policy and its storage config); vLLM reads storage at admission"),
+                );
+            }
+        }
+        return None;
+    }
+    let policy = match f.take("prefetch_policy") {
+        Some((n, p)) => match choice(n, &p, cx, &["best_effort", "wait_complete", "timeout"]) {
+            Some("wait_complete") => HicachePrefetchPolicy::WaitComplete,
+            Some("timeout") => HicachePrefetchPolicy::Timeout,
+            _ => HicachePrefetchPolicy::BestEffort,
+        },
+        None => HicachePrefetchPolicy::BestEffort,
+    };
+    let threshold_tokens = f
+        .take("prefetch_threshold")
+        .map_or(Some(DEFAULT_PREFETCH_THRESHOLD), |(n, p)| u32_in(n, &p, cx, 1, u32::MAX))
+        .unwrap_or(DEFAULT_PREFETCH_THRESHOLD);
+    let mut seconds = |k: &str, default: f64| {
+        f.take(k).map_or(Some(default), |(n, p)| number_in(n, &p, cx, 0.0, 1e6)).unwrap_or(default)
+    };
+    let timeout_base_s = seconds("prefetch_timeout_base_s", DEFAULT_PREFETCH_TIMEOUT_BASE_S);
+    let timeout_per_ki_token_s =
+        seconds("prefetch_timeout_per_ki_token_s", DEFAULT_PREFETCH_TIMEOUT_PER_KI_S);
+    Some(HicacheStorageConfig { policy, threshold_tokens, timeout_base_s, timeout_per_ki_token_s })
+}
+
+/// HiCache's fewest tokens worth a prefetch: SGLang's default
+/// (`HiRadixCache._parse_storage_backend_extra_config`, `prefetch_threshold`).
+const DEFAULT_PREFETCH_THRESHOLD: u32 = 256;
+/// The `timeout` policy's allowance of any prefetch, s: SGLang's `prefetch_timeout_base`.
+const DEFAULT_PREFETCH_TIMEOUT_BASE_S: f64 = 1.0;
+/// Its allowance per 1,024 tokens found, s: SGLang's `prefetch_timeout_per_ki_token`.
+const DEFAULT_PREFETCH_TIMEOUT_PER_KI_S: f64 = 0.25;
 
 /// A storage tier's per-worker read and write bandwidth when none is given, decimal GB/s:
 /// AISimulate's default (its KV cache guide, "modeling assumptions, not measured values").

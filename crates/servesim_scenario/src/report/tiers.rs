@@ -4,7 +4,7 @@
 //! summary's lines for them.
 
 use serde_json::{json, Value};
-use servesim_core::host::{HostStats, HostWrites};
+use servesim_core::host::{HostStats, HostWrites, PrefetchPolicy};
 use servesim_core::sim::RunResult;
 
 use crate::scenario::Prepared;
@@ -98,6 +98,27 @@ pub(super) fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         out["shared_read_bandwidth_gbps"] = json!(gbps(spec.shared_read_bytes_per_s));
         out["shared_write_bandwidth_gbps"] = json!(gbps(spec.shared_write_bytes_per_s));
     }
+    // Behind SGLang's HiCache the store holds pages, read ahead of admission.
+    if let Some(pf) = p.prefetch_spec(role) {
+        let mut host = HostStats::default();
+        for h in r.worker_stats.iter().filter_map(|s| s.host.as_ref()) {
+            host.add(h);
+        }
+        out["reads"] = json!("prefetch");
+        out["page_tokens"] = json!(pf.page_tokens);
+        out["prefetch_policy"] = json!(match pf.policy {
+            PrefetchPolicy::BestEffort => "best_effort",
+            PrefetchPolicy::WaitComplete => "wait_complete",
+            PrefetchPolicy::Timeout { .. } => "timeout",
+        });
+        out["prefetch_threshold_tokens"] = json!(pf.threshold_tokens);
+        out["prefetches"] = json!(host.prefetches);
+        out["prefetches_revoked"] = json!(host.prefetch_revoked);
+        out["prefetches_cut_short"] = json!(host.prefetch_cut_short);
+        out["prefetched_tokens"] = json!(host.prefetched_tokens);
+    } else {
+        out["reads"] = json!("at_admission");
+    }
     Some(out)
 }
 
@@ -153,7 +174,25 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
         ));
     }
     let g3 = &servesim["g3_offload"];
-    if g3.is_object() {
+    if g3.is_object() && g3["reads"] == "prefetch" {
+        let n = |k: &str| g3[k].as_u64().unwrap_or(0);
+        out.push(format!(
+            "storage KV tier (G3, {}): {} prefetches ({}) read {} pages ({} tokens) ahead of admission, {} cut short, {} not started for too few pages stored; {} tokens reached host memory; {} of {} pages looked up found; {} written, {} evicted, {} dropped\n",
+            g3["scope"].as_str().unwrap_or(""),
+            n("prefetches"),
+            g3["prefetch_policy"].as_str().unwrap_or(""),
+            n("read_blocks"),
+            n("read_tokens"),
+            n("prefetches_cut_short"),
+            n("prefetches_revoked"),
+            n("prefetched_tokens"),
+            n("lookup_hits"),
+            n("lookup_probes"),
+            n("written_blocks"),
+            n("evicted_blocks"),
+            n("dropped_blocks"),
+        ));
+    } else if g3.is_object() {
         let n = |k: &str| g3[k].as_u64().unwrap_or(0);
         out.push(format!(
             "storage KV tier (G3, {}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",

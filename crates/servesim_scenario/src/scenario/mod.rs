@@ -10,7 +10,7 @@ use servesim_core::frontend::FrontendSpec;
 use std::cell::RefCell;
 
 use servesim_core::engine::Backend;
-use servesim_core::host::{G3Spec, G3Store, HostSpec, HostWrites};
+use servesim_core::host::{G3Spec, G3Store, HostSpec, HostWrites, PrefetchPolicy, StoragePrefetch};
 use servesim_core::kv::belady::{DemandOracle, SharedOracle};
 use servesim_core::metrics::Fleet;
 use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
@@ -30,8 +30,8 @@ use servesim_perf::spec::{Dtype, GemmQuant, Hardware, ModelArch, MoeQuant};
 
 use crate::catalog::Catalog;
 use crate::config::{
-    Config, ContextLength, G3Scope, KvEvictionPolicy, RoleConfig, RouterPolicy, SpeculationConfig,
-    TransferMode,
+    Config, ContextLength, G3Scope, HicachePrefetchPolicy, KvEvictionPolicy, RoleConfig, RouterPolicy,
+    SpeculationConfig, TransferMode,
 };
 use crate::diag::{Cx, DiagKind, Diagnostic};
 use crate::node::{self, Node, Origin};
@@ -623,10 +623,16 @@ impl Prepared {
         let g = role.config.kv_cache.g3_offload?;
         let host = self.host_spec(role)?;
         let shared = g.scope == G3Scope::ClusterShared;
+        // Behind HiCache's tree of tokens the store holds pages of `block_size` tokens.
+        let block_bytes = if host.writes.tokens() {
+            host.block_bytes.saturating_mul(u64::from(role.config.kv_cache.block_size))
+        } else {
+            host.block_bytes
+        };
         Some((
             G3Spec {
                 capacity_blocks: g.num_g3_blocks,
-                block_bytes: host.block_bytes,
+                block_bytes,
                 read_bytes_per_s: link_bytes_per_s(g.read_bandwidth_gbps),
                 write_bytes_per_s: link_bytes_per_s(g.write_bandwidth_gbps),
                 shared_read_bytes_per_s: if shared {
@@ -643,6 +649,28 @@ impl Prepared {
             },
             g.scope,
         ))
+    }
+
+    /// How `role`'s HiCache tiers read their storage tier ahead of admission (SGLang with
+    /// `g3_offload`): pages of `block_size` tokens, and the prefetch policy.
+    #[must_use]
+    pub fn prefetch_spec(&self, role: &PreparedRole) -> Option<StoragePrefetch> {
+        let h = role.config.kv_cache.g3_offload?.hicache?;
+        let page_tokens = role.config.kv_cache.block_size.max(1);
+        Some(StoragePrefetch {
+            policy: match h.policy {
+                HicachePrefetchPolicy::BestEffort => PrefetchPolicy::BestEffort,
+                HicachePrefetchPolicy::WaitComplete => PrefetchPolicy::WaitComplete,
+                HicachePrefetchPolicy::Timeout => PrefetchPolicy::Timeout {
+                    base: SimDur::from_secs_f64(h.timeout_base_s),
+                    per_page: SimDur::from_secs_f64(
+                        h.timeout_per_ki_token_s * f64::from(page_tokens) / 1024.0,
+                    ),
+                },
+            },
+            threshold_tokens: h.threshold_tokens,
+            page_tokens,
+        })
     }
 
     /// How `role`'s workers attach to their storage tier, a fresh shared store for this run
@@ -788,6 +816,7 @@ impl Prepared {
                 radix: backend == servesim_core::engine::Backend::Sglang,
                 host: self.host_spec(role),
                 g3: self.g3_attach(role),
+                prefetch: self.prefetch_spec(role),
                 eviction: eviction.clone(),
                 state_blocks: role.state.as_ref().map_or(0, |s| s.blocks_per_sequence),
                 radix_states: role
