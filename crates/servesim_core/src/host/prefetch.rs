@@ -189,8 +189,13 @@ impl HostTier {
         if asked < threshold || pf.asked >= limit {
             return;
         }
+        // What host memory holds of the prefix stays while the pages come in, from before
+        // room is made for them (`protect_host`).
+        let (_, anchor) = tree.match_prefix(key, from);
+        tree.lock(anchor);
         // Host memory for all of it first; what storage lacks is given back.
         if !tree.alloc(u64::from(asked)) {
+            tree.unlock(anchor);
             return;
         }
         let keys = page_keys(key, page);
@@ -202,13 +207,11 @@ impl HostTier {
         let fetched = found as u32 * page;
         if fetched < threshold {
             tree.free_private(u64::from(asked));
+            tree.unlock(anchor);
             self.stats.prefetch_revoked += 1;
             return;
         }
         tree.free_private(u64::from(asked - fetched));
-        // What host memory holds of the prefix stays while the pages come in.
-        let (_, anchor) = tree.match_prefix(key, from);
-        tree.lock(anchor);
         let (first_byte, done) = store.read_span(g.port, &wanted[..found], now);
         pf.ops.push(Prefetch {
             seq,

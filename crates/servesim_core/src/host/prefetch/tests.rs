@@ -16,8 +16,13 @@ fn ms(t: u64) -> SimTime {
 /// Two workers' HiCache tiers (10,000 tokens of 1 kB each, 1 µs a token to host memory)
 /// sharing one store whose pages of `page` tokens read in `page_ms` each.
 fn pair(page: u32, page_ms: f64, policy: PrefetchPolicy) -> (HostTier, HostTier) {
+    pair_sized(10_000, page, page_ms, policy)
+}
+
+/// [`pair`] with host memory of `host_tokens` a worker.
+fn pair_sized(host_tokens: u32, page: u32, page_ms: f64, policy: PrefetchPolicy) -> (HostTier, HostTier) {
     let host = HostSpec {
-        capacity_blocks: 10_000,
+        capacity_blocks: host_tokens,
         block_bytes: 1000,
         d2h_bytes_per_s: Some(1e9),
         h2d_bytes_per_s: None,
@@ -117,4 +122,26 @@ fn too_little_stored_or_asked_for_starts_no_prefetch() {
     // when the GPU's cache is as large as host memory.
     b.arrive(2, &stream(7, 150), 0, 10_000, ms(1));
     assert_eq!(b.stats().prefetches, 0);
+}
+
+#[test]
+fn the_prefix_a_prefetch_continues_is_not_evicted_to_make_room_for_it() {
+    // Worker B's host memory (200 tokens) holds the first 100 tokens of a prompt whose 260
+    // storage holds (16 pages of 16). Fetching the rest from token 96 needs 160 tokens of
+    // room: only by evicting that prefix, which the prefetch keeps (`protect_host`), so
+    // nothing is fetched and the prefix stays.
+    let (mut a, mut b) = pair_sized(400, 16, 1.0, PrefetchPolicy::WaitComplete);
+    a.write_tokens(&stream(7, 260), SimTime::ZERO);
+    b.write_tokens(&stream(7, 100), SimTime::ZERO);
+    let key = stream(7, 260);
+    let (mut a2, mut small) = pair_sized(200, 16, 1.0, PrefetchPolicy::WaitComplete);
+    a2.write_tokens(&key, SimTime::ZERO);
+    small.write_tokens(&stream(7, 100), SimTime::ZERO);
+    small.arrive(0, &key, 100, 0, ms(1));
+    assert_eq!((small.stats().prefetches, small.held_tokens(&key, 260)), (0, 100));
+    // With room beside it (400 tokens) pages 6 to 15 are fetched: tokens 96 to 255, of
+    // which the 156 past the held prefix are new.
+    b.arrive(0, &key, 100, 0, ms(1));
+    assert_eq!(b.prefetch_gate(0, &key, ms(20)), PrefetchGate::Go);
+    assert_eq!((b.stats().prefetched_tokens, b.held_tokens(&key, 260)), (156, 256));
 }
