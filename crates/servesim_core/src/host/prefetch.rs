@@ -110,13 +110,11 @@ pub(super) struct Prefetcher {
     ops: Vec<Prefetch>,
     /// The newest request already seen arriving (each is looked up once, on arrival).
     seen: Option<ReqSeq>,
-    /// Tokens the prefetches under way asked for (`prefetch_tokens_occupied`).
-    asked: u64,
 }
 
 impl Prefetcher {
     pub(super) fn new(cfg: StoragePrefetch) -> Self {
-        Prefetcher { cfg, ops: Vec::new(), seen: None, asked: 0 }
+        Prefetcher { cfg, ops: Vec::new(), seen: None }
     }
 
     pub(super) fn page_tokens(&self) -> u32 {
@@ -186,7 +184,9 @@ impl HostTier {
         let asked = (known - from) / page * page;
         let threshold = pf.cfg.threshold_tokens.max(page);
         let limit = capacity.saturating_sub(device_tokens) * PREFETCH_CAPACITY.0 / PREFETCH_CAPACITY.1;
-        if asked < threshold || pf.asked >= limit {
+        // What the prefetches under way asked for (`prefetch_tokens_occupied`).
+        let occupied: u64 = pf.ops.iter().map(|o| u64::from(o.asked)).sum();
+        if asked < threshold || occupied >= limit {
             return;
         }
         // What host memory holds of the prefix stays while the pages come in, from before
@@ -224,7 +224,6 @@ impl HostTier {
             anchor,
             woken: false,
         });
-        pf.asked += u64::from(asked);
         self.stats.prefetches += 1;
     }
 
@@ -251,7 +250,6 @@ impl HostTier {
             return PrefetchGate::Wait { wake: (!op.woken).then_some(may_stop) };
         }
         pf.ops.swap_remove(i);
-        pf.asked -= u64::from(op.asked);
         let page = pf.page_tokens();
         let fetched = op.pages * page;
         tree.free_private(u64::from(fetched));

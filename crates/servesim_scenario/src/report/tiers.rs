@@ -32,11 +32,7 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     };
     let per_worker: Vec<(usize, HostStats)> =
         r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.host.map(|h| (w, h))).collect();
-    let mut all = HostStats::default();
-    for (_, h) in &per_worker {
-        all.add(h);
-    }
-    let mut out = describe(&all);
+    let mut out = describe(&host_totals(r));
     let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
     out["scope"] = json!("dp_rank_local");
     // vLLM writes every computed block; TensorRT-LLM only what GPU memory evicts.
@@ -56,6 +52,15 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
     out["workers"] = super::workers_json(&per_worker, describe);
     Some(out)
+}
+
+/// The host tiers' counters summed over every worker.
+fn host_totals(r: &RunResult) -> HostStats {
+    let mut all = HostStats::default();
+    for h in r.worker_stats.iter().filter_map(|s| s.host.as_ref()) {
+        all.add(h);
+    }
+    all
 }
 
 /// The storage KV tier (G3) behind the host tiers: its scope, size and links, and what it
@@ -100,10 +105,7 @@ pub(super) fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     }
     // Behind SGLang's HiCache the store holds pages, read ahead of admission.
     if let Some(pf) = p.prefetch_spec(role) {
-        let mut host = HostStats::default();
-        for h in r.worker_stats.iter().filter_map(|s| s.host.as_ref()) {
-            host.add(h);
-        }
+        let host = host_totals(r);
         out["reads"] = json!("prefetch");
         out["page_tokens"] = json!(pf.page_tokens);
         out["prefetch_policy"] = json!(match pf.policy {
