@@ -6,6 +6,7 @@
 //! credits what it holds, and a host tier too small for a history cuts restores short rather
 //! than stalling. And Belady eviction of the GPU pools: the forecast keeps what is asked for
 //! soonest, changes nothing when nothing is evicted, and is refused where it cannot hold.
+//! Host and storage tiers on the prefill workers of a disaggregated deployment, on each engine.
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -228,6 +229,81 @@ fn workers_the_planner_starts_get_their_own_store() {
     let g3 = &p.json["servesim"]["g3_offload"];
     assert!(n(g3, "read_blocks") > 0);
     assert_eq!(n(g3, "cross_worker_read_blocks"), 0);
+}
+
+const PD_HOST: &str = "tests/scenarios/pd_vllm_host_offload.yaml";
+
+#[test]
+fn prefill_workers_of_a_disaggregated_deployment_restore_histories_from_host_memory() {
+    let with = run(PD_HOST, &[]);
+    let without = run(PD_HOST, &["engine.workers.prefill.kv_cache.host_offload=null"]);
+    assert!(without.json["servesim"]["host_offload"].is_null());
+    assert_eq!(with.summary.completed_requests, with.summary.num_requests);
+    assert_eq!(with.summary.completed_requests, without.summary.completed_requests);
+    let host = &with.json["servesim"]["host_offload"];
+    assert_eq!(host["role"], "prefill");
+    assert_eq!(host["writes"], "after_compute");
+    // Histories the prefill GPUs lost come back from host memory instead of being recomputed.
+    assert!(n(host, "restores") > 0 && n(host, "restored_blocks") <= n(host, "written_blocks"), "{host}");
+    assert!(
+        with.summary.prefix_cache_reused_ratio > without.summary.prefix_cache_reused_ratio + 0.1,
+        "{} vs {}",
+        with.summary.prefix_cache_reused_ratio,
+        without.summary.prefix_cache_reused_ratio
+    );
+    assert!(with.summary.ttft.mean < 0.85 * without.summary.ttft.mean);
+    // Only the two prefill workers (0 and 1) keep a tier; the decode worker keeps none.
+    let workers: Vec<u64> = host["workers"].as_array().unwrap().iter().map(|w| n(w, "worker")).collect();
+    assert_eq!(workers, [0, 1]);
+    // The decode worker still receives what it lacks of each prompt over the transfer link.
+    let moved = n(&with.json["servesim"]["kv_transfer"], "transferred_tokens");
+    assert!(moved > 0 && moved < n(&with.json, "total_input_tokens"), "{moved}");
+    assert!(servesim_scenario::report::summary_table(&with).contains("host KV tier (G2, prefill workers): "));
+    // Same seed, same bytes.
+    assert_eq!(with.json, run(PD_HOST, &[]).json);
+}
+
+#[test]
+fn sglang_and_tensorrt_llm_prefill_workers_keep_their_own_host_tiers() {
+    for (backend, writes, capacity) in
+        [("sglang", "write_through", "128000"), ("trtllm", "on_eviction", "4000")]
+    {
+        let sets = [
+            format!("engine.backend={backend}"),
+            format!("engine.workers.prefill.kv_cache.capacity={{type: fixed, blocks: {capacity}}}"),
+        ];
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let with = run(PD_HOST, &sets);
+        let mut off = sets.clone();
+        off.push("engine.workers.prefill.kv_cache.host_offload=null");
+        let without = run(PD_HOST, &off);
+        let host = &with.json["servesim"]["host_offload"];
+        assert_eq!((host["role"].as_str(), host["writes"].as_str()), (Some("prefill"), Some(writes)));
+        assert!(n(host, "restores") > 0, "{backend}: {host}");
+        assert_eq!(with.summary.completed_requests, with.summary.num_requests);
+        assert!(
+            with.summary.prefix_cache_reused_ratio > without.summary.prefix_cache_reused_ratio,
+            "{backend}: {} vs {}",
+            with.summary.prefix_cache_reused_ratio,
+            without.summary.prefix_cache_reused_ratio
+        );
+    }
+}
+
+#[test]
+fn a_store_shared_by_prefill_workers_serves_histories_either_computed() {
+    let p = run(
+        PD_HOST,
+        &[
+            "router.policy=round_robin",
+            "engine.workers.prefill.kv_cache.host_offload.size_gib=4",
+            "engine.workers.prefill.kv_cache.g3_offload={scope: cluster_shared, num_g3_blocks: 100000}",
+        ],
+    );
+    assert_eq!(p.summary.completed_requests, p.summary.num_requests);
+    let g3 = &p.json["servesim"]["g3_offload"];
+    assert_eq!((g3["role"].as_str(), g3["scope"].as_str()), (Some("prefill"), Some("cluster_shared")));
+    assert!(n(g3, "cross_worker_read_blocks") > 0, "{g3}");
 }
 
 const BELADY_POOL: &str = "tests/scenarios/vllm_belady_prompt_pool.yaml";

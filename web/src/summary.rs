@@ -142,7 +142,8 @@ pub fn host_tier(p: &Value) -> String {
         return "none".into();
     }
     format!(
-        "{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted",
+        "{}{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted",
+        if h["role"] == "prefill" { "prefill workers · " } else { "" },
         fmt_num(&h["restores"], 0),
         fmt_num(&h["restored_tokens"], 0),
         fmt_num(&h["mean_restore_wait_ms"], 2),
@@ -160,9 +161,10 @@ pub fn storage_tier(p: &Value) -> String {
     if !g.is_object() {
         return "none".into();
     }
+    let pool = if g["role"] == "prefill" { "prefill workers · " } else { "" };
     if g["reads"] == "prefetch" {
         return format!(
-            "{} · {} prefetches ({}) read {} tokens, {} reached host memory · {} pages written, {} evicted",
+            "{pool}{} · {} prefetches ({}) read {} tokens, {} reached host memory · {} pages written, {} evicted",
             g["scope"].as_str().unwrap_or("").replace('_', " "),
             fmt_num(&g["prefetches"], 0),
             g["prefetch_policy"].as_str().unwrap_or("").replace('_', " "),
@@ -173,7 +175,7 @@ pub fn storage_tier(p: &Value) -> String {
         );
     }
     format!(
-        "{} · {} blocks read back in {} reads ({} across workers) · {} written, {} evicted",
+        "{pool}{} · {} blocks read back in {} reads ({} across workers) · {} written, {} evicted",
         g["scope"].as_str().unwrap_or("").replace('_', " "),
         fmt_num(&g["read_blocks"], 0),
         fmt_num(&g["read_jobs"], 0),
@@ -544,6 +546,9 @@ mod tests {
             "{}",
             host_tier(&sglang)
         );
+        let mut pd = g2.clone();
+        pd["servesim"]["host_offload"]["role"] = "prefill".into();
+        assert_eq!(host_tier(&pd), format!("prefill workers · {}", host_tier(&g2)));
         assert_eq!(storage_tier(&g2), "none");
         let g3 = serde_json::json!({"servesim": {"g3_offload": {
             "scope": "cluster_shared", "read_blocks": 32275, "read_jobs": 366,
@@ -574,6 +579,8 @@ mod tests {
                 fmt_num(&serde_json::json!(15236), 0)
             )
         );
+        l3["servesim"]["g3_offload"]["role"] = "prefill".into();
+        assert!(storage_tier(&l3).starts_with("prefill workers · cluster shared · 305 prefetches"));
         assert_eq!(kv_eviction(&g3), "LRU");
         assert_eq!(recurrent_state(&g3), "–");
         let hybrid = serde_json::json!({"servesim": {"memory": {"aggregated": {"recurrent_state": {

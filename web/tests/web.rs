@@ -148,6 +148,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/vllm_g3_shared.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/pd_vllm_host_offload.yaml"),
+            include_str!("../../tests/golden/pd_vllm_host_offload.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/vllm_belady_prompt_pool.yaml"),
             include_str!("../../tests/golden/vllm_belady_prompt_pool.prediction.json"),
         ),

@@ -24,7 +24,7 @@ mod summary;
 mod tiers;
 
 pub use summary::{rejection_line, summary_table};
-pub use tiers::writes_phrase;
+pub use tiers::{pool_phrase, writes_phrase};
 
 /// Version of servesim's own `servesim` section in prediction.json.
 pub const SERVESIM_SECTION_VERSION: u32 = 1;

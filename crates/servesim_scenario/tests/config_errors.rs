@@ -212,7 +212,7 @@ const CASES: &[(&str, i32, &[&str])] = &[
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  mode: disaggregated\n  workers: {prefill: {}, decode: {kv_cache: {host_offload: {num_host_blocks: 10}}}}\n",
         2,
-        &["engine.workers.decode.kv_cache.host_offload", "aggregated workers only"],
+        &["engine.workers.decode.kv_cache.host_offload", "aggregated and prefill workers, not decode workers"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        prefix_caching: false\n        host_offload: {num_host_blocks: 10}\n",

@@ -690,12 +690,12 @@ pub fn activate(
     }
 }
 
-/// Releases the source-side KV of a handed-off request on its prefill rank.
-pub fn release_source(rank: &mut Rank, req: &mut Request) {
+/// Releases the source-side KV of a handed-off request on its prefill rank at `now`, when
+/// its transfer ended (a HiCache host tier there copies what it lacks from then on).
+pub fn release_source(rank: &mut Rank, req: &mut Request, now: crate::units::SimTime) {
     let mut hold = core::mem::take(&mut req.source);
     req.swap_kv(&mut hold);
-    // Prefill workers keep no host tier (host offloading is for aggregated workers).
-    release(rank, req, crate::units::SimTime::ZERO);
+    release(rank, req, now);
     req.swap_kv(&mut hold);
 }
 

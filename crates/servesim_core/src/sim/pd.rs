@@ -186,7 +186,7 @@ impl Simulation {
         };
         self.interrupt(p);
         if let Some(rank) = self.workers[p].ranks.get_mut(prank) {
-            crate::engine::release_source(rank, &mut self.requests[id as usize]);
+            crate::engine::release_source(rank, &mut self.requests[id as usize], self.now);
         }
         self.requests[id as usize].pd.source_released = self.now;
         self.dirty[p] = true;

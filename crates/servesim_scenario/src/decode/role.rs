@@ -135,7 +135,7 @@ fn decode_role(
         prefill,
     );
     let kv_cache =
-        decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, defaults, dp);
+        decode_kv_cache(f.take("kv_cache"), &crate::diag::join(path, "kv_cache"), cx, defaults, dp, prefill);
     let timing = match f.take("timing") {
         Some((n, p)) => decode_timing(n, &p, cx),
         None => TimingConfig::default(),
@@ -464,6 +464,7 @@ fn decode_kv_cache(
     cx: &mut Cx,
     defaults: RoleDefaults,
     dp: u32,
+    prefill: bool,
 ) -> Option<KvCacheConfig> {
     let RoleDefaults { backend, mode } = defaults;
     let default_block = match backend {
@@ -504,8 +505,12 @@ fn decode_kv_cache(
     };
     let host_entry = f.has("host_offload");
     let host_offload = match f.take("host_offload") {
-        Some((n, p)) if mode == Mode::Disaggregated => {
-            cx.unsupported(&p, n, "'host_offload' is simulated for aggregated workers only");
+        Some((n, p)) if mode == Mode::Disaggregated && !prefill => {
+            cx.unsupported(
+                &p,
+                n,
+                "'host_offload' is simulated for aggregated and prefill workers, not decode workers (they keep the KV they receive and compute in GPU memory)",
+            );
             None
         }
         Some((n, p)) if prefix_caching == Some(false) => {
@@ -750,7 +755,7 @@ const DEFAULT_G3_SHARED_GBPS: f64 = 80.0;
 /// A storage transfer's latency to its first byte when none is given, ms: AISimulate's default.
 const DEFAULT_G3_FIRST_BYTE_MS: f64 = 0.1;
 
-/// `kv_cache.host_offload` (aggregated workers): its size, its links and, for SGLang's HiCache,
+/// `kv_cache.host_offload` (aggregated and prefill workers): its size, its links and, for SGLang's HiCache,
 /// its write policy.
 fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -> Option<HostOffloadConfig> {
     let before = cx.diags.len();

@@ -35,6 +35,8 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
     let mut out = describe(&host_totals(r));
     let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
     out["scope"] = json!("dp_rank_local");
+    // The workers that keep it: the aggregated ones, or a disaggregated deployment's prefill pool.
+    out["role"] = json!(role.name);
     // vLLM writes every computed block; TensorRT-LLM only what GPU memory evicts.
     out["writes"] = json!(match spec.writes {
         HostWrites::AfterCompute => "after_compute",
@@ -99,6 +101,7 @@ pub(super) fn g3_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         "resident_blocks": g.resident_blocks,
         "pending_blocks": g.pending_blocks,
     });
+    out["role"] = json!(role.name);
     if scope == crate::config::G3Scope::ClusterShared {
         out["shared_read_bandwidth_gbps"] = json!(gbps(spec.shared_read_bytes_per_s));
         out["shared_write_bandwidth_gbps"] = json!(gbps(spec.shared_write_bytes_per_s));
@@ -154,6 +157,17 @@ pub fn writes_phrase(host: &Value) -> &'static str {
     }
 }
 
+/// Which pool keeps a tier, after its name: nothing for aggregated workers, `, prefill
+/// workers` for a disaggregated deployment's.
+#[must_use]
+pub fn pool_phrase(tier: &Value) -> &'static str {
+    if tier["role"] == "prefill" {
+        ", prefill workers"
+    } else {
+        ""
+    }
+}
+
 /// The summary's lines for the host and storage tiers and for Belady eviction, from
 /// prediction.json's `servesim`.
 pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
@@ -162,7 +176,8 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     if host.is_object() {
         let n = |k: &str| host[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "host KV tier (G2): {} restores of {} {unit} ({} tokens, {:.2} ms wait on average); {} {unit} written{}, {} evicted, {} dropped; {} {unit} a rank\n",
+            "host KV tier (G2{}): {} restores of {} {unit} ({} tokens, {:.2} ms wait on average); {} {unit} written{}, {} evicted, {} dropped; {} {unit} a rank\n",
+            pool_phrase(host),
             n("restores"),
             n("restored_blocks"),
             n("restored_tokens"),
@@ -179,8 +194,9 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     if g3.is_object() && g3["reads"] == "prefetch" {
         let n = |k: &str| g3[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "storage KV tier (G3, {}): {} prefetches ({}) read {} pages ({} tokens) ahead of admission, {} cut short, {} not started for too few pages stored; {} tokens reached host memory; {} of {} pages looked up found; {} written, {} evicted, {} dropped\n",
+            "storage KV tier (G3, {}{}): {} prefetches ({}) read {} pages ({} tokens) ahead of admission, {} cut short, {} not started for too few pages stored; {} tokens reached host memory; {} of {} pages looked up found; {} written, {} evicted, {} dropped\n",
             g3["scope"].as_str().unwrap_or(""),
+            pool_phrase(g3),
             n("prefetches"),
             g3["prefetch_policy"].as_str().unwrap_or(""),
             n("read_blocks"),
@@ -197,8 +213,9 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     } else if g3.is_object() {
         let n = |k: &str| g3[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "storage KV tier (G3, {}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",
+            "storage KV tier (G3, {}{}): {} blocks read back in {} reads ({} tokens, {} across workers), {} of {} blocks looked up found; {} written, {} evicted, {} dropped; {} restores cut short\n",
             g3["scope"].as_str().unwrap_or(""),
+            pool_phrase(g3),
             n("read_blocks"),
             n("read_jobs"),
             n("read_tokens"),
