@@ -824,12 +824,19 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.match(await page.textContent('#host-tier'),
     new RegExp(`^${hc.restores} restores of [0-9,]+ tokens · ${hc.mean_restore_wait_ms.toFixed(2)} ms wait on average · [0-9,]+ tokens written through from the radix cache, `));
   // With HiCache's storage tier, prefetches read histories in before admission.
-  const l3 = JSON.parse(await presetMatchesCli(page, 14, 'tests/scenarios/sglang_hicache_storage.yaml', hicache, dir))
-    .servesim.g3_offload;
+  const l3Cli = await presetMatchesCli(page, 14, 'tests/scenarios/sglang_hicache_storage.yaml', hicache, dir);
+  const l3 = JSON.parse(l3Cli).servesim.g3_offload;
   assert.equal(l3.reads, 'prefetch');
   assert.ok(l3.prefetches > 0 && l3.prefetched_tokens > 0);
   assert.match(await page.textContent('#storage-tier'),
     new RegExp(`^cluster shared · ${l3.prefetches} prefetches \\(wait complete\\) read [0-9,]+ tokens, [0-9,]+ reached host memory · `));
+  // A disaggregated deployment's prefill workers keep the host tier, and the summary says so.
+  const pdHostCli = await presetMatchesCli(page, 15, 'tests/scenarios/pd_vllm_host_offload.yaml', l3Cli, dir);
+  const pdHost = JSON.parse(pdHostCli).servesim.host_offload;
+  assert.equal(pdHost.role, 'prefill');
+  assert.match(await page.textContent('#host-tier'),
+    new RegExp(`^prefill workers · ${pdHost.restores} restores of [0-9,]+ tokens · `));
+  assert.equal(await page.textContent('#storage-tier'), 'none');
   await page.close();
 });
 

@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 15] = [
+pub const PRESETS: [(&str, &str); 16] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -73,6 +73,10 @@ pub const PRESETS: [(&str, &str); 15] = [
     (
         "Two replicas sharing HiCache's storage tier (L3), prefetched before admission, SGLang",
         include_str!("../../tests/scenarios/sglang_hicache_storage.yaml"),
+    ),
+    (
+        "Disaggregated prefill workers keeping histories in host memory (G2), vLLM",
+        include_str!("../../tests/scenarios/pd_vllm_host_offload.yaml"),
     ),
 ];
 
