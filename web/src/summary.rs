@@ -134,6 +134,15 @@ pub fn speculation(p: &Value) -> String {
     )
 }
 
+/// Which pool keeps a KV tier, before its figures: nothing for aggregated workers.
+fn pool_prefix(tier: &Value) -> &'static str {
+    if tier["role"] == "prefill" {
+        "prefill workers · "
+    } else {
+        ""
+    }
+}
+
 /// The host KV tier (G2), as text (`none` when the workers keep no KV in host memory).
 #[must_use]
 pub fn host_tier(p: &Value) -> String {
@@ -143,7 +152,7 @@ pub fn host_tier(p: &Value) -> String {
     }
     format!(
         "{}{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted",
-        if h["role"] == "prefill" { "prefill workers · " } else { "" },
+        pool_prefix(h),
         fmt_num(&h["restores"], 0),
         fmt_num(&h["restored_tokens"], 0),
         fmt_num(&h["mean_restore_wait_ms"], 2),
@@ -161,7 +170,7 @@ pub fn storage_tier(p: &Value) -> String {
     if !g.is_object() {
         return "none".into();
     }
-    let pool = if g["role"] == "prefill" { "prefill workers · " } else { "" };
+    let pool = pool_prefix(g);
     if g["reads"] == "prefetch" {
         return format!(
             "{pool}{} · {} prefetches ({}) read {} tokens, {} reached host memory · {} pages written, {} evicted",
