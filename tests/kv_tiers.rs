@@ -112,6 +112,29 @@ fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_mem
 }
 
 #[test]
+fn sglang_hicache_write_back_writes_what_gpu_memory_evicts_and_the_step_waits_for_the_copy() {
+    let through = run(HICACHE, &[]);
+    let back = run(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload.write_policy=write_back"]);
+    let without = run(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload=null"]);
+    let host = &back.json["servesim"]["host_offload"];
+    assert_eq!((host["writes"].as_str(), host["counted_in"].as_str()), (Some("write_back"), Some("tokens")));
+    assert_tier_pays(&back, &without);
+    // Only what the GPU's tree evicts is written, not everything that enters it.
+    let through_host = &through.json["servesim"]["host_offload"];
+    assert!(n(host, "written_blocks") < n(through_host, "written_blocks"), "{host}");
+    assert!(n(host, "restored_blocks") > 0, "{host}");
+    // A step that evicts waits for its copies, where write-through copies in the background:
+    // the same traffic waits longer for its first tokens.
+    assert!(back.summary.ttft.mean > through.summary.ttft.mean);
+    let text = servesim_scenario::report::summary_table(&back);
+    assert!(text.contains(" tokens written as GPU memory evicted them, "), "{text}");
+    assert_eq!(
+        back.json,
+        run(HICACHE, &["engine.workers.aggregated.kv_cache.host_offload.write_policy=write_back"]).json
+    );
+}
+
+#[test]
 fn sglang_hicache_prefetches_from_storage_what_host_memory_lost_before_admission() {
     let l3 = "engine.workers.aggregated.kv_cache.g3_offload";
     let wait = run(HICACHE_L3, &[]);

@@ -100,12 +100,22 @@ pub enum HostWrites {
     /// As [`HostWrites::WriteThrough`], but only what two requests' inserts have covered
     /// (`write_through_selective`).
     WriteThroughSelective,
+    /// HiCache's tree written only with what the GPU's radix cache evicts, the step that
+    /// evicts it waiting for the copy (`write_back`: `HiRadixCache.evict` backs a node up and
+    /// `writing_check(write_back=True)` waits before the GPU memory is freed).
+    WriteBack,
 }
 
 impl HostWrites {
     /// Whether the tier is HiCache's radix tree of tokens.
     #[must_use]
     pub fn tokens(self) -> bool {
+        matches!(self, HostWrites::WriteThrough | HostWrites::WriteThroughSelective | HostWrites::WriteBack)
+    }
+
+    /// Whether HiCache writes what enters the GPU's tree as it enters (not on eviction).
+    #[must_use]
+    pub fn through(self) -> bool {
         matches!(self, HostWrites::WriteThrough | HostWrites::WriteThroughSelective)
     }
 
@@ -277,13 +287,18 @@ impl HostTier {
     /// then leaves the node on the GPU only). With storage behind, the new pages are backed up
     /// there once their copy ends. Nothing without a HiCache tree.
     pub fn write_tokens(&mut self, key: &[Piece], at: SimTime) {
-        let Some(tree) = self.tree.as_mut() else { return };
+        self.write_tokens_until(key, at);
+    }
+
+    /// [`HostTier::write_tokens`], returning when the copy ends if anything was written.
+    pub fn write_tokens_until(&mut self, key: &[Piece], at: SimTime) -> Option<SimTime> {
+        let tree = self.tree.as_mut()?;
         let total: u32 = key.iter().map(|p| p.len).sum();
         // The path held already stays while room is made for the rest.
         let (held, node) = tree.match_prefix(key, total);
         let new = u64::from(total - held);
         if new == 0 {
-            return;
+            return None;
         }
         tree.lock(node);
         let evicted = tree.evicted_tokens();
@@ -294,7 +309,7 @@ impl HostTier {
         tree.unlock(node);
         if !room {
             self.stats.dropped_blocks += new;
-            return;
+            return None;
         }
         self.stats.evicted_blocks += tree.evicted_tokens() - evicted;
         self.stats.written_blocks += new;
@@ -303,6 +318,7 @@ impl HostTier {
         self.d2h_free = done;
         self.copies_end = self.copies_end.max(done + self.spec.first_byte);
         self.back_up_pages(key, held, done + self.spec.first_byte);
+        Some(done + self.spec.first_byte)
     }
 
     /// How many tokens of `key`, from the first and at most `limit`, HiCache's tree holds (0

@@ -110,6 +110,9 @@ pub struct RadixCache {
     state_slots: u32,
     /// Kept states dropped to free a slot, so far.
     dropped_states: u64,
+    /// The paths (root to node) of the nodes evicted since they were last taken, when logged
+    /// ([`RadixCache::log_evictions`]: HiCache's write-back writes them to host memory).
+    evicted_paths: Option<Vec<Vec<Piece>>>,
 }
 
 /// Tokens shared by the start of two piece lists, stopping at `limit`.
@@ -189,7 +192,30 @@ impl RadixCache {
             kept: BTreeSet::new(),
             state_slots: u32::MAX,
             dropped_states: 0,
+            evicted_paths: None,
         }
+    }
+
+    /// Keeps the path of every node evicted from now on, for [`RadixCache::take_evicted`].
+    pub fn log_evictions(&mut self) {
+        self.evicted_paths.get_or_insert_with(Vec::new);
+    }
+
+    /// The paths (root to node) of the nodes evicted since the last call, oldest first (none
+    /// unless [`RadixCache::log_evictions`] was called).
+    pub fn take_evicted(&mut self) -> Vec<Vec<Piece>> {
+        self.evicted_paths.as_mut().map(core::mem::take).unwrap_or_default()
+    }
+
+    /// The tokens from the root to the end of node `n`.
+    fn path_to(&self, n: NodeId) -> Vec<Piece> {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while cur != ROOT {
+            chain.push(cur);
+            cur = self.nodes[cur as usize].parent;
+        }
+        chain.iter().rev().flat_map(|&c| self.nodes[c as usize].key.iter().copied()).collect()
     }
 
     /// The same cache for a hybrid model (SGLang's `MambaRadixCache`,
@@ -563,6 +589,12 @@ impl RadixCache {
         while self.free_tokens() < target {
             let Some(&(t, n)) = self.lru.iter().next() else { break };
             self.lru.remove(&(t, n));
+            if self.evicted_paths.is_some() {
+                let path = self.path_to(n);
+                if let Some(log) = self.evicted_paths.as_mut() {
+                    log.push(path);
+                }
+            }
             let node = core::mem::take(&mut self.nodes[n as usize]);
             if node.state {
                 self.kept.remove(&(node.last_access, n));
@@ -695,6 +727,28 @@ mod tests {
         c.count_hits(&b);
         assert_eq!((c.hot_prefix(&b, 2), c.hot_prefix(&b, 1)), (120, 150));
         assert_eq!(c.hot_prefix(&a, 2), 120, "A's last 30 tokens were covered once");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn logged_evictions_give_each_evicted_node_its_whole_path() {
+        let mut c = RadixCache::new(1000, true);
+        assert!(c.take_evicted().is_empty(), "nothing is logged unless asked");
+        c.log_evictions();
+        // Two sequences share 100 tokens: a node of 100 with two leaves of 50 and 30.
+        let (a, b) = (key(&[(1, 100), (2, 50)]), key(&[(1, 100), (3, 30)]));
+        assert!(c.alloc(150));
+        c.insert(&a);
+        assert!(c.alloc(30));
+        c.insert(&b);
+        // Touch B so that A's leaf is the least recently used.
+        c.match_prefix(&b, 130);
+        c.evict(10);
+        assert_eq!(c.take_evicted(), vec![a.clone()], "A's leaf, named by its path from the root");
+        assert!(c.take_evicted().is_empty(), "taken once");
+        c.evict(10_000);
+        // B's leaf goes, then the shared node it leaves childless.
+        assert_eq!(c.take_evicted(), vec![b, key(&[(1, 100)])]);
         c.check_invariants();
     }
 

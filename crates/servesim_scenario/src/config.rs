@@ -613,6 +613,9 @@ pub struct HostOffloadConfig {
     /// `write_policy: write_through_selective` (SGLang's HiCache): a node is written once two
     /// inserts have covered it, not at the first.
     pub selective: bool,
+    /// `write_policy: write_back` (SGLang's HiCache): a node is written only when GPU memory
+    /// evicts it, the step that evicts it waiting for the copy.
+    pub write_back: bool,
 }
 
 /// The size of a host tier.

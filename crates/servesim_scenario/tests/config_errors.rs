@@ -185,9 +185,9 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["engine.workers.aggregated.kv_cache.host_offload", "hybrid model", "recurrent state to host memory is not simulated"],
     ),
     (
-        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 400, write_policy: write_back}}}}\n",
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 400, write_policy: write_backs}}}}\n",
         2,
-        &["host_offload.write_policy (line 5", "'write_back' policy is not simulated yet"],
+        &["host_offload.write_policy (line 5", "'write_backs' is not one of", "did you mean 'write_back'?"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {size_gib: 400, write_policy: write_through}}}}\n",

@@ -32,13 +32,15 @@
 //!   admission loop passes over a request whose prefetch its policy does not let stop yet
 //!   (`check_prefetch_progress`), and admits later ones.
 //!
-//! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling, HiCache's
-//! `write_back` policy.
+//!   With `write_back` ([`crate::host::HostWrites::WriteBack`]) host memory is written only
+//!   with what the GPU's tree evicts, and the step that evicted it waits for the copy.
+//!
+//! Not modelled: in-batch duplicate-prefix deprioritisation, priority scheduling.
 
 use alloc::vec::Vec;
 
 use crate::engine::{KvStore, Planned, Rank, RankPlan, SchedulerConfig, SglangPolicy};
-use crate::host::{HostTier, PrefetchGate, LOAD_BACK_MIN_TOKENS};
+use crate::host::{HostTier, HostWrites, PrefetchGate, LOAD_BACK_MIN_TOKENS};
 use crate::radix::{RadixCache, ROOT};
 use crate::request::{Request, Status};
 use crate::units::SimTime;
@@ -48,7 +50,7 @@ use crate::units::SimTime;
 /// token whose nodes have enough ([`crate::host::HostWrites::min_hits`]; SGLang writes a node
 /// only once its parent is written).
 pub fn write_through(host: Option<&mut HostTier>, cache: &mut RadixCache, req: &mut Request, at: SimTime) {
-    let Some(h) = host.filter(|h| h.spec().writes.tokens()) else { return };
+    let Some(h) = host.filter(|h| h.spec().writes.through()) else { return };
     cache_computed(cache, req);
     let key = req.pieces(req.computed);
     cache.count_hits(&key);
@@ -104,6 +106,31 @@ fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
 /// Fills `plan` for one rank.
 #[allow(clippy::too_many_lines)]
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
+    let write_back = rank.host.as_deref().is_some_and(|h| h.spec().writes == HostWrites::WriteBack);
+    if let (true, KvStore::Radix(cache)) = (write_back, &mut rank.kv) {
+        cache.log_evictions();
+    }
+    plan_step(cfg, rank, reqs, plan);
+    if write_back {
+        write_back_evicted(rank, plan);
+    }
+}
+
+/// HiCache's `write_back`: what the GPU's tree evicted while the step was planned is copied
+/// to host memory first, and the step waits for the copies (`writing_check(write_back=True)`
+/// before the GPU memory is freed).
+fn write_back_evicted(rank: &mut Rank, plan: &mut RankPlan) {
+    let (KvStore::Radix(cache), Some(h)) = (&mut rank.kv, rank.host.as_deref_mut()) else { return };
+    let now = h.clock();
+    for path in cache.take_evicted() {
+        if let Some(done) = h.write_tokens_until(&path, now) {
+            plan.copies_end = plan.copies_end.max(done);
+        }
+    }
+}
+
+/// Fills `plan` for one rank (the step's batch; [`schedule`] adds HiCache's write-back).
+fn plan_step(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
     let Rank { waiting, running, kv, state, host, .. } = rank;
     let KvStore::Radix(cache) = kv else { return };
     let mut host = host.as_deref_mut().filter(|h| h.spec().writes.tokens());

@@ -824,18 +824,16 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
         }
     }
     // SGLang HiCache's `--hicache-write-policy`.
-    let mut selective = false;
+    let (mut selective, mut write_back) = (false, false);
     if let Some((n, p)) = f.take("write_policy") {
         match choice(n, &p, cx, &["write_through", "write_through_selective", "write_back"]) {
             Some(_) if backend != Backend::Sglang => {
                 cx.unsupported(&p, n, "'write_policy' is SGLang HiCache's (--hicache-write-policy)");
             }
-            Some("write_back") => cx.unsupported(
-                &p,
-                n,
-                "HiCache's 'write_back' policy is not simulated yet; write_through (SGLang's default) and write_through_selective are",
-            ),
-            Some(policy) => selective = policy == "write_through_selective",
+            Some(policy) => {
+                selective = policy == "write_through_selective";
+                write_back = policy == "write_back";
+            }
             None => {}
         }
     }
@@ -871,6 +869,7 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
         h2d_bandwidth_gbps: h2d?,
         latency_to_first_byte_ms: latency?,
         selective,
+        write_back,
     })
 }
 

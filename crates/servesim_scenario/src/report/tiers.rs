@@ -43,6 +43,7 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         HostWrites::OnEviction => "on_eviction",
         HostWrites::WriteThrough => "write_through",
         HostWrites::WriteThroughSelective => "write_through_selective",
+        HostWrites::WriteBack => "write_back",
     });
     out["counted_in"] = json!(if tokens { "tokens" } else { "blocks" });
     out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
@@ -150,7 +151,7 @@ pub(super) fn eviction_section(r: &RunResult) -> Option<Value> {
 #[must_use]
 pub fn writes_phrase(host: &Value) -> &'static str {
     match host["writes"].as_str() {
-        Some("on_eviction") => " as GPU memory evicted them",
+        Some("on_eviction" | "write_back") => " as GPU memory evicted them",
         Some("write_through") => " through from the radix cache",
         Some("write_through_selective") => " through from the radix cache at their second insert",
         _ => "",

@@ -609,6 +609,7 @@ impl Prepared {
             writes: match backend {
                 Backend::TrtLlm => HostWrites::OnEviction,
                 Backend::Sglang if h.selective => HostWrites::WriteThroughSelective,
+                Backend::Sglang if h.write_back => HostWrites::WriteBack,
                 Backend::Sglang => HostWrites::WriteThrough,
                 Backend::Vllm => HostWrites::AfterCompute,
             },
