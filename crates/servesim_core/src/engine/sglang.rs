@@ -104,7 +104,6 @@ fn clip(cfg: &SchedulerConfig, r: &Request) -> u32 {
 }
 
 /// Fills `plan` for one rank.
-#[allow(clippy::too_many_lines)]
 pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
     let write_back = rank.host.as_deref().is_some_and(|h| h.spec().writes == HostWrites::WriteBack);
     if let (true, KvStore::Radix(cache)) = (write_back, &mut rank.kv) {
@@ -130,6 +129,7 @@ fn write_back_evicted(rank: &mut Rank, plan: &mut RankPlan) {
 }
 
 /// Fills `plan` for one rank (the step's batch; [`schedule`] adds HiCache's write-back).
+#[allow(clippy::too_many_lines)]
 fn plan_step(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan: &mut RankPlan) {
     let Rank { waiting, running, kv, state, host, .. } = rank;
     let KvStore::Radix(cache) = kv else { return };
