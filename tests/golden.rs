@@ -192,6 +192,7 @@ pub const BYTE_GOLDENS: &[(&str, &str)] = &[
     ("sglang_hicache_storage", "tests/scenarios/sglang_hicache_storage.yaml"),
     ("vllm_g3_shared", "tests/scenarios/vllm_g3_shared.yaml"),
     ("pd_vllm_host_offload", "tests/scenarios/pd_vllm_host_offload.yaml"),
+    ("vllm_host_offload_shared", "tests/scenarios/vllm_host_offload_shared.yaml"),
     ("vllm_belady_prompt_pool", "tests/scenarios/vllm_belady_prompt_pool.yaml"),
     ("hybrid_qwen35_vllm_sessions", "tests/scenarios/hybrid_qwen35_vllm_sessions.yaml"),
     ("planner_vllm_ramp", "tests/scenarios/planner_vllm_ramp.yaml"),

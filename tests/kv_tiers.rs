@@ -442,3 +442,76 @@ fn belady_is_refused_where_its_forecast_cannot_hold() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(msg.contains("chat.jsonl: request 2 of the file belongs to a multi-turn session"), "{msg}");
 }
+
+const HOST_SHARED: &str = "tests/scenarios/vllm_host_offload_shared.yaml";
+
+#[test]
+fn a_host_pool_shared_by_replicas_restores_histories_either_computed() {
+    let shared = run(HOST_SHARED, &[]);
+    // The same host memory (8,192 blocks) kept as a tier per rank, and no host memory at all.
+    let local = run(
+        HOST_SHARED,
+        &[
+            "engine.workers.aggregated.kv_cache.host_offload.scope=dp_rank_local",
+            "engine.workers.aggregated.kv_cache.host_offload.num_host_blocks=4096",
+        ],
+    );
+    let without = run(HOST_SHARED, &["engine.workers.aggregated.kv_cache.host_offload=null"]);
+    assert_tier_pays(&shared, &without);
+    // Round robin sends most turns away from their history: only a shared pool brings it back.
+    assert_eq!(shared.summary.completed_requests, local.summary.completed_requests);
+    assert!(
+        shared.summary.prefix_cache_reused_ratio > local.summary.prefix_cache_reused_ratio + 0.15,
+        "{} vs {}",
+        shared.summary.prefix_cache_reused_ratio,
+        local.summary.prefix_cache_reused_ratio
+    );
+    assert!(shared.summary.ttft.mean < 0.7 * local.summary.ttft.mean);
+    let host = &shared.json["servesim"]["host_offload"];
+    assert_eq!(host["scope"], "cluster_shared");
+    // The pool's size and contents once, not per rank: 8,192 blocks of 8 MiB (Llama-3.1-8B,
+    // 64 tokens of 128 KiB) are 64 GiB.
+    assert_eq!((n(host, "capacity_blocks"), n(host, "ranks")), (8192, 2));
+    assert_eq!(host["capacity_gib"].as_f64(), Some(64.0));
+    assert!(n(host, "resident_blocks") <= 8192);
+    let cross = n(host, "cross_rank_restored_blocks");
+    assert!(cross > 0 && cross <= n(host, "restored_blocks"), "{host}");
+    // AISimulate's g2_domains: the shared pool, its capacity once.
+    let domains = shared.json["g2_domains"].as_array().unwrap();
+    assert_eq!(domains.len(), 1);
+    assert_eq!((n(&domains[0], "capacity_blocks"), n(&domains[0], "ranks")), (8192, 2));
+    assert_eq!(n(&domains[0], "used_blocks"), n(host, "resident_blocks"));
+    let table = servesim_scenario::report::summary_table(&shared);
+    assert!(table.contains("8192 blocks in one pool 2 ranks share"), "{table}");
+    // Tiers of a rank's own say so, and report no domain.
+    let own = &local.json["servesim"]["host_offload"];
+    assert_eq!((own["scope"].as_str(), n(own, "capacity_blocks_per_rank")), (Some("dp_rank_local"), 4096));
+    assert!(local.json.get("g2_domains").is_none());
+    // Same seed, same bytes.
+    assert_eq!(shared.json, run(HOST_SHARED, &[]).json);
+}
+
+#[test]
+fn ranks_restoring_at_once_share_the_pools_bandwidth() {
+    let wide = run(HOST_SHARED, &[]);
+    // 4 GB/s back to GPU memory in all, against each rank's own 32 GB/s link.
+    let narrow =
+        run(HOST_SHARED, &["engine.workers.aggregated.kv_cache.host_offload.shared_h2d_bandwidth_gbps=4"]);
+    let wait = |p: &servesim_scenario::Prediction| {
+        p.json["servesim"]["host_offload"]["mean_restore_wait_ms"].as_f64().unwrap()
+    };
+    assert!(wait(&narrow) > 10.0 * wait(&wide), "{} vs {}", wait(&narrow), wait(&wide));
+    assert!(narrow.summary.ttft.mean > wide.summary.ttft.mean);
+    assert_eq!(narrow.json["servesim"]["host_offload"]["shared_h2d_bandwidth_gbps"].as_f64(), Some(4.0));
+}
+
+#[test]
+fn prefill_workers_of_a_disaggregated_deployment_share_one_host_pool() {
+    let p = run(PD_HOST, &["engine.workers.prefill.kv_cache.host_offload.scope=cluster_shared"]);
+    assert_eq!(p.summary.completed_requests, p.summary.num_requests);
+    let host = &p.json["servesim"]["host_offload"];
+    assert_eq!((host["role"].as_str(), host["scope"].as_str()), (Some("prefill"), Some("cluster_shared")));
+    assert_eq!(n(host, "ranks"), 2);
+    assert!(n(host, "cross_rank_restored_blocks") > 0, "{host}");
+    assert_eq!(p.json["g2_domains"][0]["role"], "prefill");
+}

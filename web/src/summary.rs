@@ -150,8 +150,14 @@ pub fn host_tier(p: &Value) -> String {
     if !h.is_object() {
         return "none".into();
     }
+    // A pool the ranks share says how large it is and how much one rank gave another.
+    let shared = if h["scope"] == "cluster_shared" {
+        format!(" · {}", servesim_scenario::report::capacity_phrase(h))
+    } else {
+        String::new()
+    };
     format!(
-        "{}{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted",
+        "{}{} restores of {} tokens · {} ms wait on average · {} {} written{}, {} evicted{shared}",
         pool_prefix(h),
         fmt_num(&h["restores"], 0),
         fmt_num(&h["restored_tokens"], 0),
@@ -558,6 +564,22 @@ mod tests {
         let mut pd = g2.clone();
         pd["servesim"]["host_offload"]["role"] = "prefill".into();
         assert_eq!(host_tier(&pd), format!("prefill workers · {}", host_tier(&g2)));
+        let mut pooled = g2.clone();
+        for (k, v) in [
+            ("scope", serde_json::json!("cluster_shared")),
+            ("capacity_blocks", 8192.into()),
+            ("ranks", 2.into()),
+            ("cross_rank_restored_blocks", 18153.into()),
+        ] {
+            pooled["servesim"]["host_offload"][k] = v;
+        }
+        assert_eq!(
+            host_tier(&pooled),
+            format!(
+                "{} · 8192 blocks in one pool 2 ranks share (18153 restored by another rank than wrote them)",
+                host_tier(&g2)
+            )
+        );
         assert_eq!(storage_tier(&g2), "none");
         let g3 = serde_json::json!({"servesim": {"g3_offload": {
             "scope": "cluster_shared", "read_blocks": 32275, "read_jobs": 366,

@@ -152,6 +152,10 @@ fn predictions_are_byte_identical_to_native() {
             include_str!("../../tests/golden/pd_vllm_host_offload.prediction.json"),
         ),
         (
+            include_str!("../../tests/scenarios/vllm_host_offload_shared.yaml"),
+            include_str!("../../tests/golden/vllm_host_offload_shared.prediction.json"),
+        ),
+        (
             include_str!("../../tests/scenarios/vllm_belady_prompt_pool.yaml"),
             include_str!("../../tests/golden/vllm_belady_prompt_pool.prediction.json"),
         ),

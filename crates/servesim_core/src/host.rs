@@ -58,12 +58,15 @@ use core::cell::RefCell;
 
 use crate::radix::{Piece, RadixCache};
 use crate::units::{SimDur, SimTime};
-use lru::{BlockLru, Inserted};
+use lru::Inserted;
+pub use pool::{HostPool, HostPoolSpec, HostPoolStats, SharedHostPool};
+use pool::{D2H, H2D};
 use prefetch::Prefetcher;
 pub use prefetch::{PrefetchGate, PrefetchPolicy, StoragePrefetch, STORAGE_BATCH_PAGES};
 pub use store::{G3Spec, G3Stats, G3Store};
 
 mod lru;
+mod pool;
 mod prefetch;
 mod store;
 
@@ -200,9 +203,12 @@ struct G3Port {
 #[derive(Clone, Debug)]
 pub struct HostTier {
     spec: HostSpec,
-    blocks: BlockLru,
-    d2h_free: SimTime,
-    h2d_free: SimTime,
+    /// The blocks it holds and its links: its own, or a pool other ranks share.
+    pool: SharedHostPool,
+    /// This rank's port on the pool.
+    port: u32,
+    /// Other ranks share the pool (`cluster_shared`).
+    shared: bool,
     clock: SimTime,
     /// When the last copy started so far ends, its first-byte latency included.
     copies_end: SimTime,
@@ -219,11 +225,18 @@ impl HostTier {
     #[must_use]
     pub fn new(spec: HostSpec) -> Self {
         let tokens = spec.writes.tokens();
+        let own = HostPoolSpec {
+            capacity_blocks: if tokens { 0 } else { spec.capacity_blocks },
+            shared_d2h_bytes_per_s: None,
+            shared_h2d_bytes_per_s: None,
+        };
+        let pool = HostPool::shared(own);
+        let port = pool.borrow_mut().attach();
         HostTier {
             spec,
-            blocks: BlockLru::new(if tokens { 0 } else { spec.capacity_blocks as usize }),
-            d2h_free: SimTime::ZERO,
-            h2d_free: SimTime::ZERO,
+            pool,
+            port,
+            shared: false,
             clock: SimTime::ZERO,
             copies_end: SimTime::ZERO,
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
@@ -231,6 +244,23 @@ impl HostTier {
             tree: tokens.then(|| RadixCache::new(u64::from(spec.capacity_blocks), true)),
             prefetch: None,
         }
+    }
+
+    /// A tier of blocks (not HiCache's tokens) holding its blocks in `pool`, which other
+    /// ranks' tiers share (as a new port of it); `spec.capacity_blocks` should be the pool's.
+    #[must_use]
+    pub fn in_pool(spec: HostSpec, pool: SharedHostPool) -> Self {
+        let mut tier = HostTier::new(spec);
+        tier.port = pool.borrow_mut().attach();
+        tier.pool = pool;
+        tier.shared = true;
+        tier
+    }
+
+    /// The pool this tier's blocks are in, when other ranks share it.
+    #[must_use]
+    pub fn shared_pool(&self) -> Option<&SharedHostPool> {
+        self.shared.then_some(&self.pool)
     }
 
     /// The tier writing through to the storage tier `store` (as a new port of it), which
@@ -270,13 +300,17 @@ impl HostTier {
     pub fn resident(&self) -> usize {
         match &self.tree {
             Some(t) => usize::try_from(t.tree_tokens()).unwrap_or(usize::MAX),
-            None => self.blocks.len(),
+            None => self.pool.borrow().blocks.len(),
         }
     }
 
-    /// Counters so far.
+    /// Counters so far. A shared pool's size and contents are its own ([`HostPool::stats`]),
+    /// not any one rank's: they count 0 here.
     #[must_use]
     pub fn stats(&self) -> HostStats {
+        if self.shared {
+            return HostStats { capacity_blocks: 0, resident_blocks: 0, ..self.stats };
+        }
         HostStats { resident_blocks: self.resident() as u64, ..self.stats }
     }
 
@@ -314,8 +348,7 @@ impl HostTier {
         self.stats.evicted_blocks += tree.evicted_tokens() - evicted;
         self.stats.written_blocks += new;
         let bytes = self.spec.block_bytes.saturating_mul(new);
-        let done = at.max(self.d2h_free) + transfer(bytes, self.spec.d2h_bytes_per_s);
-        self.d2h_free = done;
+        let done = self.pool.borrow_mut().move_bytes(self.port, D2H, bytes, at, self.spec.d2h_bytes_per_s);
         self.copies_end = self.copies_end.max(done + self.spec.first_byte);
         self.back_up_pages(key, held, done + self.spec.first_byte);
         Some(done + self.spec.first_byte)
@@ -343,26 +376,28 @@ impl HostTier {
     /// Whether the block `key` is held and its copy has ended by `now`.
     #[must_use]
     pub fn holds(&self, key: u64, now: SimTime) -> bool {
-        self.blocks.holds(key, now)
+        self.pool.borrow().blocks.holds(key, now)
     }
 
     /// Offers a block filled at `at` (blocks are offered in the order their steps end): it is
     /// copied to host memory unless held already, evicting the least recently used idle block
     /// when the tier is full; with a storage tier behind, it is written there once copied.
     pub fn offer(&mut self, key: u64, at: SimTime) {
-        if self.blocks.slot(key).is_some() {
+        let mut pool = self.pool.borrow_mut();
+        if pool.blocks.slot(key).is_some() {
             return;
         }
         let st = &mut self.stats;
-        let Some(slot) = self.blocks.insert_counted(key, at, &mut st.evicted_blocks, &mut st.dropped_blocks)
+        let Some(slot) = pool.blocks.insert_counted(key, at, &mut st.evicted_blocks, &mut st.dropped_blocks)
         else {
             return;
         };
-        let done = at.max(self.d2h_free) + transfer(self.spec.block_bytes, self.spec.d2h_bytes_per_s);
-        self.d2h_free = done;
+        let done = pool.move_bytes(self.port, D2H, self.spec.block_bytes, at, self.spec.d2h_bytes_per_s);
         let ready = done + self.spec.first_byte;
         self.copies_end = self.copies_end.max(ready);
-        self.blocks.entry_mut(slot).ready_at = ready;
+        pool.blocks.entry_mut(slot).ready_at = ready;
+        pool.set_writer(slot, self.port);
+        drop(pool);
         self.stats.written_blocks += 1;
         if let Some(g) = &self.g3 {
             g.store.borrow_mut().write(g.port, key, ready);
@@ -379,25 +414,28 @@ impl HostTier {
     /// Marks the held blocks among `keys` (a request's blocks in order) as just used, the
     /// first last, so that it is the most recently used.
     pub fn touch(&mut self, keys: &[u64]) {
-        self.blocks.touch(keys);
+        self.pool.borrow_mut().blocks.touch(keys);
     }
 
     /// Whether a restore is reading any of `keys`.
     #[must_use]
     pub fn any_being_read(&self, keys: &[u64]) -> bool {
-        keys.iter().any(|k| self.blocks.slot(*k).is_some_and(|s| self.blocks.entry(s).readers > 0))
+        let pool = self.pool.borrow();
+        keys.iter().any(|k| pool.blocks.slot(*k).is_some_and(|s| pool.blocks.entry(s).readers > 0))
     }
 
     /// How many of `keys`, from the first, are held with their copies ended by `now`.
     #[must_use]
     pub fn match_prefix(&self, keys: &[u64], now: SimTime) -> usize {
-        keys.iter().take_while(|k| self.holds(**k, now)).count()
+        let pool = self.pool.borrow();
+        keys.iter().take_while(|k| pool.blocks.holds(**k, now)).count()
     }
 
     /// How many of `keys`, from the first, are held, their copies ended or not.
     #[must_use]
     pub fn held_prefix(&self, keys: &[u64]) -> usize {
-        keys.iter().take_while(|k| self.blocks.slot(**k).is_some()).count()
+        let pool = self.pool.borrow();
+        keys.iter().take_while(|k| pool.blocks.slot(**k).is_some()).count()
     }
 
     /// Looks up in the storage tier behind, at an admission at `now`, the blocks `keys` that
@@ -405,7 +443,7 @@ impl HostTier {
     /// one). A block this tier holds already (its copy under way) ends the lookup.
     pub fn lookup_g3(&mut self, keys: &[u64], now: SimTime) -> usize {
         let Some(g) = &self.g3 else { return 0 };
-        let absent = keys.iter().take_while(|k| self.blocks.slot(**k).is_none()).count();
+        let absent = self.absent_prefix(keys);
         if absent == 0 {
             return 0;
         }
@@ -430,12 +468,15 @@ impl HostTier {
     /// starts once the copies that brought them here have ended. Returns when it ends.
     pub fn onboard(&mut self, keys: &[u64], now: SimTime) -> SimTime {
         let mut start = now;
+        let mut pool = self.pool.borrow_mut();
         for &k in keys {
-            if let Some(slot) = self.blocks.slot(k) {
-                start = start.max(self.blocks.entry(slot).ready_at);
-                self.blocks.remove(k);
+            if let Some(slot) = pool.blocks.slot(k) {
+                start = start.max(pool.blocks.entry(slot).ready_at);
+                pool.count_read(slot, self.port);
+                pool.blocks.remove(k);
             }
         }
+        drop(pool);
         self.copy_to_device(keys.len(), now, start)
     }
 
@@ -459,11 +500,13 @@ impl HostTier {
     ) -> Option<(usize, SimTime)> {
         self.pin(held);
         let mut staged: alloc::vec::Vec<u32> = alloc::vec::Vec::new();
+        let mut pool = self.pool.borrow_mut();
         for &k in stored {
-            match self.blocks.insert(k, now) {
+            match pool.blocks.insert(k, now) {
                 Inserted::Slot { slot, evicted } => {
                     self.stats.evicted_blocks += u64::from(evicted);
-                    self.blocks.entry_mut(slot).readers = 1;
+                    pool.blocks.entry_mut(slot).readers = 1;
+                    pool.set_writer(slot, self.port);
                     staged.push(slot);
                 }
                 Inserted::Dropped => break,
@@ -480,8 +523,9 @@ impl HostTier {
             }
         }
         for &slot in &staged {
-            self.blocks.entry_mut(slot).ready_at = start;
+            pool.blocks.entry_mut(slot).ready_at = start;
         }
+        drop(pool);
         let n = held.len() + staged.len();
         if n == 0 {
             return None;
@@ -491,20 +535,28 @@ impl HostTier {
 
     /// Holds the held blocks among `keys` for a restore, as the most recently used.
     fn pin(&mut self, keys: &[u64]) {
+        let mut pool = self.pool.borrow_mut();
         for k in keys {
-            if let Some(slot) = self.blocks.slot(*k) {
-                self.blocks.entry_mut(slot).readers += 1;
-                self.blocks.promote(slot);
+            if let Some(slot) = pool.blocks.slot(*k) {
+                pool.blocks.entry_mut(slot).readers += 1;
+                pool.blocks.promote(slot);
+                pool.count_read(slot, self.port);
             }
         }
+    }
+
+    /// How many of `keys`, from the first, the tier does not hold at all.
+    fn absent_prefix(&self, keys: &[u64]) -> usize {
+        let pool = self.pool.borrow();
+        keys.iter().take_while(|k| pool.blocks.slot(**k).is_none()).count()
     }
 
     /// Copies `blocks` blocks to GPU memory from `start`, for a restore decided at `now`:
     /// when the copy ends.
     fn copy_to_device(&mut self, blocks: usize, now: SimTime, start: SimTime) -> SimTime {
         let bytes = self.spec.block_bytes.saturating_mul(blocks as u64);
-        let link_done = start.max(self.h2d_free) + transfer(bytes, self.spec.h2d_bytes_per_s);
-        self.h2d_free = link_done;
+        let link_done =
+            self.pool.borrow_mut().move_bytes(self.port, H2D, bytes, start, self.spec.h2d_bytes_per_s);
         let done = link_done + self.spec.first_byte;
         self.copies_end = self.copies_end.max(done);
         self.stats.restores += 1;
@@ -515,13 +567,32 @@ impl HostTier {
 
     /// Ends the restore of `keys`: they may be evicted again.
     pub fn end_restore(&mut self, keys: &[u64]) {
+        let mut pool = self.pool.borrow_mut();
         for k in keys {
-            if let Some(slot) = self.blocks.slot(*k) {
-                let e = self.blocks.entry_mut(slot);
+            if let Some(slot) = pool.blocks.slot(*k) {
+                let e = pool.blocks.entry_mut(slot);
                 e.readers = e.readers.saturating_sub(1);
             }
         }
     }
+}
+
+/// The rate a transfer that starts at `start` on `port`'s link `dir` gets, out of `links`
+/// (when each port's links are next free): the port's `own` bandwidth, or its equal share of
+/// the `total` the ports then moving data that way split, if that is less.
+fn fair_share(
+    links: &[[SimTime; 2]],
+    port: u32,
+    dir: usize,
+    start: SimTime,
+    own: Option<f64>,
+    total: Option<f64>,
+) -> Option<f64> {
+    let Some(total) = total.filter(|s| *s > 0.0 && s.is_finite()) else { return own };
+    let busy = links.iter().enumerate().filter(|&(p, l)| p != port as usize && l[dir] > start).count();
+    #[allow(clippy::cast_precision_loss)] // Port counts are small.
+    let share = total / (busy + 1) as f64;
+    Some(own.filter(|o| *o > 0.0 && o.is_finite()).map_or(share, |o| o.min(share)))
 }
 
 /// Time to move `bytes` at `bytes_per_s` (none: instant).

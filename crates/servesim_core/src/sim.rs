@@ -214,6 +214,8 @@ pub struct RunResult {
     pub planner: Option<crate::planner::Planner>,
     /// The storage KV tiers' counters, summed over stores (`None` without any).
     pub g3: Option<crate::host::G3Stats>,
+    /// The counters of the host pools ranks share, summed over pools (`None` without any).
+    pub host_pool: Option<crate::host::HostPoolStats>,
     /// The Belady eviction forecast's counters (`None` under LRU eviction).
     pub eviction: Option<crate::kv::belady::ForecastStats>,
 }
@@ -481,6 +483,7 @@ impl Simulation {
         let end = SimTime::ZERO + SimDur::from_ms_f64(summary.duration_ms);
         self.bill_provisioned_time(&mut summary, end);
         let g3 = self.g3_stats(end);
+        let host_pool = self.host_pool_stats();
         let eviction = self
             .workers
             .iter()
@@ -488,6 +491,7 @@ impl Simulation {
             .map(|o| o.borrow().stats());
         RunResult {
             g3,
+            host_pool,
             eviction,
             summary,
             worker_stats: self
@@ -519,6 +523,25 @@ impl Simulation {
         let mut seen = Vec::new();
         for w in &self.workers {
             w.add_g3_stats(end, &mut all, &mut seen);
+        }
+        (!seen.is_empty()).then_some(all)
+    }
+
+    /// The shared host pools' counters, each counted once (`None` when no ranks share one).
+    fn host_pool_stats(&self) -> Option<crate::host::HostPoolStats> {
+        let mut all = crate::host::HostPoolStats::default();
+        let mut seen = Vec::new();
+        for w in &self.workers {
+            w.add_host_pool_stats(&mut all, &mut seen);
+        }
+        // A pool whose ranks the planner has all stopped lives on in the template.
+        let templates = self.autoscale.iter().flat_map(|a| &a.ranks);
+        for pool in templates.filter_map(|t| t.host_pool.as_ref()) {
+            let id = alloc::rc::Rc::as_ptr(pool).cast::<()>();
+            if !seen.contains(&id) {
+                seen.push(id);
+                all.add(&pool.borrow().stats());
+            }
         }
         (!seen.is_empty()).then_some(all)
     }

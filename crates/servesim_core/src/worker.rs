@@ -506,6 +506,18 @@ impl Worker {
         }
     }
 
+    /// Adds to `all` the counters of the host pools this worker's ranks share with others
+    /// ([`crate::host::HostTier::in_pool`]) not in `seen` yet.
+    pub fn add_host_pool_stats(&self, all: &mut crate::host::HostPoolStats, seen: &mut Vec<*const ()>) {
+        for pool in self.ranks.iter().filter_map(|r| r.host.as_deref()?.shared_pool()) {
+            let id = alloc::rc::Rc::as_ptr(pool).cast::<()>();
+            if !seen.contains(&id) {
+                seen.push(id);
+                all.add(&pool.borrow().stats());
+            }
+        }
+    }
+
     /// Cached KV tokens dropped to make room, over every KV pool this worker had.
     #[must_use]
     pub fn kv_evicted_tokens(&self) -> u64 {

@@ -616,6 +616,19 @@ pub struct HostOffloadConfig {
     /// `write_policy: write_back` (SGLang's HiCache): a node is written only when GPU memory
     /// evicts it, the step that evicts it waiting for the copy.
     pub write_back: bool,
+    /// `scope: cluster_shared` (vLLM): one pool every rank of the role's workers holds its
+    /// blocks in, with its own bandwidth each way; `None` for `dp_rank_local`, a tier per rank.
+    pub shared: Option<SharedHostLinks>,
+}
+
+/// A cluster-shared host pool's own bandwidth over all the ranks using it, decimal GB/s
+/// (0 = unlimited): `shared_d2h_bandwidth_gbps` and `shared_h2d_bandwidth_gbps`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharedHostLinks {
+    /// To host memory.
+    pub d2h_gbps: f64,
+    /// Back to GPU memory.
+    pub h2d_gbps: f64,
 }
 
 /// The size of a host tier.

@@ -24,7 +24,7 @@ mod summary;
 mod tiers;
 
 pub use summary::{rejection_line, summary_table};
-pub use tiers::{pool_phrase, writes_phrase};
+pub use tiers::{capacity_phrase, pool_phrase, writes_phrase};
 
 /// Version of servesim's own `servesim` section in prediction.json.
 pub const SERVESIM_SECTION_VERSION: u32 = 1;
@@ -396,6 +396,19 @@ pub fn build(p: &Prepared, result: RunResult) -> Prediction {
         && result.timers.iter().all(|t| t.as_ref().is_some_and(|t| t.model == "op_level"));
     m.insert("power_w".into(), Value::Null);
     m.insert("power_coverage".into(), if op_level { json!(0.0) } else { Value::Null });
+    // AISimulate's conditional `g2_domains`: each cluster-shared host pool, its capacity once.
+    if let Some(pool) = result.host_pool {
+        m.insert(
+            "g2_domains".into(),
+            json!([{
+                "scope": "cluster_shared",
+                "role": p.roles.first().map_or("", |r| r.name),
+                "capacity_blocks": pool.capacity_blocks,
+                "used_blocks": pool.resident_blocks,
+                "ranks": pool.ports,
+            }]),
+        );
+    }
     m.insert("servesim".into(), servesim_section(p, &result));
 
     let worker_steps = result.worker_stats.iter().map(|w| w.by_kind).collect();

@@ -220,17 +220,33 @@ const CASES: &[(&str, i32, &[&str])] = &[
         &["kv_cache.host_offload (line 9", "needs prefix_caching: true"],
     ),
     (
-        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, size_gib: 4, scope: cluster_shared, h2d_bandwidth_gbps: -1, shared_d2h_bandwidth_gbps: 80, num_blocks: 3}\n",
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, size_gib: 4, scope: cluster, h2d_bandwidth_gbps: -1, shared_d2h_bandwidth_gbps: 80, num_blocks: 3}\n",
         2,
         &[
             "give one of num_host_blocks, size_gib and hicache_ratio",
             "host_offload.scope",
-            "use dp_rank_local",
+            "dp_rank_local",
             "host_offload.h2d_bandwidth_gbps",
             "between 0 and 1000000, got -1",
             "host_offload.shared_d2h_bandwidth_gbps",
+            "applies to scope: cluster_shared only",
             "host_offload.num_blocks",
         ],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, scope: cluster_shared, shared_h2d_bandwidth_gbps: -5}\n",
+        2,
+        &["host_offload.shared_h2d_bandwidth_gbps (line 8", "got -5"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers:\n    aggregated:\n      kv_cache:\n        host_offload: {num_host_blocks: 10, scope: cluster_shared}\n        g3_offload: {scope: cluster_shared, num_g3_blocks: 10}\n",
+        2,
+        &["kv_cache.g3_offload (line 9", "not behind a cluster-shared host pool"],
+    ),
+    (
+        "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: sglang\n  workers: {aggregated: {kv_cache: {host_offload: {hicache_ratio: 2, scope: cluster_shared}}}}\n",
+        2,
+        &["kv_cache.host_offload.scope (line 5", "simulated for vLLM, as in AISimulate", "scope: dp_rank_local"],
     ),
     (
         "engine:\n  model: Qwen/Qwen3-8B\n  hardware: h100_sxm\n  backend: vllm\n  workers: {aggregated: {kv_cache: {host_offload: {d2h_bandwidth_gbps: 16}}}}\n",

@@ -192,21 +192,7 @@ impl G3Store {
             _ => (self.spec.write_bytes_per_s, self.spec.shared_write_bytes_per_s),
         };
         // Other ports moving data this way when it starts share the store's bandwidth.
-        let rate = match shared.filter(|s| *s > 0.0 && s.is_finite()) {
-            Some(total) => {
-                let busy = self
-                    .links
-                    .iter()
-                    .enumerate()
-                    .filter(|&(p, l)| p != port as usize && l[dir] > start)
-                    .count();
-                #[allow(clippy::cast_precision_loss)] // Port counts are small.
-                let share = total / (busy + 1) as f64;
-                Some(own.filter(|o| *o > 0.0 && o.is_finite()).map_or(share, |o| o.min(share)))
-            }
-            None => own,
-        };
-        let done = start + transfer(bytes, rate);
+        let done = start + transfer(bytes, super::fair_share(&self.links, port, dir, start, own, shared));
         self.links[port as usize][dir] = done;
         (start, done)
     }

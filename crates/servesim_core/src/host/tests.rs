@@ -95,7 +95,12 @@ impl Naive {
 
 /// The tier's held blocks in LRU order, from its queue.
 fn lru_order(t: &HostTier) -> Vec<Held> {
-    t.blocks.in_order().map(|e| Held { key: e.key, ready_at: e.ready_at, readers: e.readers }).collect()
+    t.pool
+        .borrow()
+        .blocks
+        .in_order()
+        .map(|e| Held { key: e.key, ready_at: e.ready_at, readers: e.readers })
+        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -352,4 +357,70 @@ proptest! {
         prop_assert_eq!((st.written_blocks, st.evicted_blocks), (written, evicted));
         prop_assert_eq!(st.written_blocks - st.evicted_blocks, st.resident_blocks);
     }
+}
+
+/// Two ranks' tiers in one pool of `capacity` blocks of 1,000 bytes, each rank's links at
+/// 1 MB/s (1 ms a block), the pool's own host-to-device bandwidth `shared_h2d`.
+fn two_ranks_sharing(capacity: u32, shared_h2d: Option<f64>) -> (HostTier, HostTier, super::SharedHostPool) {
+    let spec = HostSpec {
+        capacity_blocks: capacity,
+        block_bytes: 1000,
+        d2h_bytes_per_s: Some(1e6),
+        h2d_bytes_per_s: Some(1e6),
+        first_byte: SimDur::ZERO,
+        writes: HostWrites::AfterCompute,
+    };
+    let pool = super::HostPool::shared(super::HostPoolSpec {
+        capacity_blocks: capacity,
+        shared_d2h_bytes_per_s: None,
+        shared_h2d_bytes_per_s: shared_h2d,
+    });
+    (HostTier::in_pool(spec, pool.clone()), HostTier::in_pool(spec, pool.clone()), pool)
+}
+
+#[test]
+fn ranks_sharing_a_pool_find_each_others_blocks_and_write_each_once() {
+    let ms = |n: u64| SimTime::from_ns(n * 1_000_000);
+    let (mut a, mut b, pool) = two_ranks_sharing(4, None);
+    a.offer_all(&[1, 2], ms(0));
+    // Rank A's copies end at 1 and 2 ms; rank B finds them from then on.
+    assert_eq!(b.match_prefix(&[1, 2], ms(1)), 1);
+    assert_eq!(b.match_prefix(&[1, 2], ms(2)), 2);
+    // A block the pool holds is not written again by another rank.
+    b.offer_all(&[1, 2], ms(2));
+    assert_eq!(b.stats().written_blocks, 0);
+    assert_eq!(a.stats().written_blocks, 2);
+    // Rank B restores what rank A wrote, over its own link (2 ms for two blocks).
+    assert_eq!(b.begin_restore(&[1, 2], ms(3)), ms(5));
+    // The pool is full after two more blocks; a fifth, once their copies have ended, evicts
+    // the least recently used idle one (3): blocks 1 and 2 are being read.
+    b.offer_all(&[3, 4], ms(3));
+    b.offer(5, ms(9));
+    assert_eq!(a.match_prefix(&[1, 2], ms(9)), 2);
+    assert_eq!(a.held_prefix(&[3]), 0);
+    assert_eq!(a.held_prefix(&[4, 5]), 2);
+    // Size and contents are the pool's, counted once, not per rank.
+    assert_eq!((a.stats().capacity_blocks, a.stats().resident_blocks), (0, 0));
+    let s = pool.borrow().stats();
+    assert_eq!((s.capacity_blocks, s.resident_blocks, s.ports, s.cross_rank_restored_blocks), (4, 4, 2, 2));
+    assert!(a.shared_pool().is_some() && HostTier::new(*a.spec()).shared_pool().is_none());
+}
+
+#[test]
+fn ranks_restoring_at_once_split_the_pools_bandwidth() {
+    let us = |n: u64| SimTime::from_ns(n * 1_000);
+    // Each rank holds one block of its own, written by 1 ms.
+    let run = |shared_h2d| {
+        let (mut a, mut b, _pool) = two_ranks_sharing(4, shared_h2d);
+        a.offer(1, SimTime::ZERO);
+        b.offer(2, SimTime::ZERO);
+        let first = a.begin_restore(&[1], us(1_000));
+        let second = b.begin_restore(&[2], us(1_500));
+        (first, second)
+    };
+    // Without a pool cap each rank's own 1 MB/s link sets the pace.
+    assert_eq!(run(None), (us(2_000), us(2_500)));
+    // With 1 MB/s in all, A's restore has it alone (1 ms); B's starts while A's runs and gets
+    // half (2 ms), fixed at its start.
+    assert_eq!(run(Some(1e6)), (us(2_000), us(3_500)));
 }

@@ -9,7 +9,7 @@ use crate::engine::Rank;
 use alloc::rc::Rc;
 use core::cell::RefCell;
 
-use crate::host::{G3Spec, G3Store, HostSpec, HostTier, SharedG3, StoragePrefetch};
+use crate::host::{G3Spec, G3Store, HostSpec, HostTier, SharedG3, SharedHostPool, StoragePrefetch};
 use crate::metrics::Summary;
 use crate::planner::{Action, LoadSample, Planner, PlannerSpec, PoolRole, SlotState};
 use crate::queue::event_key;
@@ -39,6 +39,9 @@ pub struct RankTemplate {
     pub radix: bool,
     /// A host tier per rank.
     pub host: Option<HostSpec>,
+    /// The pool every rank's host tier holds its blocks in, when they share one
+    /// (`cluster_shared`; living on as workers come and go), instead of each its own.
+    pub host_pool: Option<SharedHostPool>,
     /// A storage tier behind the host tiers.
     pub g3: Option<G3Attach>,
     /// How HiCache host tiers prefetch from that storage tier (SGLang).
@@ -90,7 +93,10 @@ impl RankTemplate {
                 }
             }
             r.host = self.host.map(|h| {
-                let mut tier = HostTier::new(h);
+                let mut tier = match &self.host_pool {
+                    Some(pool) => HostTier::in_pool(h, pool.clone()),
+                    None => HostTier::new(h),
+                };
                 if let Some(p) = self.prefetch {
                     tier = tier.with_prefetch(p);
                 }

@@ -8,8 +8,8 @@ use servesim_perf::oplevel::{release_before, release_triple, AllReduceImpl, MoeK
 use crate::config::{
     Capacity, FpmSource, FrontendConfig, G3OffloadConfig, G3Scope, HicachePrefetchPolicy,
     HicacheStorageConfig, HostOffloadConfig, HostSize, KvCacheConfig, KvTransferConfig, Mode,
-    ParallelismConfig, RoleConfig, SchedulerKnobs, StateCacheConfig, TimingConfig, TimingKind, TransferMode,
-    Workers,
+    ParallelismConfig, RoleConfig, SchedulerKnobs, SharedHostLinks, StateCacheConfig, TimingConfig,
+    TimingKind, TransferMode, Workers,
 };
 use crate::diag::{boolean, choice, number_in, positive, string, u32_in, u64_min, Cx, Fields};
 use crate::node::{Node, Value};
@@ -551,6 +551,14 @@ fn decode_kv_cache(
             );
             None
         }
+        Some((n, p)) if host_offload.is_some_and(|h| h.shared.is_some()) => {
+            cx.unsupported(
+                &p,
+                n,
+                "'g3_offload' is simulated behind host tiers of each rank's own (host_offload.scope: dp_rank_local), not behind a cluster-shared host pool",
+            );
+            None
+        }
         Some((n, p)) => decode_g3_offload(n, &p, cx, backend),
         None => None,
     };
@@ -805,22 +813,33 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
             None
         }
     };
-    if let Some((n, p)) = f.take("scope") {
-        if choice(n, &p, cx, &["dp_rank_local", "cluster_shared"]) == Some("cluster_shared") {
-            cx.unsupported(
-                &p,
-                n,
-                "a host tier shared by the cluster is not simulated yet; use dp_rank_local",
-            );
-        }
-    }
-    for k in ["shared_d2h_bandwidth_gbps", "shared_h2d_bandwidth_gbps"] {
-        if let Some((n, p)) = f.take(k) {
-            cx.unsupported(
-                &p,
-                n,
-                format!("'{k}' applies to a cluster-shared host tier, which is not simulated yet"),
-            );
+    let shared = match f.take("scope") {
+        Some((n, p)) => match choice(n, &p, cx, &["dp_rank_local", "cluster_shared"]) {
+            Some("cluster_shared") if backend != Backend::Vllm => {
+                cx.unsupported(
+                    &p,
+                    n,
+                    "a cluster-shared host pool is simulated for vLLM, as in AISimulate; SGLang's HiCache and TensorRT-LLM keep a host tier per rank (scope: dp_rank_local)",
+                );
+                false
+            }
+            Some(scope) => scope == "cluster_shared",
+            None => false,
+        },
+        None => false,
+    };
+    let mut shared_gbps = [DEFAULT_HOST_SHARED_GBPS; 2];
+    for (i, k) in ["shared_d2h_bandwidth_gbps", "shared_h2d_bandwidth_gbps"].into_iter().enumerate() {
+        match f.take(k) {
+            Some((n, p)) if !shared => {
+                cx.schema(&p, n, format!("'{k}' applies to scope: cluster_shared only"));
+            }
+            Some((n, p)) => {
+                if let Some(v) = number_in(n, &p, cx, 0.0, 1e6) {
+                    shared_gbps[i] = v;
+                }
+            }
+            None => {}
         }
     }
     // SGLang HiCache's `--hicache-write-policy`.
@@ -870,8 +889,14 @@ fn decode_host_offload(node: &Node, path: &str, cx: &mut Cx, backend: Backend) -
         latency_to_first_byte_ms: latency?,
         selective,
         write_back,
+        shared: shared.then_some(SharedHostLinks { d2h_gbps: shared_gbps[0], h2d_gbps: shared_gbps[1] }),
     })
 }
+
+/// A cluster-shared host pool's own bandwidth each way when none is given, decimal GB/s:
+/// AISimulate's default for `shared_d2h_bandwidth_gbps` and `shared_h2d_bandwidth_gbps`
+/// (REF §5.3, "shared_* 80").
+const DEFAULT_HOST_SHARED_GBPS: f64 = 80.0;
 
 /// A host tier's link bandwidth when none is given, decimal GB/s: AISimulate's default for
 /// `d2h_bandwidth_gbps` and `h2d_bandwidth_gbps` (REF §5.3), about what a PCIe 5.0 x16 link

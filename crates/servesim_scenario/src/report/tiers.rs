@@ -34,7 +34,7 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         r.worker_stats.iter().enumerate().filter_map(|(w, s)| s.host.map(|h| (w, h))).collect();
     let mut out = describe(&host_totals(r));
     let gbps = |b: Option<f64>| b.map_or(0.0, |b| b / 1e9);
-    out["scope"] = json!("dp_rank_local");
+    out["scope"] = json!(if r.host_pool.is_some() { "cluster_shared" } else { "dp_rank_local" });
     // The workers that keep it: the aggregated ones, or a disaggregated deployment's prefill pool.
     out["role"] = json!(role.name);
     // vLLM writes every computed block; TensorRT-LLM only what GPU memory evicts.
@@ -46,10 +46,27 @@ pub(super) fn host_section(p: &Prepared, r: &RunResult) -> Option<Value> {
         HostWrites::WriteBack => "write_back",
     });
     out["counted_in"] = json!(if tokens { "tokens" } else { "blocks" });
-    out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
-    out["block_bytes_per_gpu"] = json!(spec.block_bytes);
-    out["capacity_gib_per_gpu"] =
-        json!(u64::from(spec.capacity_blocks) as f64 * spec.block_bytes as f64 / (1u64 << 30) as f64);
+    let gib = |blocks: u64| blocks as f64 * spec.block_bytes as f64 / (1u64 << 30) as f64;
+    match (r.host_pool, role.config.kv_cache.host_offload.and_then(|h| h.shared)) {
+        // One pool for every rank: its size, contents and bandwidth once, not a rank's.
+        (Some(pool), Some(links)) => {
+            // Each of a rank's tensor-parallel GPUs holds its own shard of every block (vLLM).
+            let shards = f64::from(role.config.parallelism.tensor.max(1));
+            out["capacity_blocks"] = json!(pool.capacity_blocks);
+            out["block_bytes_per_gpu"] = json!(spec.block_bytes);
+            out["capacity_gib"] = json!(gib(pool.capacity_blocks) * shards);
+            out["resident_blocks"] = json!(pool.resident_blocks);
+            out["ranks"] = json!(pool.ports);
+            out["cross_rank_restored_blocks"] = json!(pool.cross_rank_restored_blocks);
+            out["shared_d2h_bandwidth_gbps"] = json!(links.d2h_gbps);
+            out["shared_h2d_bandwidth_gbps"] = json!(links.h2d_gbps);
+        }
+        _ => {
+            out["capacity_blocks_per_rank"] = json!(spec.capacity_blocks);
+            out["block_bytes_per_gpu"] = json!(spec.block_bytes);
+            out["capacity_gib_per_gpu"] = json!(gib(u64::from(spec.capacity_blocks)));
+        }
+    }
     out["d2h_bandwidth_gbps"] = json!(gbps(spec.d2h_bytes_per_s));
     out["h2d_bandwidth_gbps"] = json!(gbps(spec.h2d_bytes_per_s));
     out["latency_to_first_byte_ms"] = json!(spec.first_byte.as_ms_f64());
@@ -158,6 +175,24 @@ pub fn writes_phrase(host: &Value) -> &'static str {
     }
 }
 
+/// How much a host tier holds: `N blocks a rank`, or for a cluster-shared pool `N blocks in
+/// one pool R ranks share (X restored by another rank than wrote them)`.
+#[must_use]
+pub fn capacity_phrase(host: &Value) -> String {
+    let n = |k: &str| host[k].as_u64().unwrap_or(0);
+    let unit = host["counted_in"].as_str().unwrap_or("blocks");
+    if host["scope"] == "cluster_shared" {
+        format!(
+            "{} {unit} in one pool {} ranks share ({} restored by another rank than wrote them)",
+            n("capacity_blocks"),
+            n("ranks"),
+            n("cross_rank_restored_blocks")
+        )
+    } else {
+        format!("{} {unit} a rank", n("capacity_blocks_per_rank"))
+    }
+}
+
 /// Which pool keeps a tier, after its name: nothing for aggregated workers, `, prefill
 /// workers` for a disaggregated deployment's.
 #[must_use]
@@ -177,7 +212,7 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
     if host.is_object() {
         let n = |k: &str| host[k].as_u64().unwrap_or(0);
         out.push(format!(
-            "host KV tier (G2{}): {} restores of {} {unit} ({} tokens, {:.2} ms wait on average); {} {unit} written{}, {} evicted, {} dropped; {} {unit} a rank\n",
+            "host KV tier (G2{}): {} restores of {} {unit} ({} tokens, {:.2} ms wait on average); {} {unit} written{}, {} evicted, {} dropped; {}\n",
             pool_phrase(host),
             n("restores"),
             n("restored_blocks"),
@@ -187,7 +222,7 @@ pub(super) fn summary_lines(servesim: &Value) -> Vec<String> {
             writes_phrase(host),
             n("evicted_blocks"),
             n("dropped_blocks"),
-            n("capacity_blocks_per_rank"),
+            capacity_phrase(host),
             unit = host["counted_in"].as_str().unwrap_or("blocks"),
         ));
     }

@@ -10,7 +10,9 @@ use servesim_core::frontend::FrontendSpec;
 use std::cell::RefCell;
 
 use servesim_core::engine::Backend;
-use servesim_core::host::{G3Spec, G3Store, HostSpec, HostWrites, PrefetchPolicy, StoragePrefetch};
+use servesim_core::host::{
+    G3Spec, G3Store, HostPool, HostPoolSpec, HostSpec, HostWrites, PrefetchPolicy, StoragePrefetch,
+};
 use servesim_core::kv::belady::{DemandOracle, SharedOracle};
 use servesim_core::metrics::Fleet;
 use servesim_core::planner::{PlannerSpec, PoolRole, PoolSpec};
@@ -616,6 +618,24 @@ impl Prepared {
         })
     }
 
+    /// The pool `role`'s host tiers share when `host_offload.scope` is `cluster_shared`: its
+    /// capacity (`num_host_blocks` in all, or `size_gib` in all) and its own bandwidth each
+    /// way, per GPU shard of a block as the ranks' links are (every GPU of a rank copies its
+    /// own shard, so the pool's bandwidth carries `tensor` shards of each block).
+    #[must_use]
+    pub fn host_pool_spec(&self, role: &PreparedRole) -> Option<HostPoolSpec> {
+        let links = role.config.kv_cache.host_offload?.shared?;
+        let spec = self.host_spec(role)?;
+        let gpus = f64::from(
+            role::host_size_gpus(self.config.engine.backend, role.config.parallelism.tensor).max(1),
+        );
+        Some(HostPoolSpec {
+            capacity_blocks: spec.capacity_blocks,
+            shared_d2h_bytes_per_s: link_bytes_per_s(links.d2h_gbps).map(|b| b / gpus),
+            shared_h2d_bytes_per_s: link_bytes_per_s(links.h2d_gbps).map(|b| b / gpus),
+        })
+    }
+
     /// `role`'s storage KV tier behind its host tiers (`kv_cache.g3_offload`), if it has one:
     /// the host tier's blocks, each worker's links, and for a cluster-shared store the one
     /// store all its workers use.
@@ -816,6 +836,8 @@ impl Prepared {
                 prefix_caching: rc.kv_cache.prefix_caching,
                 radix: backend == servesim_core::engine::Backend::Sglang,
                 host: self.host_spec(role),
+                // A fresh shared pool for this run.
+                host_pool: self.host_pool_spec(role).map(HostPool::shared),
                 g3: self.g3_attach(role),
                 prefetch: self.prefetch_spec(role),
                 eviction: eviction.clone(),
