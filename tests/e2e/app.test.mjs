@@ -837,6 +837,13 @@ test('a preset runs at once and matches the CLI on the same file', async () => {
   assert.match(await page.textContent('#host-tier'),
     new RegExp(`^prefill workers · ${pdHost.restores} restores of [0-9,]+ tokens · `));
   assert.equal(await page.textContent('#storage-tier'), 'none');
+  // Two replicas sharing one host pool: the summary gives the pool and what crossed ranks.
+  const sharedCli = await presetMatchesCli(page, 16, 'tests/scenarios/vllm_host_offload_shared.yaml', pdHostCli, dir);
+  const shared = JSON.parse(sharedCli).servesim.host_offload;
+  assert.equal(shared.scope, 'cluster_shared');
+  assert.ok(shared.cross_rank_restored_blocks > 0, 'restores across ranks');
+  assert.match(await page.textContent('#host-tier'),
+    new RegExp(` · ${shared.capacity_blocks} blocks in one pool 2 ranks share \\(${shared.cross_rank_restored_blocks} restored by another rank than wrote them\\)$`));
   await page.close();
 });
 

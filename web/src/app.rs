@@ -22,7 +22,7 @@ pub fn ProgressBar(percent: Signal<f64>) -> impl IntoView {
 }
 
 /// Scenarios offered on the Predict page: (name, config). The first is the default.
-pub const PRESETS: [(&str, &str); 16] = [
+pub const PRESETS: [(&str, &str); 17] = [
     ("Qwen3-32B-FP8 on one H200, vLLM, 10 clients (default)", servesim_scenario::DEFAULT_SCENARIO),
     (
         "Llama-3.1-70B, 2 x TP4 on H200, vLLM, Poisson",
@@ -77,6 +77,10 @@ pub const PRESETS: [(&str, &str); 16] = [
     (
         "Disaggregated prefill workers keeping histories in host memory (G2), vLLM",
         include_str!("../../tests/scenarios/pd_vllm_host_offload.yaml"),
+    ),
+    (
+        "Two replicas sharing one host KV pool (G2, cluster_shared), vLLM",
+        include_str!("../../tests/scenarios/vllm_host_offload_shared.yaml"),
     ),
 ];
 
