@@ -515,3 +515,25 @@ fn prefill_workers_of_a_disaggregated_deployment_share_one_host_pool() {
     assert!(n(host, "cross_rank_restored_blocks") > 0, "{host}");
     assert_eq!(p.json["g2_domains"][0]["role"], "prefill");
 }
+
+#[test]
+fn workers_the_planner_starts_join_the_shared_host_pool() {
+    let p = run(
+        HOST_SHARED,
+        &[
+            "planner={policy: enabled, max_num_gpus: 4, load_adjustment_interval_seconds: 2}",
+            "engine.workers.aggregated.parallelism.replicas=1",
+            "engine.workers.aggregated.startup_seconds=5",
+        ],
+    );
+    assert_eq!(p.summary.completed_requests, p.summary.num_requests);
+    let pool = &p.json["servesim"]["planner"]["pools"][0];
+    let started = n(pool, "scale_ups");
+    assert!(started > 0, "{pool}");
+    // One pool through the run: every worker started joins it as a rank of its own, and reads
+    // what the others wrote.
+    let host = &p.json["servesim"]["host_offload"];
+    assert_eq!(n(host, "ranks"), 1 + started);
+    assert_eq!(n(host, "capacity_blocks"), 8192);
+    assert!(n(host, "cross_rank_restored_blocks") > 0, "{host}");
+}
