@@ -30,14 +30,25 @@ fn n(v: &Value, k: &str) -> u64 {
 /// Runs with and without a tier both complete everything, and the tier reuses at least 30
 /// points more of the prompts and cuts mean TTFT by at least 30%.
 fn assert_tier_pays(with: &servesim_scenario::Prediction, without: &servesim_scenario::Prediction) {
-    assert_eq!(with.summary.completed_requests, without.summary.completed_requests);
+    assert_gains(with, without, 0.3, 0.7);
+}
+
+/// Runs `better` and `worse` complete the same requests, and `better` reuses at least `points`
+/// more of the prompts and has at most `ttft_ratio` of the other's mean TTFT.
+fn assert_gains(
+    better: &servesim_scenario::Prediction,
+    worse: &servesim_scenario::Prediction,
+    points: f64,
+    ttft_ratio: f64,
+) {
+    assert_eq!(better.summary.completed_requests, worse.summary.completed_requests);
     assert!(
-        with.summary.prefix_cache_reused_ratio > without.summary.prefix_cache_reused_ratio + 0.3,
+        better.summary.prefix_cache_reused_ratio > worse.summary.prefix_cache_reused_ratio + points,
         "{} vs {}",
-        with.summary.prefix_cache_reused_ratio,
-        without.summary.prefix_cache_reused_ratio
+        better.summary.prefix_cache_reused_ratio,
+        worse.summary.prefix_cache_reused_ratio
     );
-    assert!(with.summary.ttft.mean < 0.7 * without.summary.ttft.mean);
+    assert!(better.summary.ttft.mean < ttft_ratio * worse.summary.ttft.mean);
 }
 
 #[test]
@@ -236,16 +247,16 @@ fn a_host_tier_too_small_for_a_history_cuts_restores_short_and_the_run_ends() {
     assert_eq!(p.summary.completed_requests, p.summary.num_requests);
 }
 
+/// One replica at first, which the planner may grow to four (starting in 5 s).
+const PLANNER_FROM_ONE: [&str; 3] = [
+    "planner={policy: enabled, max_num_gpus: 4, load_adjustment_interval_seconds: 2}",
+    "engine.workers.aggregated.parallelism.replicas=1",
+    "engine.workers.aggregated.startup_seconds=5",
+];
+
 #[test]
 fn workers_the_planner_starts_get_their_own_store() {
-    let p = run(
-        LOCAL,
-        &[
-            "planner={policy: enabled, max_num_gpus: 4, load_adjustment_interval_seconds: 2}",
-            "engine.workers.aggregated.parallelism.replicas=1",
-            "engine.workers.aggregated.startup_seconds=5",
-        ],
-    );
+    let p = run(LOCAL, &PLANNER_FROM_ONE);
     assert_eq!(p.summary.completed_requests, p.summary.num_requests);
     let pool = &p.json["servesim"]["planner"]["pools"][0];
     assert!(n(pool, "peak_workers") > 1, "{pool}");
@@ -459,14 +470,7 @@ fn a_host_pool_shared_by_replicas_restores_histories_either_computed() {
     let without = run(HOST_SHARED, &["engine.workers.aggregated.kv_cache.host_offload=null"]);
     assert_tier_pays(&shared, &without);
     // Round robin sends most turns away from their history: only a shared pool brings it back.
-    assert_eq!(shared.summary.completed_requests, local.summary.completed_requests);
-    assert!(
-        shared.summary.prefix_cache_reused_ratio > local.summary.prefix_cache_reused_ratio + 0.15,
-        "{} vs {}",
-        shared.summary.prefix_cache_reused_ratio,
-        local.summary.prefix_cache_reused_ratio
-    );
-    assert!(shared.summary.ttft.mean < 0.7 * local.summary.ttft.mean);
+    assert_gains(&shared, &local, 0.15, 0.7);
     let host = &shared.json["servesim"]["host_offload"];
     assert_eq!(host["scope"], "cluster_shared");
     // The pool's size and contents once, not per rank: 8,192 blocks of 8 MiB (Llama-3.1-8B,
@@ -518,14 +522,7 @@ fn prefill_workers_of_a_disaggregated_deployment_share_one_host_pool() {
 
 #[test]
 fn workers_the_planner_starts_join_the_shared_host_pool() {
-    let p = run(
-        HOST_SHARED,
-        &[
-            "planner={policy: enabled, max_num_gpus: 4, load_adjustment_interval_seconds: 2}",
-            "engine.workers.aggregated.parallelism.replicas=1",
-            "engine.workers.aggregated.startup_seconds=5",
-        ],
-    );
+    let p = run(HOST_SHARED, &PLANNER_FROM_ONE);
     assert_eq!(p.summary.completed_requests, p.summary.num_requests);
     let pool = &p.json["servesim"]["planner"]["pools"][0];
     let started = n(pool, "scale_ups");
