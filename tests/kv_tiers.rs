@@ -27,6 +27,11 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
+/// Prompt tokens host or storage memory gave back at the requests' first admissions.
+fn first_admission_tier_tokens(p: &servesim_scenario::Prediction) -> u64 {
+    p.requests.iter().map(|r| u64::from(r.first_admission_host_reused_input_tokens.unwrap_or(0))).sum()
+}
+
 /// Runs with and without a tier both complete everything, and the tier reuses at least 30
 /// points more of the prompts and cuts mean TTFT by at least 30%.
 fn assert_tier_pays(with: &servesim_scenario::Prediction, without: &servesim_scenario::Prediction) {
@@ -66,6 +71,8 @@ fn tensorrt_llm_offloads_what_gpu_memory_evicts_and_moves_it_back_on_reuse() {
     assert!(restored > 0 && restored < written, "{host}");
     assert_eq!(n(host, "resident_blocks"), written - n(host, "evicted_blocks") - restored);
     assert_eq!(n(host, "capacity_blocks_per_rank"), 8192);
+    assert!(first_admission_tier_tokens(&with) > 0);
+    assert_eq!(first_admission_tier_tokens(&without), 0);
     // The steps that wait for the copies make them visible in the restores' mean wait.
     assert!(host["mean_restore_wait_ms"].as_f64().unwrap() > 0.0);
     // Same seed, same bytes.
@@ -88,6 +95,7 @@ fn sglang_hicache_writes_what_enters_the_radix_cache_and_loads_back_what_gpu_mem
     assert_eq!(n(host, "resident_blocks"), written - n(host, "evicted_blocks"));
     assert!(restored > written, "{host}");
     assert_eq!(n(host, "restored_tokens"), restored);
+    assert!(first_admission_tier_tokens(&with) > 0);
     // 64 GiB a GPU of 128 KiB tokens (Llama-3.1-8B in bf16): 524,288 tokens, never exceeded.
     assert_eq!(n(host, "capacity_blocks_per_rank"), 524_288);
     assert!(n(host, "resident_blocks") <= 524_288);
@@ -487,6 +495,20 @@ fn a_host_pool_shared_by_replicas_restores_histories_either_computed() {
     assert_eq!(n(&domains[0], "used_blocks"), n(host, "resident_blocks"));
     let table = servesim_scenario::report::summary_table(&shared);
     assert!(table.contains("8192 blocks in one pool 2 ranks share"), "{table}");
+    // Each request's first admission splits its reuse between GPU and host memory
+    // (AISimulate's per-request fields); together they are the run's first-admission reuse,
+    // and host memory's part is what its restores brought back to first admissions.
+    let (mut g1, mut tiers, mut input) = (0u64, 0u64, 0u64);
+    for r in shared.requests.iter() {
+        g1 += u64::from(r.first_admission_g1_reused_input_tokens.unwrap());
+        tiers += u64::from(r.first_admission_host_reused_input_tokens.unwrap());
+        input += u64::from(r.input_length);
+    }
+    #[allow(clippy::cast_precision_loss)] // Token counts are far below 2^52.
+    let ratio = (g1 + tiers) as f64 / input as f64;
+    assert!((ratio - shared.summary.first_admission_prefix_cache_reused_ratio).abs() < 1e-12);
+    assert!(g1 > 0 && tiers > g1 && tiers <= n(host, "restored_tokens"), "{g1} {tiers}");
+    assert_eq!(first_admission_tier_tokens(&without), 0);
     // Tiers of a rank's own say so, and report no domain.
     let own = &local.json["servesim"]["host_offload"];
     assert_eq!((own["scope"].as_str(), n(own, "capacity_blocks_per_rank")), (Some("dp_rank_local"), 4096));

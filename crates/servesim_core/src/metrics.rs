@@ -561,7 +561,7 @@ pub fn summarize(requests: &RecordLog, itl: &mut ItlSamples, sla: Sla, fleet: Fl
         s.total_output_tokens += u64::from(r.emitted);
         all_input += u64::from(r.input_tokens);
         reused += u64::from(r.reused_max);
-        reused_first += u64::from(r.first_admission_reused.unwrap_or(0));
+        reused_first += u64::from(r.first_admission_reused().unwrap_or(0));
         let arrival = r.arrival;
         let t_first = ms(r.stamps.first_token - arrival);
         let t_e2e = ms(r.stamps.last_token - arrival);

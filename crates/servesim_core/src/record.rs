@@ -28,8 +28,12 @@ pub struct Record {
     pub emitted: u32,
     /// Largest prefix-cache reuse over all admissions.
     pub reused_max: u32,
-    /// Prompt tokens served from the prefix cache at the first admission.
-    pub first_admission_reused: Option<u32>,
+    /// Prompt tokens served from the prefix cache at the first admission, [`NOT_ADMITTED`]
+    /// before any (a sentinel rather than an `Option`, which would take the record past 160
+    /// bytes beside the next field): read through [`Record::first_admission_reused`].
+    first_reused: u32,
+    /// Of those, the tokens host or storage memory gave back.
+    pub first_admission_tier_reused: u32,
     /// Times the request lost its KV.
     pub preemptions: u32,
     /// Prompt tokens cached on the chosen worker when the router placed it.
@@ -52,6 +56,18 @@ pub struct Record {
     pub warmup: bool,
 }
 
+/// [`Record`]'s first-admission reuse before any admission.
+const NOT_ADMITTED: u32 = u32::MAX;
+
+impl Record {
+    /// Prompt tokens served from the prefix cache at the first admission (`None` if never
+    /// admitted).
+    #[must_use]
+    pub fn first_admission_reused(&self) -> Option<u32> {
+        (self.first_reused != NOT_ADMITTED).then_some(self.first_reused)
+    }
+}
+
 impl From<&Request> for Record {
     fn from(r: &Request) -> Self {
         Record {
@@ -63,7 +79,8 @@ impl From<&Request> for Record {
             requested_output_tokens: r.spec.output_tokens,
             emitted: r.emitted,
             reused_max: r.reused_max,
-            first_admission_reused: r.first_admission_reused,
+            first_reused: r.first_admission_reused.unwrap_or(NOT_ADMITTED),
+            first_admission_tier_reused: r.first_admission_tier_reused,
             preemptions: r.preemptions,
             route_overlap_tokens: r.route_overlap_tokens,
             prefill_route_overlap_tokens: r.prefill_route_overlap_tokens,
@@ -159,7 +176,8 @@ mod tests {
             requested_output_tokens: 1,
             emitted: 0,
             reused_max: 0,
-            first_admission_reused: None,
+            first_reused: NOT_ADMITTED,
+            first_admission_tier_reused: 0,
             preemptions: 0,
             route_overlap_tokens: 0,
             prefill_route_overlap_tokens: 0,

@@ -201,6 +201,8 @@ pub struct Request {
     pub spec: RequestSpec,
     /// Prompt tokens served from the prefix cache at the first admission.
     pub first_admission_reused: Option<u32>,
+    /// Of those, the tokens host or storage memory gave back (a KV tier beyond the GPU's).
+    pub first_admission_tier_reused: u32,
     /// Largest prefix-cache reuse over all admissions (preemption re-admits).
     pub reused_max: u32,
     /// Times the request lost its KV and had to be recomputed.
@@ -258,6 +260,7 @@ impl Request {
             registered_blocks: 0,
             stamps: Stamps::default(),
             first_admission_reused: None,
+            first_admission_tier_reused: 0,
             reused_max: 0,
             preemptions: 0,
             route_overlap_tokens: 0,

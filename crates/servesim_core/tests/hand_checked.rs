@@ -161,7 +161,7 @@ fn a_prefix_evicted_from_gpu_memory_is_restored_from_the_host_tier() {
     assert_eq!((st.restores, st.restored_blocks, st.written_blocks, st.evicted_blocks), (1, 6, 12, 0));
     assert_eq!(st.restore_wait_ns, 600_000);
     assert_eq!(
-        with.records.iter().map(|q| q.first_admission_reused.unwrap()).collect::<Vec<_>>(),
+        with.records.iter().map(|q| q.first_admission_reused().unwrap()).collect::<Vec<_>>(),
         [0, 0, 96]
     );
     assert!(without.worker_stats[0].host.is_none());

@@ -238,6 +238,11 @@ pub struct RequestRecord {
     pub output_length: u32,
     /// Prompt tokens served from prefix cache (max over admissions).
     pub reused_input_tokens: u32,
+    /// Of the prompt tokens served from cache at the first admission, those GPU memory held
+    /// (AISimulate's name; null if never admitted).
+    pub first_admission_g1_reused_input_tokens: Option<u32>,
+    /// Those host or storage memory gave back (null if never admitted).
+    pub first_admission_host_reused_input_tokens: Option<u32>,
     /// Prefill worker (null when aggregated).
     pub prefill_worker_idx: Option<u32>,
     /// Decode or aggregated worker.
@@ -300,6 +305,12 @@ fn record(i: ReqSeq, r: &Record, prefill_workers: Option<u32>) -> RequestRecord 
         requested_output_length: r.requested_output_tokens,
         output_length: r.emitted,
         reused_input_tokens: r.reused_max,
+        first_admission_g1_reused_input_tokens: r
+            .first_admission_reused()
+            .map(|n| n.saturating_sub(r.first_admission_tier_reused)),
+        first_admission_host_reused_input_tokens: r
+            .first_admission_reused()
+            .map(|_| r.first_admission_tier_reused),
         prefill_worker_idx: r.prefill_worker,
         decode_worker_idx: match prefill_workers {
             Some(np) => r.decode_worker.map(|d| d - np),

@@ -134,9 +134,16 @@ pub fn admit(pool: &mut BlockPool, req: &mut Request, probe: Probe, new_tokens: 
 
 /// Counts `tokens` of the prompt as served from cache at this admission.
 pub fn count_reuse(req: &mut Request, tokens: u32) {
+    count_reuse_from_tiers(req, tokens, 0);
+}
+
+/// Counts `tokens` of the prompt as served from cache at this admission, the last `tiers` of
+/// them brought back from host or storage memory.
+pub fn count_reuse_from_tiers(req: &mut Request, tokens: u32, tiers: u32) {
     let reused = tokens.min(req.input_tokens);
     if req.first_admission_reused.is_none() {
         req.first_admission_reused = Some(reused);
+        req.first_admission_tier_reused = tiers.min(reused);
     }
     req.reused_max = req.reused_max.max(reused);
 }

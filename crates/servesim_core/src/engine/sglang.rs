@@ -289,6 +289,7 @@ fn plan_step(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan:
                     cache.unlock(node);
                     break;
                 }
+                let gpu_matched = matched;
                 let (matched, node) = match host.as_deref_mut() {
                     Some(h) if loaded > 0 => {
                         let upto = matched + loaded;
@@ -308,10 +309,7 @@ fn plan_step(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], plan:
                 r.radix_tokens = matched;
                 r.computed = matched;
                 r.private_tokens = n;
-                if r.first_admission_reused.is_none() {
-                    r.first_admission_reused = Some(matched.min(r.input_tokens));
-                }
-                r.reused_max = r.reused_max.max(matched.min(r.input_tokens));
+                super::kvops::count_reuse_from_tiers(r, matched, matched - gpu_matched);
                 r.status = Status::Running;
                 waiting.remove(next);
                 running.push(id);

@@ -90,7 +90,7 @@ pub fn schedule(cfg: &SchedulerConfig, rank: &mut Rank, reqs: &mut [Request], pl
                 let from = (probe.hit_tokens / pool.block_size()) as usize;
                 h.onboard(&r.hashes[from..from + onboard as usize], h.clock());
                 kvops::reserve(pool, r, probe, onboard * pool.block_size() + n, scratch);
-                kvops::count_reuse(r, cached);
+                kvops::count_reuse_from_tiers(r, cached, onboard * pool.block_size());
                 r.computed = cached;
                 kvops::register_full_blocks(pool, r);
             }

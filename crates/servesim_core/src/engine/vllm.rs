@@ -217,7 +217,7 @@ fn restore_from_host(
     let blocks = n as u32;
     let tokens = blocks * bs;
     kvops::reserve(pool, r, probe, tokens, scratch);
-    kvops::count_reuse(r, probe.hit_tokens + tokens);
+    kvops::count_reuse_from_tiers(r, probe.hit_tokens + tokens, tokens);
     Restore::Started { from, blocks, done }
 }
 
