@@ -49,6 +49,10 @@
 //! HiCache's tree the storage tier is written page by page and read ahead of admission, as
 //! SGLang's storage backends are ([`StoragePrefetch`], module `prefetch`).
 //!
+//! A vLLM tier's blocks may instead sit in one pool that the ranks of many workers share
+//! (`scope: cluster_shared`, [`HostTier::in_pool`], module `pool`): what any rank wrote, every
+//! rank finds, and the pool's own bandwidth is split among the ranks copying at once.
+//!
 //! Invariants (a property test runs the tier against a naive model): at most
 //! `capacity_blocks` blocks are held; a held block is in the index once; a block being written
 //! or read is never evicted.
@@ -59,7 +63,7 @@ use core::cell::RefCell;
 use crate::radix::{Piece, RadixCache};
 use crate::units::{SimDur, SimTime};
 use lru::Inserted;
-pub use pool::{HostPool, HostPoolSpec, HostPoolStats, SharedHostPool};
+pub use pool::{add_once, HostPool, HostPoolSpec, HostPoolStats, SharedHostPool};
 use pool::{D2H, H2D};
 use prefetch::Prefetcher;
 pub use prefetch::{PrefetchGate, PrefetchPolicy, StoragePrefetch, STORAGE_BATCH_PAGES};
@@ -230,13 +234,25 @@ impl HostTier {
             shared_d2h_bytes_per_s: None,
             shared_h2d_bytes_per_s: None,
         };
-        let pool = HostPool::shared(own);
+        HostTier::with_pool(spec, HostPool::shared(own), false)
+    }
+
+    /// A tier of blocks (not HiCache's tokens) holding its blocks in `pool`, which other
+    /// ranks' tiers share (as a new port of it); `spec.capacity_blocks` should be the pool's.
+    #[must_use]
+    pub fn in_pool(spec: HostSpec, pool: SharedHostPool) -> Self {
+        HostTier::with_pool(spec, pool, true)
+    }
+
+    /// An empty tier attached to `pool` as a new port.
+    fn with_pool(spec: HostSpec, pool: SharedHostPool, shared: bool) -> Self {
+        let tokens = spec.writes.tokens();
         let port = pool.borrow_mut().attach();
         HostTier {
             spec,
             pool,
             port,
-            shared: false,
+            shared,
             clock: SimTime::ZERO,
             copies_end: SimTime::ZERO,
             stats: HostStats { capacity_blocks: u64::from(spec.capacity_blocks), ..HostStats::default() },
@@ -244,17 +260,6 @@ impl HostTier {
             tree: tokens.then(|| RadixCache::new(u64::from(spec.capacity_blocks), true)),
             prefetch: None,
         }
-    }
-
-    /// A tier of blocks (not HiCache's tokens) holding its blocks in `pool`, which other
-    /// ranks' tiers share (as a new port of it); `spec.capacity_blocks` should be the pool's.
-    #[must_use]
-    pub fn in_pool(spec: HostSpec, pool: SharedHostPool) -> Self {
-        let mut tier = HostTier::new(spec);
-        tier.port = pool.borrow_mut().attach();
-        tier.pool = pool;
-        tier.shared = true;
-        tier
     }
 
     /// The pool this tier's blocks are in, when other ranks share it.

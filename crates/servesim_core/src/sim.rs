@@ -537,11 +537,7 @@ impl Simulation {
         // A pool whose ranks the planner has all stopped lives on in the template.
         let templates = self.autoscale.iter().flat_map(|a| &a.ranks);
         for pool in templates.filter_map(|t| t.host_pool.as_ref()) {
-            let id = alloc::rc::Rc::as_ptr(pool).cast::<()>();
-            if !seen.contains(&id) {
-                seen.push(id);
-                all.add(&pool.borrow().stats());
-            }
+            crate::host::add_once(pool, &mut all, &mut seen);
         }
         (!seen.is_empty()).then_some(all)
     }

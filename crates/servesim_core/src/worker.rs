@@ -510,11 +510,7 @@ impl Worker {
     /// ([`crate::host::HostTier::in_pool`]) not in `seen` yet.
     pub fn add_host_pool_stats(&self, all: &mut crate::host::HostPoolStats, seen: &mut Vec<*const ()>) {
         for pool in self.ranks.iter().filter_map(|r| r.host.as_deref()?.shared_pool()) {
-            let id = alloc::rc::Rc::as_ptr(pool).cast::<()>();
-            if !seen.contains(&id) {
-                seen.push(id);
-                all.add(&pool.borrow().stats());
-            }
+            crate::host::add_once(pool, all, seen);
         }
     }
 

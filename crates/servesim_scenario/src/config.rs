@@ -634,7 +634,8 @@ pub struct SharedHostLinks {
 /// The size of a host tier.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum HostSize {
-    /// `num_host_blocks`: blocks per attention-DP rank (AISimulate).
+    /// `num_host_blocks`: blocks per attention-DP rank (AISimulate), or the whole pool's when
+    /// it is cluster-shared.
     Blocks(u32),
     /// `size_gib` (servesim extension): GiB over the worker's tensor-parallel GPUs, as vLLM's
     /// `--kv-offloading-size` counts it; each GPU's own for TensorRT-LLM (`host_cache_size`)

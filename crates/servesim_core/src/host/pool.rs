@@ -66,6 +66,16 @@ impl HostPoolStats {
     }
 }
 
+/// Adds `pool`'s counters to `all` unless `seen` holds it already (a pool many ranks share is
+/// counted once), and marks it seen.
+pub fn add_once(pool: &SharedHostPool, all: &mut HostPoolStats, seen: &mut Vec<*const ()>) {
+    let id = Rc::as_ptr(pool).cast::<()>();
+    if !seen.contains(&id) {
+        seen.push(id);
+        all.add(&pool.borrow().stats());
+    }
+}
+
 /// The blocks and links of one host pool.
 #[derive(Clone, Debug)]
 pub struct HostPool {
